@@ -1,0 +1,509 @@
+"""Prioritized Experience Replay (Schaul et al. 2015, arXiv:1511.05952).
+
+The tutorial's two classes, rewritten for speed and correctness:
+
+- `SumTree`: a binary tree whose leaves hold priorities and whose inner nodes hold the sum of their
+  children, so that "find the transition at cumulative priority v" costs O(log n).
+- `Memory`: the prioritized replay memory the agent talks to. Proportional prioritization
+  (p = (|delta| + e)^a) goes through the `SumTree`; the rank-based variant (p = 1/rank) keeps the
+  transitions ordered by |delta|.
+
+Next to them, `UniformMemory` has the same interface with plain uniform sampling, so the agent can
+switch between the two with one flag, and `TransitionStorage` keeps the transitions themselves in
+typed numpy arrays (the Atari frame store in `atari_wrappers.py` is a drop-in replacement).
+
+Every batch operation works on whole numpy arrays: there is no Python loop per sampled transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+FIELDS = ("state", "action", "reward", "next_state", "done")
+NO_SLOTS = np.zeros(0, dtype=np.int64)
+_BLOCK = 32  # leaves per block (and blocks per group) in the minimum-priority index
+
+
+def check_capacity(capacity: Any) -> int:
+    """Return `capacity` as an int, or raise ValueError unless it is a positive integer."""
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+    return int(capacity)
+
+
+def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
+    """A numpy Generator: `rng` itself, or a new one seeded with `rng` (None: fresh entropy)."""
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def check_leaf_indices(tree_indices: Any, capacity: int) -> np.ndarray:
+    """`tree_indices` as a flat int64 array, or ValueError unless each is a leaf of the tree."""
+    leaves = np.asarray(tree_indices)
+    if leaves.dtype.kind not in "iu":
+        raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")
+    leaves = leaves.astype(np.int64, copy=False).ravel()
+    first_leaf, last_leaf = capacity - 1, 2 * capacity - 2
+    if leaves.size and (leaves.min() < first_leaf or leaves.max() > last_leaf):
+        bad = leaves[(leaves < first_leaf) | (leaves > last_leaf)][0]
+        raise ValueError(f"tree index {bad} is not a leaf (leaves are {first_leaf}..{last_leaf})")
+    return leaves
+
+
+def _check_non_negative(name: str, values: np.ndarray) -> None:
+    """Raise ValueError naming the first NaN, infinite or negative entry of `values`."""
+    # Two reductions are the cheap test (NaN fails both comparisons); find the culprit only then.
+    if values.size and not (values.min() >= 0 and values.max() < np.inf):
+        bad = ~np.isfinite(values) | (values < 0)
+        raise ValueError(f"{name} must be finite and >= 0, got {values[bad][0]!r}")
+
+
+class SumTree:
+    """Sum tree over `capacity` priorities, in one float64 array `tree` of 2*capacity - 1 nodes.
+
+    Node i has children 2i+1 and 2i+2, the leaves are the last `capacity` nodes and are filled left
+    to right, each inner node holds the sum of its two children, so the root holds the total::
+
+                  0            <- total_priority
+                /   \\
+              1       2
+             / \\     / \\
+            3   4   5   6      <- leaves (capacity = 4): data index = tree index - (capacity - 1)
+
+    `data` holds one payload per leaf for the tutorial's `add`/`get_leaf` API; `Memory` keeps its
+    transitions in typed arrays instead and uses only the priorities.
+
+    Speed comes from doing each step for a whole batch in one numpy call:
+
+    - A search walks all values down one level per step (log n steps of a few calls).
+    - An update adds each leaf's change to all its ancestors in one `np.add.at`. That lets
+      rounding errors accumulate, so after every `capacity` leaf writes the inner nodes are
+      recomputed from the leaves (O(n), amortised O(1) per write). Should rounding still lead a
+      search to an empty leaf, the tree is recomputed and that value searched again, stepping
+      only into non-empty subtrees: a search never returns an empty leaf.
+    - The smallest non-zero priority, for the importance-sampling weights, is kept per block of
+      32 leaves and per group of 32 blocks, so `min_priority` scans only capacity / 1024 numbers.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = check_capacity(capacity)
+        # One spare slot in front: with heap indices counted from 1, node j's children are 2j and
+        # 2j + 1 and its ancestors j >> s, which saves a numpy call per level. `tree` is the
+        # tutorial's 0-based view of the same memory.
+        self._nodes = np.zeros(2 * self.capacity)
+        self.tree = self._nodes[1:]
+        self.data = np.full(self.capacity, None, dtype=object)
+        self.data_pointer = 0
+        # Leaves sit at depth `_depth` or, unless capacity is a power of two, one level higher.
+        self._depth = (2 * self.capacity - 1).bit_length() - 1
+        self._perfect = self.capacity & (self.capacity - 1) == 0
+        self._shifts = np.arange(1, self._depth + 1)
+        self._writes_since_rebuild = 0
+        # Minimum index: empty leaves count as +inf; k updated leaves touch k blocks and k groups.
+        n_blocks = -(-self.capacity // _BLOCK)
+        n_groups = -(-n_blocks // _BLOCK)
+        self._leaf_mins = np.full(n_groups * _BLOCK * _BLOCK, np.inf)
+        self._block_mins = np.full(n_groups * _BLOCK, np.inf)
+        self._group_mins = np.full(n_groups, np.inf)
+
+    @property
+    def total_priority(self) -> float:
+        """Sum of all priorities (the root node). O(1)."""
+        return float(self.tree[0])
+
+    @property
+    def min_priority(self) -> float:
+        """Smallest non-zero leaf priority, +inf while every leaf is zero. O(capacity / 1024)."""
+        return float(self._group_mins.min())
+
+    def add(self, priority: float, data: Any) -> None:
+        """Write `data` with `priority` at the next leaf (the oldest, once full). O(log n)."""
+        self.data[self.data_pointer] = data
+        self.update(self.data_pointer + self.capacity - 1, priority)
+        self.data_pointer = (self.data_pointer + 1) % self.capacity
+
+    def update(self, tree_index: int, priority: float) -> None:
+        """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
+        self.update_batch(np.array([tree_index]), np.array([priority], dtype=np.float64))
+
+    def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Set many leaf priorities at once: O(k log n) work in a fixed number of numpy calls.
+
+        A leaf named more than once gets its last priority. The tree is left unchanged when any
+        index is not a leaf or any priority is NaN, infinite or negative.
+        """
+        leaves = check_leaf_indices(tree_indices, self.capacity)
+        priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), leaves.shape)
+        _check_non_negative("priority", priorities)
+        self._set_leaves(leaves, priorities)
+
+    def _set_leaves(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
+        """`update_batch` for arguments already checked."""
+        if len(leaves) > 1:
+            order = np.argsort(leaves, kind="stable")
+            sorted_leaves = leaves[order]
+            repeated = sorted_leaves[1:] == sorted_leaves[:-1]
+            if repeated.any():
+                # Keep each leaf's last write: the stable sort keeps repeats in call order.
+                last = np.append(~repeated, True)
+                leaves, priorities = sorted_leaves[last], priorities[order[last]]
+        heap = leaves + 1
+        changes = priorities - self._nodes[heap]
+        self._nodes[heap] = priorities
+        # Ancestors are shared between leaves, so np.add.at sums their changes. Shifting past the
+        # root gives 0, the spare slot, which absorbs those changes harmlessly.
+        np.add.at(self._nodes, heap[:, None] >> self._shifts, changes[:, None])
+        self._update_mins(leaves - (self.capacity - 1), priorities)
+        self._writes_since_rebuild += len(leaves)
+        if self._writes_since_rebuild >= self.capacity:
+            self.rebuild()
+
+    def _update_mins(self, data_indices: np.ndarray, priorities: np.ndarray) -> None:
+        self._leaf_mins[data_indices] = np.where(priorities > 0, priorities, np.inf)
+        blocks = data_indices // _BLOCK
+        self._block_mins[blocks] = self._leaf_mins.reshape(-1, _BLOCK)[blocks].min(axis=1)
+        groups = blocks // _BLOCK
+        self._group_mins[groups] = self._block_mins.reshape(-1, _BLOCK)[groups].min(axis=1)
+
+    def rebuild(self) -> None:
+        """Recompute every inner node from the leaves, removing accumulated rounding. O(n)."""
+        tree = self.tree
+        # Heap level d holds nodes 2^d - 1 .. 2^(d+1) - 2; inner nodes are 0 .. capacity - 2.
+        for depth in range(self._depth - 1, -1, -1):
+            first, last = (1 << depth) - 1, min((2 << depth) - 2, self.capacity - 2)
+            tree[first : last + 1] = (
+                tree[2 * first + 1 : 2 * last + 2 : 2] + tree[2 * first + 2 : 2 * last + 3 : 2]
+            )
+        self._writes_since_rebuild = 0
+
+    def get_leaf(self, v: float) -> tuple[int, float, Any]:
+        """Leaf at cumulative priority v in [0, total]: (tree index, priority, data). O(log n)."""
+        leaf_indices, priorities, data = self.get_leaves(np.array([v], dtype=np.float64))
+        return int(leaf_indices[0]), float(priorities[0]), data[0]
+
+    def get_leaves(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised `get_leaf`: (tree indices, priorities, data) for k values. O(k log n).
+
+        Value v selects the leaf whose cumulative range [sum of leaves before it, + its priority)
+        contains v, searching left to right as the tree is drawn. Values at or beyond the total
+        select the last non-empty leaf; empty (zero-priority) leaves are never returned.
+        """
+        leaf_indices = self.find(values)
+        return leaf_indices, self.tree[leaf_indices], self.data[leaf_indices - (self.capacity - 1)]
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """Tree indices of the leaves at cumulative priorities `values` (no payload). O(k log n)."""
+        values = np.asarray(values, dtype=np.float64)
+        _check_non_negative("value", values)
+        if not self.tree[0] > 0:
+            raise ValueError(f"cannot search an empty sum tree (total priority {self.tree[0]!r})")
+        heap = self._descend(values, guard_empty=False)
+        empty = self._nodes[heap] <= 0
+        if empty.any():
+            # Rounding took v past the end of a subtree whose right part is empty. Rare: search
+            # those values again on exact sums, never stepping into an empty subtree.
+            self.rebuild()
+            heap[empty] = self._descend(values[empty], guard_empty=True)
+        return heap - 1
+
+    def _descend(self, values: np.ndarray, guard_empty: bool) -> np.ndarray:
+        """Heap indices (from 1) of the leaves at `values`, one tree level per step."""
+        nodes = self._nodes
+        remaining = values.copy()
+        heap = np.ones(values.shape, dtype=np.int64)
+        for level in range(self._depth):
+            partial_level = level == self._depth - 1 and not self._perfect
+            if partial_level:
+                parent = heap.copy()
+                # Leaves one level up (capacity not a power of two) have no children to read.
+                heap = np.minimum(heap << 1, len(nodes) - 2)
+            else:
+                heap <<= 1
+            left_sum = nodes[heap]
+            go_right = remaining >= left_sum
+            if guard_empty:
+                go_right &= nodes[heap + 1] > 0
+            np.subtract(remaining, left_sum, out=remaining, where=go_right)
+            heap += go_right
+            if partial_level:
+                heap = np.where(parent > self.capacity - 1, parent, heap)
+        return heap
+
+
+class TransitionStorage:
+    """The transitions themselves: one row per transition in five typed numpy arrays.
+
+    The arrays are allocated on the first `add`, with the shapes and dtypes of that first
+    experience, so a CartPole state stays float32 and an Atari frame stack stays uint8. Slots are
+    reused in ring order once the storage is full. `FrameStackStorage` in `atari_wrappers.py`
+    offers the same methods for image stacks that share frames.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = check_capacity(capacity)
+        self.holds_transition = np.zeros(self.capacity, dtype=bool)
+        self.written = 0  # slots written at least once
+        self.write_pointer = 0
+        self.fields: tuple[np.ndarray, ...] | None = None
+
+    def __len__(self) -> int:
+        return self.written
+
+    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
+        """Store one (state, action, reward, next_state, done). O(1).
+
+        Returns the slot that now holds it and the slots that stopped holding a transition
+        (always none here: a slot is only ever overwritten by a new transition).
+        """
+        values = [np.asarray(value) for value in _check_experience(experience)]
+        if self.fields is None:
+            self.fields = tuple(
+                np.zeros((self.capacity, *value.shape), dtype=value.dtype) for value in values
+            )
+        for name, field, value in zip(FIELDS, self.fields, values, strict=True):
+            if value.shape != field.shape[1:]:
+                raise ValueError(
+                    f"{name} has shape {value.shape}, but the memory holds shape {field.shape[1:]}"
+                )
+        slot = self.write_pointer
+        for field, value in zip(self.fields, values, strict=True):
+            field[slot] = value
+        self.holds_transition[slot] = True
+        self.write_pointer = (slot + 1) % self.capacity
+        self.written = min(self.written + 1, self.capacity)
+        return slot, NO_SLOTS
+
+    def get(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots)."""
+        return tuple(field[slots] for field in self.fields)
+
+
+def _check_experience(experience: Any) -> Sequence:
+    if not isinstance(experience, Sequence) or len(experience) != len(FIELDS):
+        raise ValueError(f"experience must be a tuple {FIELDS}, got {experience!r:.200}")
+    return experience
+
+
+class UniformMemory:
+    """Replay memory with uniform sampling and `Memory`'s interface (the agent's USE_PER=False).
+
+    `sample` returns importance-sampling weights of one and `batch_update` only checks its input,
+    so the agent runs one code path for both memories.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        storage: TransitionStorage | None = None,
+        rng: np.random.Generator | int | None = None,
+    ) -> None:
+        self.capacity = check_capacity(capacity)
+        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
+        _check_storage(self.storage, self.capacity)
+        self.rng = as_generator(rng)
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def store(self, experience: tuple) -> None:
+        """Add one (state, action, reward, next_state, done) transition. O(1)."""
+        self.storage.add(experience)
+
+    def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+        """n transitions drawn uniformly with replacement: (tree_idx, batch, ones). O(n)."""
+        _check_sample(n, len(self))
+        holds = self.storage.holds_transition
+        slots = self.rng.integers(0, self.storage.written, size=n)
+        # A storage may have written slots without a transition (frame stacks): draw those again.
+        empty = ~holds[slots]
+        while empty.any():
+            slots[empty] = self.rng.integers(0, self.storage.written, size=int(empty.sum()))
+            empty = ~holds[slots]
+        tree_idx = slots + (self.capacity - 1)
+        return tree_idx, self.storage.get(slots), np.ones(n, dtype=np.float32)
+
+    def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
+        """Check the arguments like `Memory.batch_update`; uniform sampling ignores priorities."""
+        _check_update(tree_idx, abs_errors, self.capacity)
+
+
+def _check_storage(storage: Any, capacity: int) -> None:
+    if storage.capacity != capacity:
+        raise ValueError(
+            f"storage capacity {storage.capacity} differs from memory capacity {capacity}"
+        )
+
+
+def _check_sample(n: Any, size: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"batch size must be a positive integer, got {n!r}")
+    if size == 0:
+        raise ValueError("cannot sample from an empty memory: store transitions first")
+
+
+def _check_update(tree_idx: Any, abs_errors: Any, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, errors) of a `batch_update` call, or ValueError naming the bad argument."""
+    slots = check_leaf_indices(tree_idx, capacity) - (capacity - 1)
+    errors = np.asarray(abs_errors, dtype=np.float64).ravel()
+    if errors.shape != slots.shape:
+        raise ValueError(f"got {len(slots)} tree indices but {len(errors)} errors")
+    _check_non_negative("absolute TD error", errors)
+    return slots, errors
+
+
+class Memory:
+    """Prioritized replay memory (Schaul et al. 2015), with the tutorial's names.
+
+    Proportional variant (default): p_i = min(|delta_i| + epsilon, abs_err_upper) ** alpha, kept in
+    a `SumTree`. Sampling is stratified: [0, total) is cut into n equal segments and one value is
+    drawn uniformly in each, so a batch spreads over the whole distribution P(i) = p_i / sum_k p_k.
+
+    Rank-based variant (rank_based=True): p_i = 1 / rank(i), rank 1 being the largest |delta|, and
+    P(i) = p_i ** alpha / sum_k p_k ** alpha. The transitions are kept exactly sorted by |delta|
+    (an O(N) merge before a sample that follows new errors, all in numpy), and the strata are the
+    n equal-probability segments of that fixed rank distribution. The paper uses alpha=0.7 and
+    beta=0.5 for this variant.
+
+    Both: a new transition gets the highest priority so far, so it is replayed at least once
+    soon; importance-sampling weights w_i = (N * P(i)) ** -beta / max_j w_j, the max over the
+    whole memory, so weights lie in (0, 1]; beta grows by beta_increment per `sample`, up to 1.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_increment: float = 0.001,
+        epsilon: float = 0.01,
+        abs_err_upper: float = 1.0,
+        rank_based: bool = False,
+        storage: TransitionStorage | None = None,
+        rng: np.random.Generator | int | None = None,
+    ) -> None:
+        self.capacity = check_capacity(capacity)
+        _check_range("alpha", alpha, 0.0, np.inf)
+        _check_range("beta", beta, 0.0, 1.0)
+        _check_range("beta_increment", beta_increment, 0.0, 1.0)
+        if not epsilon > 0 or not np.isfinite(epsilon):
+            raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+        if not abs_err_upper > 0:
+            raise ValueError(f"abs_err_upper must be > 0, got {abs_err_upper!r}")
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.beta_increment = float(beta_increment)
+        self.epsilon = float(epsilon)
+        self.abs_err_upper = float(abs_err_upper)
+        self.rank_based = bool(rank_based)
+        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
+        _check_storage(self.storage, self.capacity)
+        self.rng = as_generator(rng)
+        if self.rank_based:
+            self._init_ranks()
+        else:
+            self.tree = SumTree(self.capacity)
+            # New transitions enter as if their error were the clip value (or 1 when unclipped).
+            self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def store(self, experience: tuple) -> None:
+        """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N)."""
+        slot, freed = self.storage.add(experience)
+        if self.rank_based:
+            self._abs_errors[freed] = -np.inf
+            self._abs_errors[slot] = np.inf
+            self._mark_stale(np.append(freed, slot))
+            return
+        if freed.size:
+            self.tree.update_batch(freed + (self.capacity - 1), 0.0)
+        self.tree.update(slot + (self.capacity - 1), self.max_priority)
+
+    def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+        """Draw n transitions by priority: (tree_idx, batch, is_weights).
+
+        tree_idx are the leaves to pass back to `batch_update`; batch is (states, actions,
+        rewards, next_states, dones) with leading dimension n; is_weights is float32 (n,).
+        Cost O(n log N) proportional; rank-based adds an O(N) merge when priorities changed.
+        """
+        _check_sample(n, len(self))
+        self.beta = min(1.0, self.beta + self.beta_increment)
+        strata = (np.arange(n) + self.rng.random(n)) / n
+        if self.rank_based:
+            slots, is_weights = self._sample_ranks(strata)
+        else:
+            leaves = self.tree.find(strata * self.tree.total_priority)
+            slots = leaves - (self.capacity - 1)
+            # (N P_i)^-beta / (N P_min)^-beta = (p_i / p_min)^-beta: N and the total cancel.
+            is_weights = (self.tree.tree[leaves] / self.tree.min_priority) ** -self.beta
+        tree_idx = slots + (self.capacity - 1)
+        return tree_idx, self.storage.get(slots), is_weights.astype(np.float32)
+
+    def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
+        """Give the sampled transitions new priorities from their absolute TD errors. O(k log N).
+
+        NaN, infinite or negative errors raise ValueError and change nothing. Slots that no longer
+        hold a transition (overwritten frames) are skipped; a slot named twice takes its last error.
+        """
+        slots, errors = _check_update(tree_idx, abs_errors, self.capacity)
+        live = self.storage.holds_transition[slots]
+        slots, errors = slots[live], errors[live]
+        if self.rank_based:
+            self._abs_errors[slots] = errors
+            self._mark_stale(slots)
+            return
+        priorities = np.minimum(errors + self.epsilon, self.abs_err_upper) ** self.alpha
+        self.tree._set_leaves(slots + (self.capacity - 1), priorities)
+        if priorities.size:
+            self.max_priority = max(self.max_priority, float(priorities.max()))
+
+    # Rank-based variant ---------------------------------------------------------------------
+
+    def _init_ranks(self) -> None:
+        # |delta| per slot: +inf for unseen transitions (they rank first), -inf for empty slots.
+        self._abs_errors = np.full(self.capacity, -np.inf)
+        # Slots holding transitions, largest |delta| first, and their keys (-|delta|, ascending).
+        self._ranked_slots = NO_SLOTS
+        self._ranked_keys = np.zeros(0)
+        self._stale = np.zeros(self.capacity, dtype=bool)
+        self._stale_slots: list[np.ndarray] = []
+        # Cumulative unnormalised probabilities of ranks 1..capacity: sum_{r <= j} r^-alpha.
+        self._rank_cdf = np.cumsum(np.arange(1, self.capacity + 1, dtype=np.float64) ** -self.alpha)
+
+    def _mark_stale(self, slots: np.ndarray) -> None:
+        self._stale_slots.append(slots)
+
+    def _refresh_ranks(self) -> None:
+        """Move the slots whose error changed to their sorted place. O(N + k log k)."""
+        if not self._stale_slots:
+            return
+        stale = np.unique(np.concatenate(self._stale_slots))
+        self._stale_slots.clear()
+        self._stale[stale] = True
+        keep = ~self._stale[self._ranked_slots]
+        self._stale[stale] = False
+        ranked_slots, ranked_keys = self._ranked_slots[keep], self._ranked_keys[keep]
+        stale = stale[self.storage.holds_transition[stale]]
+        keys = -self._abs_errors[stale]
+        order = np.argsort(keys, kind="stable")
+        stale, keys = stale[order], keys[order]
+        positions = np.searchsorted(ranked_keys, keys, side="left")
+        self._ranked_slots = np.insert(ranked_slots, positions, stale)
+        self._ranked_keys = np.insert(ranked_keys, positions, keys)
+
+    def _sample_ranks(self, strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._refresh_ranks()
+        size = len(self._ranked_slots)
+        cdf = self._rank_cdf[:size]
+        ranks = np.minimum(np.searchsorted(cdf, strata * cdf[-1], side="right"), size - 1)
+        # P(rank j) = j^-alpha / S, P_min = N^-alpha / S, so w_j / w_max = (j / N)^(alpha beta).
+        is_weights = ((ranks + 1) / size) ** (self.alpha * self.beta)
+        return self._ranked_slots[ranks], is_weights
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")

@@ -1,0 +1,412 @@
+"""Blind Cliffwalk: the PER paper's cleanest evidence that replay order matters.
+
+Reproduces the Blind Cliffwalk experiment of "Prioritized Experience Replay" (Schaul et al.,
+2015; Section 3, Figures 1 and 2, Appendix B.1) in its tabular form:
+
+- A chain of n states and two actions. In every state one action is "right" and moves on, the
+  other is "wrong" and ends the episode with reward 0; the right action in the last state ends the
+  episode with reward 1. Which action is right alternates between states -- here action
+  `state % 2` is right -- so "always pick action 0" is not an answer. A random policy reaches the
+  reward with probability 2^-n.
+- The replay memory holds the transitions of all 2^n action sequences run until termination:
+  2^(n+1) - 2 transitions ("memory size" on the plot), exactly one of them rewarded, stored in
+  random order.
+- Tabular Q-learning replays one transition per update, Q initialised from N(0, 0.1),
+  gamma = 1 - 1/n, step size 1/4, until the mean squared error between Q and the true Q-values is
+  below 10^-3. After each update the transition's |TD error| becomes its new priority.
+
+Methods: uniform replay (`PER.UniformMemory`); proportional and rank-based prioritization (both
+`PER.Memory`, the agent's code, with beta = 0: tabular Q-learning needs no importance-sampling
+correction); and two of the paper's reference points, greedy TD-error prioritization (always replay
+the largest last-seen |TD error|, Figure 2 left) and the oracle, which replays the transition whose
+update lowers the global error most (Figure 1).
+
+Usage: python blind_cliffwalk.py [--max-n 12] [--seeds 10] [--methods uniform,rank,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from PER import Memory, UniformMemory
+
+# ---- Hyperparameters (each one is a command-line flag, see --help) ----
+MIN_N = 2  # shortest chain
+MAX_N = 12  # longest chain; the memory then holds 2^13 - 2 = 8190 transitions
+SEEDS = 10  # independent runs per chain length and method
+SEED = 0  # first seed; the runs use SEED, SEED + 1, ...
+METHODS = ("uniform", "proportional", "rank", "greedy", "oracle")  # replay schemes to compare
+STEP_SIZE = 0.25  # eta, the Q-learning step size (paper: 1/4)
+Q_INIT_STD = 0.1  # Q starts from N(0, 0.1), read as a standard deviation of 0.1
+MSE_TOLERANCE = 1e-3  # converged once the mean squared error to the true Q is below this
+ALPHA_PROPORTIONAL = 0.6  # priority exponent of proportional prioritization
+ALPHA_RANK = 0.7  # priority exponent of rank-based prioritization
+BUDGET_PER_TRANSITION = 100  # give up after this many updates per transition in the memory
+PLOT_PATH = "plots/blind_cliffwalk.png"  # where the figure goes
+
+# Uniform draws do not depend on Q, so fetching many at once is the same experiment, only faster.
+UNIFORM_DRAW_AHEAD = 4096
+
+
+# ---- The environment ----
+def right_action(state: int) -> int:
+    """The action that moves on from `state`: action 0 in even states, action 1 in odd ones."""
+    return state % 2
+
+
+def cliffwalk_step(n: int, state: int, action: int) -> tuple[int, float, bool]:
+    """One step of the n-state Blind Cliffwalk: returns (next_state, reward, done).
+
+    The wrong action ends the episode with reward 0; the right action moves to `state + 1`, and
+    in the last state it ends the episode with reward 1. Every episode ends in the terminal
+    pseudo-state `n`, which has no Q-values.
+    """
+    if not 0 <= state < n:
+        raise ValueError(f"state must be in [0, {n}), got {state}")
+    if action not in (0, 1):
+        raise ValueError(f"action must be 0 or 1, got {action}")
+    if action != right_action(state):
+        return n, 0.0, True
+    if state == n - 1:
+        return n, 1.0, True
+    return state + 1, 0.0, False
+
+
+def enumerate_transitions(n: int) -> list[tuple[int, int, float, int, bool]]:
+    """Transitions of all 2^n action sequences run from state 0 until the episode ends.
+
+    Returns 2^(n+1) - 2 tuples (state, action, reward, next_state, done) in enumeration order:
+    state i is reached by 2^(n-i) sequences, half of which take the right action there, and
+    exactly one transition is rewarded. Cost O(2^n) time and memory.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    transitions = []
+    for sequence in range(2**n):
+        state, done = 0, False
+        while not done:
+            # Bit `state` of the sequence number is the action taken in that state.
+            action = (sequence >> state) & 1
+            next_state, reward, done = cliffwalk_step(n, state, action)
+            transitions.append((state, action, reward, next_state, done))
+            state = next_state
+    return transitions
+
+
+def discount(n: int) -> float:
+    """The paper's gamma = 1 - 1/n, which keeps the values on a similar scale for every n."""
+    return 1.0 - 1.0 / n
+
+
+def true_q_values(n: int) -> np.ndarray:
+    """The optimal Q-values, shape (n, 2): gamma^(n-1-s) for the right action, 0 for the wrong."""
+    q = np.zeros((n, 2))
+    for state in range(n):
+        q[state, right_action(state)] = discount(n) ** (n - 1 - state)
+    return q
+
+
+# ---- Learning ----
+class TabularQ:
+    """A Q-table with its squared error to the true Q-values kept up to date in O(1) per update.
+
+    Python lists rather than numpy arrays: each update touches one entry, where list indexing is
+    several times faster than numpy scalar access.
+    """
+
+    def __init__(self, initial_q: np.ndarray, true_q: np.ndarray, gamma: float, step_size: float):
+        self.q = initial_q.tolist()
+        self.true_q = true_q.tolist()
+        self.gamma = gamma
+        self.step_size = step_size
+        self.size = initial_q.size
+        self.squared_error = self.exact_squared_error()
+
+    def exact_squared_error(self) -> float:
+        """Sum of squared errors over the whole table, recomputed from scratch (O(n))."""
+        return sum(
+            (value - target) ** 2
+            for row, true_row in zip(self.q, self.true_q, strict=True)
+            for value, target in zip(row, true_row, strict=True)
+        )
+
+    def mse(self) -> float:
+        """Mean squared error between the Q-table and the true Q-values."""
+        return self.squared_error / self.size
+
+    def td_error(
+        self, state: int, action: int, reward: float, next_state: int, done: bool
+    ) -> float:
+        """delta = r + gamma * max_a Q(s', a) - Q(s, a), with no bootstrap after termination."""
+        target = reward if done else reward + self.gamma * max(self.q[next_state])
+        return target - self.q[state][action]
+
+    def apply(self, state: int, action: int, td_error: float) -> None:
+        """Q(s, a) += eta * delta, and move the running squared error along."""
+        old = self.q[state][action]
+        new = old + self.step_size * td_error
+        target = self.true_q[state][action]
+        self.q[state][action] = new
+        self.squared_error += (new - target) ** 2 - (old - target) ** 2
+
+    def converged(self, tolerance: float) -> bool:
+        """MSE below `tolerance`, confirmed exactly so rounding drift cannot fake convergence."""
+        if self.mse() >= tolerance:
+            return False
+        self.squared_error = self.exact_squared_error()
+        return self.mse() < tolerance
+
+
+def make_memory(
+    method: str, capacity: int, alpha_proportional: float, alpha_rank: float
+) -> Memory | UniformMemory:
+    """The agent's replay memory for `method` ("uniform", "proportional" or "rank")."""
+    if method == "uniform":
+        return UniformMemory(capacity)
+    if method == "proportional":
+        return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0)
+    if method == "rank":
+        return Memory(capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rank_based=True)
+    raise ValueError(f"unknown replay method {method!r}")
+
+
+def replay_until_converged(
+    table: TabularQ, memory: Memory | UniformMemory, draw_size: int, tolerance: float, budget: int
+) -> int | None:
+    """Q-learning on transitions drawn from `memory`; returns the updates used, None if over budget.
+
+    Every update replays one transition and hands its |TD error| back as its new priority. With
+    draw_size > 1 several transitions are drawn before they are replayed, which is only the same
+    experiment when the draws do not depend on the priorities (uniform replay).
+    """
+    updates = 0
+    while updates < budget:
+        tree_idx, batch, _ = memory.sample(draw_size)
+        abs_errors = np.zeros(draw_size)
+        columns = [column.tolist() for column in batch]
+        for j, (state, action, reward, next_state, done) in enumerate(zip(*columns, strict=True)):
+            td_error = table.td_error(state, action, reward, next_state, done)
+            table.apply(state, action, td_error)
+            abs_errors[j] = abs(td_error)
+            updates += 1
+            if table.converged(tolerance):
+                memory.batch_update(tree_idx[: j + 1], abs_errors[: j + 1])
+                return updates
+            if updates == budget:
+                break
+        memory.batch_update(tree_idx[: j + 1], abs_errors[: j + 1])
+    return None
+
+
+def greedy_until_converged(
+    table: TabularQ, memory_contents: list[tuple], tolerance: float, budget: int
+) -> int | None:
+    """Greedy TD-error prioritization: always replay the transition with the largest last |delta|.
+
+    New transitions start at infinite priority so each is replayed at least once, in memory order.
+    An argmax over all priorities, O(N) per update, is fast enough at these sizes.
+    Returns the updates used, None if over budget.
+    """
+    priorities = np.full(len(memory_contents), np.inf)
+    for updates in range(1, budget + 1):
+        index = int(np.argmax(priorities))
+        state, action, reward, next_state, done = memory_contents[index]
+        td_error = table.td_error(state, action, reward, next_state, done)
+        table.apply(state, action, td_error)
+        priorities[index] = abs(td_error)
+        if table.converged(tolerance):
+            return updates
+    return None
+
+
+def oracle_until_converged(table: TabularQ, n: int, tolerance: float, budget: int) -> int | None:
+    """The paper's oracle: each update replays the transition that lowers the global error most.
+
+    Copies of a transition have the same effect, so the oracle only needs to try the 2n distinct
+    (state, action) transitions, O(n) per update. Returns the updates used, None if over budget.
+    """
+    distinct = [(s, a, *cliffwalk_step(n, s, a)) for s in range(n) for a in (0, 1)]
+    for updates in range(1, budget + 1):
+        best_change, best_move = np.inf, None
+        for state, action, next_state, reward, done in distinct:
+            td_error = table.td_error(state, action, reward, next_state, done)
+            old = table.q[state][action]
+            target = table.true_q[state][action]
+            change = (old + table.step_size * td_error - target) ** 2 - (old - target) ** 2
+            if change < best_change:
+                best_change, best_move = change, (state, action, td_error)
+        table.apply(*best_move)
+        if table.converged(tolerance):
+            return updates
+    return None
+
+
+def updates_to_converge(
+    n: int,
+    method: str,
+    seed: int,
+    step_size: float = STEP_SIZE,
+    q_init_std: float = Q_INIT_STD,
+    tolerance: float = MSE_TOLERANCE,
+    alpha_proportional: float = ALPHA_PROPORTIONAL,
+    alpha_rank: float = ALPHA_RANK,
+    budget_per_transition: float = BUDGET_PER_TRANSITION,
+) -> int | None:
+    """Updates one run of `method` needs on the n-state Blind Cliffwalk; None if over budget.
+
+    The seed fixes the Q initialisation, the memory's order and the sampling; a given (n, seed)
+    starts every method from the same Q and the same memory, so methods compare run by run.
+    Cost: O(2^n) to fill the memory plus the updates themselves.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    init_rng, order_rng, sample_rng = (
+        np.random.default_rng(child) for child in np.random.SeedSequence([seed, n]).spawn(3)
+    )
+    table = TabularQ(
+        init_rng.normal(0.0, q_init_std, size=(n, 2)), true_q_values(n), discount(n), step_size
+    )
+    transitions = enumerate_transitions(n)
+    budget = int(budget_per_transition * len(transitions))
+    if table.converged(tolerance):
+        return 0
+    if method == "oracle":
+        return oracle_until_converged(table, n, tolerance, budget)
+    memory_contents = [transitions[index] for index in order_rng.permutation(len(transitions))]
+    if method == "greedy":
+        return greedy_until_converged(table, memory_contents, tolerance, budget)
+    memory = make_memory(method, len(transitions), alpha_proportional, alpha_rank)
+    memory.rng = sample_rng
+    for transition in memory_contents:
+        memory.store(transition)
+    draw_size = UNIFORM_DRAW_AHEAD if method == "uniform" else 1
+    return replay_until_converged(table, memory, draw_size, tolerance, budget)
+
+
+# ---- Report ----
+def summarize(runs: list[int | None], budget: int) -> tuple[float, int, int, int]:
+    """(median, min, max, failures) of the updates; a failed run counts as `budget` updates."""
+    counts = np.array([budget if run is None else run for run in runs])
+    return float(np.median(counts)), int(counts.min()), int(counts.max()), runs.count(None)
+
+
+def format_table(results: dict, methods: list[str], budget_per_transition: float) -> str:
+    """The results as a text table: per n the memory size and per method median / min / max."""
+    header = f"{'n':>3} {'memory':>7}" + "".join(f" | {m + ' med/min/max':>28}" for m in methods)
+    lines = [header, "-" * len(header)]
+    any_failed = False
+    for n in sorted({key[0] for key in results}):
+        size = 2 ** (n + 1) - 2
+        budget = int(budget_per_transition * size)
+        cells = []
+        for method in methods:
+            median, low, high, failures = summarize(results[n, method], budget)
+            flag = f" ({failures} over budget)" if failures else ""
+            any_failed |= bool(failures)
+            cells.append(f" | {f'{median:.0f} / {low} / {high}{flag}':>28}")
+        lines.append(f"{n:>3} {size:>7}" + "".join(cells))
+    if any_failed:
+        lines.append(f"over budget: no convergence within {budget_per_transition:g} x memory size "
+                     "updates, counted as the budget (so the median is a lower bound)")
+    return "\n".join(lines)
+
+
+def plot(results: dict, methods: list[str], path: str) -> None:
+    """Updates vs memory size on log-log axes: median line, min-max band per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"uniform": "black", "proportional": "tab:blue", "rank": "tab:red",
+              "greedy": "tab:purple", "oracle": "tab:cyan"}
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for method in methods:
+        # Only chain lengths where every run converged: a capped run has no update count to plot.
+        ns = sorted(n for (n, m), runs in results.items() if m == method and None not in runs)
+        if not ns:
+            continue
+        sizes = [2 ** (n + 1) - 2 for n in ns]
+        counts = [np.array(results[n, method]) for n in ns]
+        color = colors.get(method)
+        ax.plot(sizes, [np.median(c) for c in counts], "o-", color=color, label=method, ms=3)
+        ax.fill_between(sizes, [c.min() for c in counts], [c.max() for c in counts],
+                        color=color, alpha=0.15, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("memory size (transitions, 2^(n+1) - 2)")
+    ax.set_ylabel("updates until MSE < 1e-3")
+    ax.set_title("Blind Cliffwalk, tabular Q-learning (median, min-max band)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---- Command line ----
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags; every hyperparameter above has one."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--min-n", type=int, default=MIN_N, help="shortest chain")
+    parser.add_argument("--max-n", type=int, default=MAX_N, help="longest chain")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="runs per chain length")
+    parser.add_argument("--seed", type=int, default=SEED, help="first seed")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--step-size", type=float, default=STEP_SIZE, help="Q-learning eta")
+    parser.add_argument("--q-init-std", type=float, default=Q_INIT_STD,
+                        help="standard deviation of the initial Q-values")
+    parser.add_argument("--mse-tolerance", type=float, default=MSE_TOLERANCE,
+                        help="converged once the MSE to the true Q is below this")
+    parser.add_argument("--alpha-proportional", type=float, default=ALPHA_PROPORTIONAL,
+                        help="priority exponent of proportional prioritization")
+    parser.add_argument("--alpha-rank", type=float, default=ALPHA_RANK,
+                        help="priority exponent of rank-based prioritization")
+    parser.add_argument("--budget-per-transition", type=float, default=BUDGET_PER_TRANSITION,
+                        help="give up after this many updates per transition in the memory")
+    parser.add_argument("--plot-path", default=PLOT_PATH, help="where to save the figure")
+    args = parser.parse_args(argv)
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown or not args.methods:
+        parser.error(f"--methods: unknown {unknown or 'empty list'}; choose from {METHODS}")
+    if not 1 <= args.min_n <= args.max_n:
+        parser.error(f"need 1 <= --min-n <= --max-n, got {args.min_n} and {args.max_n}")
+    for flag in ("seeds", "step_size", "q_init_std", "mse_tolerance", "budget_per_transition"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    for flag in ("alpha_proportional", "alpha_rank"):
+        if getattr(args, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every (n, method, seed), print the table and save the plot."""
+    args = parse_args(argv)
+    results = {}
+    start = time.perf_counter()
+    for n in range(args.min_n, args.max_n + 1):
+        for method in args.methods:
+            results[n, method] = [
+                updates_to_converge(
+                    n, method, seed, args.step_size, args.q_init_std, args.mse_tolerance,
+                    args.alpha_proportional, args.alpha_rank, args.budget_per_transition,
+                )
+                for seed in range(args.seed, args.seed + args.seeds)
+            ]
+        print(f"n={n} done after {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    print(format_table(results, args.methods, args.budget_per_transition))
+    plot(results, args.methods, args.plot_path)
+    print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

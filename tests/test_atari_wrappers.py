@@ -1,0 +1,456 @@
+"""Tests for atari_wrappers.py: make_env on the real ALE, the small wrappers, FrameStackStorage."""
+
+from __future__ import annotations
+
+import io
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.wrappers import FrameStackObservation
+
+import PER
+from atari_wrappers import (
+    ChannelsLast,
+    FireOnReset,
+    FrameStackStorage,
+    SignReward,
+    is_atari,
+    make_env,
+)
+
+PONG = "PongNoFrameskip-v4"
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+# --- make_env, real ALE
+
+
+@pytest.fixture(scope="module")
+def pong():
+    env = make_env(PONG, seed=0)
+    yield env
+    env.close()
+
+
+def test_observations_are_uint8_channels_last_stacks(pong):
+    assert pong.observation_space.shape == (84, 84, STACK)
+    assert pong.observation_space.dtype == np.uint8
+    obs, info = pong.reset(seed=0)
+    assert isinstance(info, dict)
+    assert obs.shape == (84, 84, STACK) and obs.dtype == np.uint8
+    assert obs in pong.observation_space
+    for _ in range(20):
+        previous = obs
+        result = pong.step(pong.action_space.sample())
+        assert len(result) == 5
+        obs, reward, terminated, truncated, info = result
+        assert obs.shape == (84, 84, STACK) and obs.dtype == np.uint8
+        assert obs in pong.observation_space
+        assert reward in (-1.0, 0.0, 1.0)
+        assert isinstance(terminated, bool) and isinstance(truncated, bool)
+        assert isinstance(info, dict)
+        # Newest frame last: the three older frames are the previous observation's newest three.
+        np.testing.assert_array_equal(obs[..., :-1], previous[..., 1:])
+
+
+def test_reset_with_seed_is_reproducible():
+    def rollout(env_id: str, seed: int) -> list[np.ndarray]:
+        env = make_env(env_id)
+        obs, _ = env.reset(seed=seed)
+        observations = [obs]
+        actions = np.random.default_rng(0).integers(env.action_space.n, size=60)
+        for action in actions:
+            obs, *_ = env.step(int(action))
+            observations.append(obs)
+        env.close()
+        return observations
+
+    # v5 has sticky actions, so this also checks that their random numbers follow the seed.
+    for env_id in (PONG, "ALE/Pong-v5"):
+        first, second = rollout(env_id, seed=123), rollout(env_id, seed=123)
+        for a, b in zip(first, second, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_seed_argument_makes_later_resets_reproducible():
+    first, second = make_env(PONG, seed=7), make_env(PONG, seed=7)
+    for _ in range(2):
+        np.testing.assert_array_equal(first.reset()[0], second.reset()[0])
+    assert first.action_space.sample() == second.action_space.sample()
+
+
+def test_v5_id_skips_frames_once_and_keeps_sticky_actions():
+    env = make_env("ALE/Pong-v5")
+    assert env.unwrapped._frameskip == 1  # AtariPreprocessing does the skipping
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (84, 84, STACK) and obs in env.observation_space
+
+
+def test_max_episode_steps_truncates_in_agent_steps_and_records_raw_score():
+    env = make_env(PONG, max_episode_steps=5, clip_rewards=False)
+    env.reset(seed=0)
+    for step in range(1, 6):
+        _, _, terminated, truncated, info = env.step(0)
+        assert not terminated
+        assert truncated == (step == 5)
+    assert info["episode"]["l"] == 5
+
+
+def test_fire_on_reset_is_applied_to_games_with_fire():
+    env = make_env("ALE/Breakout-v5")
+    wrappers = []
+    while isinstance(env, gymnasium.Wrapper):
+        wrappers.append(type(env))
+        env = env.env
+    assert FireOnReset in wrappers and SignReward in wrappers and ChannelsLast in wrappers
+
+
+def test_frame_stack_argument_sets_the_channel_count():
+    env = make_env(PONG, frame_stack=2)
+    assert env.reset(seed=0)[0].shape == (84, 84, 2)
+
+
+@pytest.mark.parametrize("env_id", ["NoSuchGame-v4", "ALE/NoSuchGame-v5", "CartPole-v1"])
+def test_unknown_or_non_atari_id_raises_one_clear_error(env_id):
+    with pytest.raises(ValueError, match="ale-py") as error:
+        make_env(env_id)
+    assert env_id in str(error.value)
+
+
+@pytest.mark.parametrize("keyword", [{"frame_stack": 0}, {"noop_max": -1},
+                                     {"max_episode_steps": 0}])
+def test_bad_arguments_raise(keyword):
+    with pytest.raises(ValueError, match=next(iter(keyword))):
+        make_env(PONG, **keyword)
+
+
+def test_is_atari_uses_the_registry():
+    assert is_atari(PONG) and is_atari("ALE/Pong-v5") and is_atari("ALE/Breakout-v5")
+    assert not is_atari("CartPole-v1")
+    assert not is_atari("NoSuchGame-v4")
+
+
+# --- small wrappers, fake env
+
+
+class ScriptedEnv(gymnasium.Env):
+    """Tiny stand-in for an ALE env: random (84, 84) frames, scripted rewards, records actions."""
+
+    def __init__(self, rewards=(0.0,), meanings=("NOOP", "FIRE", "LEFT")) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 255, FRAME_SHAPE, np.uint8)
+        self.action_space = gymnasium.spaces.Discrete(len(meanings))
+        self.meanings = list(meanings)
+        self.rewards = list(rewards)
+        self.actions: list[int] = []
+        self.resets = 0
+
+    def get_action_meanings(self) -> list[str]:
+        return self.meanings
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.actions.append(int(action))
+        reward = self.rewards[(len(self.actions) - 1) % len(self.rewards)]
+        return self.observation_space.sample(), reward, False, False, {}
+
+
+def test_fire_on_reset_presses_fire_after_reset():
+    env = ScriptedEnv()
+    FireOnReset(env).reset(seed=0)
+    assert env.resets == 1 and env.actions == [1]
+
+
+def test_fire_on_reset_refuses_games_without_fire():
+    with pytest.raises(ValueError, match="FIRE"):
+        FireOnReset(ScriptedEnv(meanings=("NOOP", "LEFT")))
+
+
+def test_sign_reward_keeps_only_the_sign():
+    env = SignReward(ScriptedEnv(rewards=(5.0, -0.25, 0.0, 1.0)))
+    env.reset(seed=0)
+    assert [env.step(0)[1] for _ in range(4)] == [1.0, -1.0, 0.0, 1.0]
+
+
+def test_channels_last_moves_the_stack_axis_and_updates_the_space():
+    env = ChannelsLast(FrameStackObservation(ScriptedEnv(), stack_size=3))
+    assert env.observation_space.shape == (84, 84, 3)
+    assert env.observation_space.dtype == np.uint8
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (84, 84, 3) and obs.flags.c_contiguous and obs in env.observation_space
+
+
+# --- FrameStackStorage
+
+
+class RandomEpisodesEnv(gymnasium.Env):
+    """Distinct random frames and short random episodes that end terminated or truncated."""
+
+    def __init__(self, max_length: int = 9) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 255, FRAME_SHAPE, np.uint8)
+        self.action_space = gymnasium.spaces.Discrete(6)
+        self.max_length = max_length
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.remaining = int(self.np_random.integers(1, self.max_length + 1))
+        return self._frame(), {}
+
+    def step(self, action):
+        self.remaining -= 1
+        ended = self.remaining == 0
+        terminated = ended and bool(self.np_random.integers(2))
+        reward = float(self.np_random.integers(-1, 2))
+        return self._frame(), reward, terminated, ended and not terminated, {}
+
+    def _frame(self) -> np.ndarray:
+        return self.np_random.integers(0, 256, FRAME_SHAPE, dtype=np.uint8)
+
+
+def collect(env: gymnasium.Env, steps: int, seed: int) -> list[tuple]:
+    """(state, action, reward, next_state, terminated, episode_start) for each step of a run."""
+    rng = np.random.default_rng(seed)
+    transitions = []
+    obs, _ = env.reset(seed=seed)
+    episode_start = True
+    for _ in range(steps):
+        action = int(rng.integers(env.action_space.n))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        transitions.append((obs, action, reward, next_obs, terminated, episode_start))
+        episode_start = terminated or truncated
+        obs = env.reset()[0] if episode_start else next_obs
+    return transitions
+
+
+def fill_and_check(storage: FrameStackStorage, transitions: list[tuple]) -> dict[int, int]:
+    """Add every transition, checking the storage against a plain list of full stacks.
+
+    Returns {slot: index into transitions} of what the storage holds at the end. Checks, after
+    every add: freed slots held a transition, exactly the expected transitions are held (those
+    whose frames are among the last `capacity` frames written: one frame per step of an episode,
+    four more at its start), and each held slot returns exactly the stacks that were added.
+    """
+    held: dict[int, int] = {}
+    frames_written = 0
+    first_frame = []  # index of the oldest frame each transition reads, in write order
+    for index, (state, action, reward, next_state, done, episode_start) in enumerate(transitions):
+        slot, freed = storage.add((state, action, reward, next_state, done))
+        assert freed.dtype == np.int64 and slot not in freed
+        for freed_slot in freed.tolist():
+            assert freed_slot in held, f"slot {freed_slot} was freed but held nothing"
+            del held[freed_slot]
+        held[slot] = index
+        if episode_start:
+            first_frame.append(frames_written)
+            frames_written += STACK + 1
+        else:
+            first_frame.append(frames_written - STACK)
+            frames_written += 1
+        oldest_kept = frames_written - storage.capacity
+        expected = {i for i in range(index + 1) if first_frame[i] >= oldest_kept}
+        assert set(held.values()) == expected
+        assert sorted(held) == np.flatnonzero(storage.holds_transition).tolist()
+        assert len(storage) == len(held)
+        assert storage.written == min(frames_written, storage.capacity)
+        if index % 7 == 0 or index == len(transitions) - 1:
+            assert_storage_matches(storage, held, transitions)
+    return held
+
+
+def assert_storage_matches(storage, held: dict[int, int], transitions: list[tuple]) -> None:
+    """get() every held slot and compare with the full stacks that were added."""
+    slots = np.array(sorted(held), dtype=np.int64)
+    states, actions, rewards, next_states, dones = storage.get(slots)
+    assert states.dtype == np.uint8 and next_states.dtype == np.uint8
+    for row, slot in enumerate(slots.tolist()):
+        state, action, reward, next_state, done, _ = transitions[held[slot]]
+        np.testing.assert_array_equal(states[row], state)
+        np.testing.assert_array_equal(next_states[row], next_state)
+        assert (actions[row], rewards[row], dones[row]) == (action, reward, done)
+
+
+@pytest.mark.parametrize("padding_type", ["reset", "zero"])
+def test_storage_returns_the_added_stacks_across_episodes_and_wrap_around(padding_type):
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK, padding_type=padding_type))
+    transitions = collect(env, steps=400, seed=1)
+    starts = sum(t[5] for t in transitions)
+    storage = FrameStackStorage(capacity=37)
+    held = fill_and_check(storage, transitions)
+    assert starts > 40 and storage.written == 37  # many episodes, wrapped many times
+    assert any(transitions[i][4] for i in held.values())  # terminated ones are held too
+    assert storage.get(np.array([], dtype=np.int64))[0].shape == (0, 84, 84, STACK)
+
+
+def test_storage_with_stack_axis_first():
+    env = FrameStackObservation(RandomEpisodesEnv(), STACK)
+    transitions = collect(env, steps=120, seed=2)
+    fill_and_check(FrameStackStorage(capacity=23, stack_axis=0), transitions)
+
+
+def test_storage_at_the_smallest_capacity_keeps_the_last_transition():
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    held = fill_and_check(FrameStackStorage(capacity=STACK + 1), collect(env, steps=60, seed=3))
+    assert list(held.values()) == [59]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "keywords"),
+    [
+        (PONG, {"max_episode_steps": 40}),  # truncated episodes
+        ("ALE/Breakout-v5", {"terminal_on_life_loss": True}),  # terminated episodes
+    ],
+)
+def test_storage_with_the_real_env(env_id, keywords):
+    env = make_env(env_id, **keywords)
+    transitions = collect(env, steps=250, seed=4)
+    env.close()
+    assert sum(t[5] for t in transitions) >= 3
+    storage = FrameStackStorage(capacity=61)
+    fill_and_check(storage, transitions)
+
+
+def test_state_dict_round_trip_through_npz():
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    transitions = collect(env, steps=80, seed=5)
+    storage = FrameStackStorage(capacity=29)
+    held = fill_and_check(storage, transitions[:50])
+    buffer = io.BytesIO()
+    np.savez(buffer, **storage.state_dict())
+    buffer.seek(0)
+    restored = FrameStackStorage(capacity=29)
+    with np.load(buffer) as arrays:
+        restored.load_state_dict(dict(arrays))
+    assert len(restored) == len(storage) and restored.written == storage.written
+    assert_storage_matches(restored, held, transitions)
+    # Both go on identically, including recognising the pending next state as a continuation.
+    for state, action, reward, next_state, done, _ in transitions[50:]:
+        experience = (state, action, reward, next_state, done)
+        (slot_a, freed_a), (slot_b, freed_b) = storage.add(experience), restored.add(experience)
+        assert slot_a == slot_b
+        np.testing.assert_array_equal(freed_a, freed_b)
+    np.testing.assert_array_equal(storage.holds_transition, restored.holds_transition)
+
+
+def test_state_dict_of_an_empty_storage_round_trips():
+    restored = FrameStackStorage(capacity=10)
+    restored.load_state_dict(FrameStackStorage(capacity=10).state_dict())
+    assert len(restored) == 0 and restored.written == 0
+
+
+def good_experience() -> tuple:
+    """A valid transition: frames filled with 0..4, next_state is state shifted by one frame."""
+    frames = np.broadcast_to(np.arange(STACK + 1, dtype=np.uint8), (84, 84, STACK + 1))
+    return frames[..., :-1].copy(), 1, 0.0, frames[..., 1:].copy(), False
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (0, np.zeros((84, 84, STACK), np.float32), "uint8"),
+        (3, np.zeros((84, 84, STACK + 1), np.uint8), "shape"),
+        (1, 1.5, "action"),
+        (2, float("nan"), "reward"),
+        (4, np.array([True, False]), "done"),
+        (3, np.zeros((84, 84, STACK), np.uint8), "shifted"),
+    ],
+)
+def test_add_rejects_bad_experiences(field, value, message):
+    experience = list(good_experience())
+    experience[field] = value
+    with pytest.raises(ValueError, match=message):
+        FrameStackStorage(capacity=10).add(tuple(experience))
+
+
+def test_a_rejected_experience_leaves_the_storage_unchanged():
+    storage = FrameStackStorage(capacity=10)
+    state, action, reward, _, done = good_experience()
+    with pytest.raises(ValueError, match="shifted"):
+        storage.add((state, action, reward, state, done))
+    assert storage.state_shape is None and storage.written == 0 and len(storage) == 0
+    slot, _ = storage.add(good_experience())
+    with pytest.raises(ValueError, match="shifted"):
+        storage.add((state, action, reward, state, done))
+    assert storage.written == STACK + 1 and len(storage) == 1
+    np.testing.assert_array_equal(storage.get(np.array([slot]))[3][0], good_experience()[3])
+
+
+def test_later_experiences_must_keep_the_first_shape():
+    storage = FrameStackStorage(capacity=10)
+    storage.add(good_experience())
+    small = np.zeros((42, 42, STACK), np.uint8)
+    with pytest.raises(ValueError, match="shape"):
+        storage.add((small, 0, 0.0, small, False))
+
+
+def test_capacity_must_fit_one_stack_and_its_next_frame():
+    with pytest.raises(ValueError, match="capacity 4"):
+        FrameStackStorage(capacity=4).add(good_experience())
+    with pytest.raises(ValueError, match="capacity"):
+        FrameStackStorage(capacity=0)
+
+
+def test_get_refuses_slots_without_a_transition():
+    storage = FrameStackStorage(capacity=10)
+    slot, _ = storage.add(good_experience())
+    with pytest.raises(ValueError, match="hold no transition"):
+        storage.get(np.array([slot + 1]))
+    with pytest.raises(ValueError, match="slots must be in"):
+        storage.get(np.array([10]))
+
+
+def test_load_state_dict_refuses_another_capacity():
+    with pytest.raises(ValueError, match="capacity"):
+        FrameStackStorage(capacity=11).load_state_dict(FrameStackStorage(capacity=10).state_dict())
+
+
+# --- FrameStackStorage inside PER.py's memories
+
+
+class RecordingStorage(FrameStackStorage):
+    """FrameStackStorage that remembers what its last add returned, for the test's bookkeeping."""
+
+    def add(self, experience):
+        self.last_add = super().add(experience)
+        return self.last_add
+
+
+def make_memory(kind: str, storage: FrameStackStorage):
+    if kind == "uniform":
+        return PER.UniformMemory(storage.capacity, storage=storage, rng=0)
+    return PER.Memory(storage.capacity, rank_based=kind == "rank", storage=storage, rng=0)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
+def test_memories_sample_only_complete_correct_transitions(kind):
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    transitions = collect(env, steps=300, seed=6)
+    storage = RecordingStorage(capacity=37)
+    memory = make_memory(kind, storage)
+    errors_rng = np.random.default_rng(7)
+    held: dict[int, int] = {}
+    for index, (state, action, reward, next_state, done, _) in enumerate(transitions):
+        memory.store((state, action, reward, next_state, done))
+        slot, freed = storage.last_add
+        for freed_slot in freed.tolist():
+            del held[freed_slot]
+        held[slot] = index
+        assert len(memory) == len(held)
+        tree_idx, batch, is_weights = memory.sample(16)
+        slots = tree_idx - (memory.capacity - 1)
+        assert all(slot in held for slot in slots.tolist()), "sampled a freed or empty slot"
+        states, actions, rewards, next_states, dones = batch
+        assert states.shape == next_states.shape == (16, 84, 84, STACK)
+        assert is_weights.dtype == np.float32 and np.all((is_weights > 0) & (is_weights <= 1))
+        for row, slot in enumerate(slots.tolist()):
+            state, action, reward, next_state, done, _ = transitions[held[slot]]
+            np.testing.assert_array_equal(states[row], state)
+            np.testing.assert_array_equal(next_states[row], next_state)
+            assert (actions[row], rewards[row], dones[row]) == (action, reward, done)
+        # Large errors make stale priorities matter: a freed slot left with one would be drawn.
+        memory.batch_update(tree_idx, errors_rng.uniform(0, 5, size=16))

@@ -1,0 +1,140 @@
+"""Tests for blind_cliffwalk.py: the environment, its exact answer, and prioritized vs uniform."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import blind_cliffwalk as bc
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_memory_holds_all_transitions_with_exactly_one_reward(n):
+    transitions = bc.enumerate_transitions(n)
+    assert len(transitions) == 2 ** (n + 1) - 2
+    rewarded = [t for t in transitions if t[2] != 0.0]
+    assert rewarded == [(n - 1, bc.right_action(n - 1), 1.0, n, True)]
+
+
+def test_each_state_appears_as_often_as_a_random_policy_reaches_it():
+    n = 6
+    counts = Counter((state, action) for state, action, *_ in bc.enumerate_transitions(n))
+    # State i is reached by the 2^(n-i) sequences that start with i right actions; half of them
+    # go right there and half go wrong.
+    assert counts == {(i, a): 2 ** (n - i - 1) for i in range(n) for a in (0, 1)}
+
+
+def test_small_chain_transitions_by_hand():
+    # n = 2: action 0 is right in state 0, action 1 is right in state 1.
+    assert Counter(bc.enumerate_transitions(2)) == {
+        (0, 1, 0.0, 2, True): 2,  # wrong first action, taken by sequences 01 and 11 (bit 0 = 1)
+        (0, 0, 0.0, 1, False): 2,  # right first action
+        (1, 0, 0.0, 2, True): 1,  # then wrong
+        (1, 1, 1.0, 2, True): 1,  # then right: the one success
+    }
+
+
+def test_right_action_alternates_and_wrong_action_ends_the_episode():
+    n = 4
+    assert [bc.right_action(s) for s in range(n)] == [0, 1, 0, 1]
+    assert bc.cliffwalk_step(n, 0, 0) == (1, 0.0, False)
+    assert bc.cliffwalk_step(n, 1, 1) == (2, 0.0, False)
+    assert bc.cliffwalk_step(n, 1, 0) == (n, 0.0, True)
+    assert bc.cliffwalk_step(n, 3, 1) == (n, 1.0, True)
+    assert bc.cliffwalk_step(n, 3, 0) == (n, 0.0, True)
+
+
+@pytest.mark.parametrize(("state", "action", "message"), [(-1, 0, "got -1"), (4, 0, "got 4"),
+                                                         (0, 2, "action must be 0 or 1, got 2")])
+def test_bad_step_input_raises(state, action, message):
+    with pytest.raises(ValueError, match=message):
+        bc.cliffwalk_step(4, state, action)
+
+
+def test_true_q_values_by_hand():
+    # n = 2, gamma = 1/2: the right action in state 1 earns 1, in state 0 it earns gamma * 1.
+    np.testing.assert_allclose(bc.true_q_values(2), [[0.5, 0.0], [0.0, 1.0]])
+    # n = 3, gamma = 2/3: right actions are 0, 1, 0 and worth gamma^2, gamma, 1.
+    np.testing.assert_allclose(bc.true_q_values(3), [[4 / 9, 0.0], [0.0, 2 / 3], [1.0, 0.0]])
+
+
+def test_true_q_values_satisfy_the_bellman_optimality_equation():
+    n = 7
+    q = bc.true_q_values(n)
+    for state, action, reward, next_state, done in set(bc.enumerate_transitions(n)):
+        target = reward if done else reward + bc.discount(n) * q[next_state].max()
+        assert q[state, action] == pytest.approx(target)
+
+
+def test_running_squared_error_matches_a_full_recomputation():
+    n = 5
+    rng = np.random.default_rng(0)
+    table = bc.TabularQ(rng.normal(0, 0.1, (n, 2)), bc.true_q_values(n), bc.discount(n), 0.25)
+    transitions = bc.enumerate_transitions(n)
+    for index in rng.integers(len(transitions), size=500):
+        state, action, reward, next_state, done = transitions[index]
+        table.apply(state, action, table.td_error(state, action, reward, next_state, done))
+    assert table.squared_error == pytest.approx(table.exact_squared_error(), rel=1e-9)
+    expected_mse = np.mean((np.array(table.q) - bc.true_q_values(n)) ** 2)
+    assert table.mse() == pytest.approx(expected_mse)
+
+
+@pytest.mark.parametrize("method", bc.METHODS)
+def test_every_method_converges_to_the_true_q_and_is_repeatable(method):
+    first = bc.updates_to_converge(4, method, seed=3)
+    assert first is not None and first > 0
+    assert bc.updates_to_converge(4, method, seed=3) == first
+
+
+def test_run_over_budget_is_reported_as_none():
+    assert bc.updates_to_converge(6, "uniform", seed=0, budget_per_transition=0.5) is None
+
+
+def test_unknown_method_raises():
+    with pytest.raises(ValueError, match="sweep"):
+        bc.updates_to_converge(4, "sweep", seed=0)
+
+
+def test_prioritized_replay_needs_clearly_fewer_updates_than_uniform_for_every_seed():
+    # The issue's acceptance test: on the same memory and the same initial Q, both prioritized
+    # variants of PER.py converge in at most half the updates of uniform replay, seed by seed.
+    n = 7
+    for seed in range(10):
+        uniform = bc.updates_to_converge(n, "uniform", seed)
+        for method in ("proportional", "rank"):
+            prioritized = bc.updates_to_converge(n, method, seed)
+            assert prioritized is not None and 2 * prioritized <= uniform, (method, seed)
+
+
+def test_oracle_beats_every_practical_method():
+    n = 7
+    for seed in range(3):
+        oracle = bc.updates_to_converge(n, "oracle", seed)
+        for method in ("uniform", "proportional", "rank", "greedy"):
+            assert oracle < bc.updates_to_converge(n, method, seed), (method, seed)
+
+
+def test_table_marks_runs_over_budget():
+    results = {(2, "uniform"): [10, 20, None], (2, "oracle"): [5, 6, 7]}
+    table = bc.format_table(results, ["uniform", "oracle"], budget_per_transition=10)
+    uniform_row = table.splitlines()[2]
+    assert "20 / 10 / 60 (1 over budget)" in uniform_row
+    assert "6 / 5 / 7" in uniform_row
+    assert "lower bound" in table
+
+
+@pytest.mark.parametrize(
+    "argv", [["--methods", "uniform,sweep"], ["--min-n", "5", "--max-n", "4"], ["--seeds", "0"]]
+)
+def test_bad_command_line_exits_with_an_error(argv):
+    with pytest.raises(SystemExit) as error:
+        bc.parse_args(argv)
+    assert error.value.code != 0
+
+
+def test_main_prints_the_table_and_writes_the_plot(tmp_path, capsys):
+    plot_path = tmp_path / "cliffwalk.png"
+    bc.main(["--max-n", "3", "--seeds", "2", "--plot-path", str(plot_path)])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:2] == ["n", "memory"]
+    assert plot_path.stat().st_size > 0

@@ -1,0 +1,298 @@
+"""Tests for PER.py: small trees checked by hand, then statistics with fixed seeds."""
+
+import numpy as np
+import pytest
+
+from PER import Memory, SumTree, TransitionStorage, UniformMemory
+
+
+def filled_tree(priorities: list[float]) -> SumTree:
+    tree = SumTree(len(priorities))
+    for data, priority in enumerate(priorities):
+        tree.add(priority, f"d{data}")
+    return tree
+
+
+def experience(i: int) -> tuple:
+    state = np.full(3, i, dtype=np.float32)
+    return state, i % 2, float(i), state + 1, i % 3 == 0
+
+
+def filled_memory(n: int, **kwargs) -> Memory:
+    memory = Memory(kwargs.pop("capacity", n), rng=kwargs.pop("rng", 0), **kwargs)
+    for i in range(n):
+        memory.store(experience(i))
+    return memory
+
+
+# SumTree on trees small enough to check by hand -------------------------------------------------
+
+
+def test_capacity_4_node_sums():
+    #        10
+    #      3    7
+    #     1 2  3 4
+    tree = filled_tree([1, 2, 3, 4])
+    np.testing.assert_array_equal(tree.tree, [10, 3, 7, 1, 2, 3, 4])
+    assert tree.total_priority == 10
+    assert tree.min_priority == 1
+
+
+def test_capacity_4_leaf_at_segment_boundaries():
+    # Leaf ranges: [0, 1) [1, 3) [3, 6) [6, 10]; a boundary belongs to the leaf on its right.
+    tree = filled_tree([1, 2, 3, 4])
+    expected = {0.0: 3, 0.999: 3, 1.0: 4, 2.999: 4, 3.0: 5, 5.999: 5, 6.0: 6, 10.0: 6}
+    for value, leaf in expected.items():
+        assert tree.get_leaf(value)[0] == leaf, value
+    assert tree.get_leaf(3.5) == (5, 3.0, "d2")
+
+
+def test_capacity_5_uneven_tree():
+    # 9 nodes; leaves 4..8 hold data 0..4. Leaves 7 and 8 hang one level deeper, under node 3:
+    #             15
+    #        10        5
+    #      9    1    2   3
+    #     4 5
+    tree = filled_tree([1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(tree.tree, [15, 10, 5, 9, 1, 2, 3, 4, 5])
+    # Left to right the leaves are 7, 8, 4, 5, 6 with ranges [0,4) [4,9) [9,10) [10,12) [12,15].
+    expected = {0.0: 7, 3.999: 7, 4.0: 8, 8.999: 8, 9.0: 4, 9.5: 4, 10.0: 5, 12.0: 6, 15.0: 6}
+    for value, leaf in expected.items():
+        assert tree.get_leaf(value)[0] == leaf, value
+    leaves, priorities, data = tree.get_leaves(np.array(list(expected)))
+    np.testing.assert_array_equal(leaves, list(expected.values()))
+    np.testing.assert_array_equal(priorities, tree.tree[leaves])
+    assert list(data) == [f"d{leaf - 4}" for leaf in leaves]
+
+
+def test_update_batch_matches_single_updates_and_last_duplicate_wins():
+    tree = filled_tree([1, 2, 3, 4, 5])
+    tree.update_batch(np.array([4, 8, 4, 6]), np.array([10.0, 0.5, 7.0, 0.0]))
+    # Leaf 4 gets its last value 7; leaf 6 becomes empty.
+    np.testing.assert_array_equal(tree.tree[4:], [7, 2, 0, 4, 0.5])
+    np.testing.assert_array_equal(tree.tree[:4], [13.5, 11.5, 2, 4.5])
+    assert tree.min_priority == 0.5  # the empty leaf does not count
+
+
+def test_wrap_around_overwrites_oldest():
+    tree = filled_tree([1, 2, 3, 4])
+    tree.add(10, "new")
+    assert tree.data_pointer == 1
+    assert tree.get_leaf(0.0) == (3, 10.0, "new")
+    assert tree.total_priority == 19
+
+
+def test_search_never_returns_an_empty_leaf():
+    tree = SumTree(8)
+    tree.update_batch(np.array([7, 8, 9]), np.array([1.0, 2.0, 3.0]))
+    # At or past the total, and with rounding pushed to the edge: the last filled leaf, 9.
+    leaves = tree.find(np.array([6.0, 6.0 + 1e-12, np.nextafter(6.0, 7.0)]))
+    np.testing.assert_array_equal(leaves, [9, 9, 9])
+    tree.update(8, 0.0)
+    assert set(tree.find(np.linspace(0, tree.total_priority, 101))) == {7, 9}
+
+
+def test_no_drift_after_a_million_updates():
+    rng = np.random.default_rng(1)
+    capacity = 1000
+    tree = SumTree(capacity)
+    for _ in range(1000):
+        leaves = rng.integers(capacity - 1, 2 * capacity - 1, size=1000)
+        # Priorities spanning ten orders of magnitude make rounding errors as large as they get.
+        tree.update_batch(leaves, 10.0 ** rng.uniform(-5, 5, size=1000))
+    leaves = tree.tree[capacity - 1 :]
+    assert tree.total_priority == pytest.approx(leaves.sum(), rel=1e-9)
+    inner = np.arange(capacity - 1)
+    np.testing.assert_allclose(
+        tree.tree[inner], tree.tree[2 * inner + 1] + tree.tree[2 * inner + 2], rtol=1e-9
+    )
+    assert tree.min_priority == leaves.min()
+    # Empty most leaves again: searches still find only non-empty ones.
+    tree.update_batch(np.arange(capacity - 1, 2 * capacity - 11), 0.0)
+    found = tree.find(rng.uniform(0, tree.total_priority, size=10_000))
+    assert (tree.tree[found] > 0).all()
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, "8", True])
+def test_bad_capacity(capacity):
+    with pytest.raises(ValueError, match="capacity"):
+        SumTree(capacity)
+    with pytest.raises(ValueError, match="capacity"):
+        Memory(capacity)
+    with pytest.raises(ValueError, match="capacity"):
+        UniformMemory(capacity)
+
+
+def test_sum_tree_bad_input_leaves_tree_unchanged():
+    tree = filled_tree([1, 2, 3, 4])
+    before = tree.tree.copy()
+    with pytest.raises(ValueError, match="nan"):
+        tree.update_batch(np.array([3, 4]), np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match="-2"):
+        tree.update(5, -2.0)
+    with pytest.raises(ValueError, match="tree index 2 is not a leaf"):
+        tree.update_batch(np.array([3, 2]), np.array([1.0, 1.0]))
+    with pytest.raises(ValueError, match="-1"):
+        tree.get_leaf(-1.0)
+    np.testing.assert_array_equal(tree.tree, before)
+    with pytest.raises(ValueError, match="empty sum tree"):
+        SumTree(4).get_leaf(0.0)
+
+
+# Memory: storage, priorities, importance-sampling weights ---------------------------------------
+
+
+def test_batch_fields_keep_their_types():
+    memory = filled_memory(5)
+    tree_idx, batch, is_weights = memory.sample(4)
+    states, actions, rewards, next_states, dones = batch
+    assert states.shape == (4, 3) and states.dtype == np.float32
+    assert actions.dtype == np.int64 and rewards.dtype == np.float64 and dones.dtype == bool
+    np.testing.assert_array_equal(next_states, states + 1)
+    np.testing.assert_array_equal(rewards, states[:, 0])
+    assert tree_idx.shape == (4,) and is_weights.dtype == np.float32
+
+
+def test_partly_filled_memory_samples_only_filled_slots():
+    memory = filled_memory(3, capacity=100)
+    assert len(memory) == 3
+    for _ in range(50):
+        tree_idx, (states, *_), _ = memory.sample(32)
+        assert set(tree_idx - 99) <= {0, 1, 2}
+        np.testing.assert_array_equal(states[:, 0], tree_idx - 99)
+
+
+def test_wrap_around_keeps_the_newest_transitions():
+    memory = filled_memory(6, capacity=4)
+    assert len(memory) == 4
+    _, (states, *_), _ = memory.sample(200)
+    assert set(states[:, 0]) == {2.0, 3.0, 4.0, 5.0}
+
+
+def test_new_transitions_get_the_highest_priority_so_far():
+    memory = Memory(8, alpha=1.0, epsilon=0.01, abs_err_upper=10.0, rng=0)
+    memory.store(experience(0))
+    assert memory.tree.tree[7] == 1.0  # before any error is known: as if |delta| = 1
+    memory.batch_update(np.array([7]), np.array([5.0]))
+    memory.store(experience(1))
+    assert memory.tree.tree[8] == pytest.approx(5.01)
+    memory.batch_update(np.array([7, 8]), np.array([0.1, 0.2]))
+    memory.store(experience(2))
+    assert memory.tree.tree[9] == pytest.approx(5.01)  # the maximum ever seen, not current
+
+
+def test_priority_formula_and_clipping():
+    memory = filled_memory(4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
+    memory.batch_update(np.array([3, 4, 5, 6]), np.array([0.0, 0.15, 3.0, 0.99]))
+    np.testing.assert_allclose(memory.tree.tree[3:], np.sqrt([0.01, 0.16, 1.0, 1.0]))
+
+
+def test_importance_sampling_weights_match_the_paper():
+    memory = filled_memory(5, alpha=1.0, beta=0.4, beta_increment=0.1, epsilon=0.5)
+    memory.batch_update(np.arange(4, 9), np.array([0.5, 1.5, 0.0, 2.0, 9.0]))
+    tree_idx, _, is_weights = memory.sample(50)
+    assert memory.beta == pytest.approx(0.5)
+    priorities = np.array([1.0, 2.0, 0.5, 2.5, 1.0])  # |delta| + 0.5, clipped at 1.0 upper
+    priorities = np.minimum(priorities, 1.0)
+    probabilities = priorities / priorities.sum()
+    weights = (5 * probabilities) ** -0.5
+    expected = weights[tree_idx - 4] / weights.max()
+    np.testing.assert_allclose(is_weights, expected, rtol=1e-6)
+    assert is_weights.max() <= 1.0
+
+
+def test_beta_grows_to_one_and_stops():
+    memory = filled_memory(4, beta=0.9, beta_increment=0.04)
+    betas = [memory.sample(2) and memory.beta for _ in range(4)]
+    np.testing.assert_allclose(betas, [0.94, 0.98, 1.0, 1.0])
+
+
+def test_proportional_sampling_frequencies_match_probabilities():
+    memory = filled_memory(6, alpha=0.7, abs_err_upper=100.0, rng=42)
+    errors = np.array([0.0, 0.5, 1.0, 2.0, 4.0, 8.0])
+    memory.batch_update(np.arange(5, 11), errors)
+    priorities = (errors + 0.01) ** 0.7
+    counts = np.zeros(6)
+    for _ in range(1000):
+        tree_idx, _, _ = memory.sample(64)
+        counts += np.bincount(tree_idx - 5, minlength=6)
+    # 64,000 draws: each frequency's standard error is below 0.002.
+    np.testing.assert_allclose(counts / counts.sum(), priorities / priorities.sum(), atol=0.01)
+
+
+def test_rank_based_sampling_frequencies_and_weights():
+    memory = filled_memory(6, rank_based=True, alpha=0.7, beta=0.5, beta_increment=0.0, rng=7)
+    errors = np.array([0.3, 5.0, 0.1, 2.0, 0.2, 1.0])  # ranks 4, 1, 6, 2, 5, 3
+    memory.batch_update(np.arange(5, 11), errors)
+    ranks = np.array([4, 1, 6, 2, 5, 3])
+    probabilities = ranks**-0.7 / (np.arange(1, 7) ** -0.7).sum()
+    counts = np.zeros(6)
+    for _ in range(1000):
+        tree_idx, _, is_weights = memory.sample(64)
+        counts += np.bincount(tree_idx - 5, minlength=6)
+        weights = (6 * probabilities) ** -0.5
+        np.testing.assert_allclose(is_weights, weights[tree_idx - 5] / weights.max(), rtol=1e-6)
+    np.testing.assert_allclose(counts / counts.sum(), probabilities, atol=0.01)
+
+
+def test_rank_based_new_transitions_rank_first():
+    memory = filled_memory(4, capacity=8, rank_based=True, rng=0)
+    memory.batch_update(np.arange(7, 11), np.array([1.0, 2.0, 3.0, 4.0]))
+    memory.store(experience(4))
+    memory.sample(1)
+    assert memory._ranked_slots[0] == 4
+    np.testing.assert_array_equal(memory._ranked_slots[1:], [3, 2, 1, 0])
+
+
+def test_memory_bad_input_raises_and_changes_nothing():
+    with pytest.raises(ValueError, match="empty memory"):
+        Memory(4).sample(2)
+    memory = filled_memory(4)
+    before = memory.tree.tree.copy()
+    for bad in (np.nan, np.inf, -0.5):
+        with pytest.raises(ValueError, match=str(bad)):
+            memory.batch_update(np.array([3, 4]), np.array([0.1, bad]))
+    with pytest.raises(ValueError, match="tree index 9 is not a leaf"):
+        memory.batch_update(np.array([9]), np.array([0.1]))
+    with pytest.raises(ValueError, match="2 tree indices but 1 errors"):
+        memory.batch_update(np.array([3, 4]), np.array([0.1]))
+    np.testing.assert_array_equal(memory.tree.tree, before)
+    with pytest.raises(ValueError, match="batch size"):
+        memory.sample(0)
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        memory.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
+    with pytest.raises(ValueError, match="experience"):
+        memory.store((1, 2, 3))
+    for name, value in (("alpha", -1.0), ("beta", 1.5), ("epsilon", 0.0), ("abs_err_upper", 0)):
+        with pytest.raises(ValueError, match=name):
+            Memory(4, **{name: value})
+
+
+# UniformMemory and storage -----------------------------------------------------------------------
+
+
+def test_uniform_memory_has_the_same_interface():
+    memory = UniformMemory(8, rng=3)
+    for i in range(5):
+        memory.store(experience(i))
+    tree_idx, (states, *_), is_weights = memory.sample(1000)
+    np.testing.assert_array_equal(states[:, 0], tree_idx - 7)
+    np.testing.assert_array_equal(is_weights, 1.0)
+    counts = np.bincount(tree_idx - 7, minlength=5)
+    np.testing.assert_allclose(counts / 1000, 0.2, atol=0.05)
+    memory.batch_update(tree_idx, np.zeros(1000))
+    with pytest.raises(ValueError, match="nan"):
+        memory.batch_update(tree_idx[:1], np.array([np.nan]))
+    with pytest.raises(ValueError, match="empty memory"):
+        UniformMemory(4).sample(1)
+
+
+def test_seeded_memories_repeat():
+    first, second = filled_memory(50, rng=5), filled_memory(50, rng=5)
+    for _ in range(3):
+        np.testing.assert_array_equal(first.sample(8)[0], second.sample(8)[0])
+
+
+def test_storage_capacity_must_match():
+    with pytest.raises(ValueError, match="storage capacity 4 differs"):
+        Memory(8, storage=TransitionStorage(4))
