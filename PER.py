@@ -12,7 +12,7 @@ Next to them, `UniformMemory` has the same interface with plain uniform sampling
 switch between the two with one flag, and `TransitionStorage` keeps the transitions themselves in
 typed numpy arrays (the Atari frame store in `atari_wrappers.py` is a drop-in replacement).
 
-Every batch operation works on whole numpy arrays: there is no Python loop per sampled transition.
+Every batch operation takes whole numpy arrays: there is no Python loop per sampled transition.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
 NO_SLOTS = np.zeros(0, dtype=np.int64)
-_BLOCK = 32  # leaves per block (and blocks per group) in the minimum-priority index
 
 
 def check_capacity(capacity: Any) -> int:
@@ -75,48 +75,33 @@ class SumTree:
     `data` holds one payload per leaf for the tutorial's `add`/`get_leaf` API; `Memory` keeps its
     transitions in typed arrays instead and uses only the priorities.
 
-    Speed comes from doing each step for a whole batch in one numpy call:
-
-    - A search walks all values down one level per step (log n steps of a few calls).
-    - An update adds each leaf's change to all its ancestors in one `np.add.at`. That lets
-      rounding errors accumulate, so after every `capacity` leaf writes the inner nodes are
-      recomputed from the leaves (O(n), amortised O(1) per write). Should rounding still lead a
-      search to an empty leaf, the tree is recomputed and that value searched again, stepping
-      only into non-empty subtrees: a search never returns an empty leaf.
-    - The smallest non-zero priority, for the importance-sampling weights, is kept per block of
-      32 leaves and per group of 32 blocks, so `min_priority` scans only capacity / 1024 numbers.
+    The walks up and down the tree are the tutorial's loops, compiled with numba and run over a
+    whole batch per call, so a batch costs one call instead of a Python loop per transition.
+    After a leaf changes, every node above it is recomputed as the sum of its two children (not
+    shifted by the change), so rounding errors never accumulate, however many updates. A second
+    tree of the same shape holds the minimum of each subtree (empty leaves count as +inf), which
+    makes `min_priority`, needed for the importance-sampling weights, O(1).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = check_capacity(capacity)
-        # One spare slot in front: with heap indices counted from 1, node j's children are 2j and
-        # 2j + 1 and its ancestors j >> s, which saves a numpy call per level. `tree` is the
-        # tutorial's 0-based view of the same memory.
-        self._nodes = np.zeros(2 * self.capacity)
-        self.tree = self._nodes[1:]
+        # One spare slot in front: counted from 1, node j has children 2j, 2j + 1 and parent j // 2.
+        # `tree` is the tutorial's 0-based view of the same memory.
+        self._sums = np.zeros(2 * self.capacity)
+        self._mins = np.full(2 * self.capacity, np.inf)
+        self.tree = self._sums[1:]
         self.data = np.full(self.capacity, None, dtype=object)
         self.data_pointer = 0
-        # Leaves sit at depth `_depth` or, unless capacity is a power of two, one level higher.
-        self._depth = (2 * self.capacity - 1).bit_length() - 1
-        self._perfect = self.capacity & (self.capacity - 1) == 0
-        self._shifts = np.arange(1, self._depth + 1)
-        self._writes_since_rebuild = 0
-        # Minimum index: empty leaves count as +inf; k updated leaves touch k blocks and k groups.
-        n_blocks = -(-self.capacity // _BLOCK)
-        n_groups = -(-n_blocks // _BLOCK)
-        self._leaf_mins = np.full(n_groups * _BLOCK * _BLOCK, np.inf)
-        self._block_mins = np.full(n_groups * _BLOCK, np.inf)
-        self._group_mins = np.full(n_groups, np.inf)
 
     @property
     def total_priority(self) -> float:
         """Sum of all priorities (the root node). O(1)."""
-        return float(self.tree[0])
+        return float(self._sums[1])
 
     @property
     def min_priority(self) -> float:
-        """Smallest non-zero leaf priority, +inf while every leaf is zero. O(capacity / 1024)."""
-        return float(self._group_mins.min())
+        """Smallest non-zero leaf priority, +inf while every leaf is zero. O(1)."""
+        return float(self._mins[1])
 
     def add(self, priority: float, data: Any) -> None:
         """Write `data` with `priority` at the next leaf (the oldest, once full). O(log n)."""
@@ -126,13 +111,22 @@ class SumTree:
 
     def update(self, tree_index: int, priority: float) -> None:
         """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
-        self.update_batch(np.array([tree_index]), np.array([priority], dtype=np.float64))
+        if not isinstance(tree_index, (int, np.integer)) or isinstance(tree_index, bool):
+            raise ValueError(f"tree index must be an integer, got {tree_index!r}")
+        if not self.capacity - 1 <= tree_index <= 2 * self.capacity - 2:
+            raise ValueError(
+                f"tree index {tree_index} is not a leaf "
+                f"(leaves are {self.capacity - 1}..{2 * self.capacity - 2})"
+            )
+        if not 0 <= priority < np.inf:
+            raise ValueError(f"priority must be finite and >= 0, got {priority!r}")
+        _set_leaf(self._sums, self._mins, int(tree_index) + 1, float(priority))
 
     def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Set many leaf priorities at once: O(k log n) work in a fixed number of numpy calls.
+        """Set many leaf priorities, in order: a leaf named twice keeps its last. O(k log n).
 
-        A leaf named more than once gets its last priority. The tree is left unchanged when any
-        index is not a leaf or any priority is NaN, infinite or negative.
+        The tree is left unchanged when any index is not a leaf or any priority is NaN, infinite
+        or negative.
         """
         leaves = check_leaf_indices(tree_indices, self.capacity)
         priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), leaves.shape)
@@ -141,42 +135,7 @@ class SumTree:
 
     def _set_leaves(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
         """`update_batch` for arguments already checked."""
-        if len(leaves) > 1:
-            order = np.argsort(leaves, kind="stable")
-            sorted_leaves = leaves[order]
-            repeated = sorted_leaves[1:] == sorted_leaves[:-1]
-            if repeated.any():
-                # Keep each leaf's last write: the stable sort keeps repeats in call order.
-                last = np.append(~repeated, True)
-                leaves, priorities = sorted_leaves[last], priorities[order[last]]
-        heap = leaves + 1
-        changes = priorities - self._nodes[heap]
-        self._nodes[heap] = priorities
-        # Ancestors are shared between leaves, so np.add.at sums their changes. Shifting past the
-        # root gives 0, the spare slot, which absorbs those changes harmlessly.
-        np.add.at(self._nodes, heap[:, None] >> self._shifts, changes[:, None])
-        self._update_mins(leaves - (self.capacity - 1), priorities)
-        self._writes_since_rebuild += len(leaves)
-        if self._writes_since_rebuild >= self.capacity:
-            self.rebuild()
-
-    def _update_mins(self, data_indices: np.ndarray, priorities: np.ndarray) -> None:
-        self._leaf_mins[data_indices] = np.where(priorities > 0, priorities, np.inf)
-        blocks = data_indices // _BLOCK
-        self._block_mins[blocks] = self._leaf_mins.reshape(-1, _BLOCK)[blocks].min(axis=1)
-        groups = blocks // _BLOCK
-        self._group_mins[groups] = self._block_mins.reshape(-1, _BLOCK)[groups].min(axis=1)
-
-    def rebuild(self) -> None:
-        """Recompute every inner node from the leaves, removing accumulated rounding. O(n)."""
-        tree = self.tree
-        # Heap level d holds nodes 2^d - 1 .. 2^(d+1) - 2; inner nodes are 0 .. capacity - 2.
-        for depth in range(self._depth - 1, -1, -1):
-            first, last = (1 << depth) - 1, min((2 << depth) - 2, self.capacity - 2)
-            tree[first : last + 1] = (
-                tree[2 * first + 1 : 2 * last + 2 : 2] + tree[2 * first + 2 : 2 * last + 3 : 2]
-            )
-        self._writes_since_rebuild = 0
+        _set_leaves(self._sums, self._mins, leaves + 1, np.ascontiguousarray(priorities))
 
     def get_leaf(self, v: float) -> tuple[int, float, Any]:
         """Leaf at cumulative priority v in [0, total]: (tree index, priority, data). O(log n)."""
@@ -195,41 +154,50 @@ class SumTree:
 
     def find(self, values: np.ndarray) -> np.ndarray:
         """Tree indices of the leaves at cumulative priorities `values` (no payload). O(k log n)."""
-        values = np.asarray(values, dtype=np.float64)
+        values = np.asarray(values, dtype=np.float64).ravel()
         _check_non_negative("value", values)
-        if not self.tree[0] > 0:
-            raise ValueError(f"cannot search an empty sum tree (total priority {self.tree[0]!r})")
-        heap = self._descend(values, guard_empty=False)
-        empty = self._nodes[heap] <= 0
-        if empty.any():
-            # Rounding took v past the end of a subtree whose right part is empty. Rare: search
-            # those values again on exact sums, never stepping into an empty subtree.
-            self.rebuild()
-            heap[empty] = self._descend(values[empty], guard_empty=True)
-        return heap - 1
+        if not self._sums[1] > 0:
+            raise ValueError(f"cannot search an empty sum tree (total priority {self._sums[1]!r})")
+        return _find_leaves(self._sums, self.capacity, values) - 1
 
-    def _descend(self, values: np.ndarray, guard_empty: bool) -> np.ndarray:
-        """Heap indices (from 1) of the leaves at `values`, one tree level per step."""
-        nodes = self._nodes
-        remaining = values.copy()
-        heap = np.ones(values.shape, dtype=np.int64)
-        for level in range(self._depth):
-            partial_level = level == self._depth - 1 and not self._perfect
-            if partial_level:
-                parent = heap.copy()
-                # Leaves one level up (capacity not a power of two) have no children to read.
-                heap = np.minimum(heap << 1, len(nodes) - 2)
+
+@numba.njit(cache=True)
+def _set_leaf(sums, mins, node, priority):  # pragma: no cover (compiled)
+    """Write `priority` at heap leaf `node`, then recompute the sums and minima above it."""
+    sums[node] = priority
+    mins[node] = priority if priority > 0 else np.inf
+    node //= 2
+    while node >= 1:
+        sums[node] = sums[2 * node] + sums[2 * node + 1]
+        mins[node] = min(mins[2 * node], mins[2 * node + 1])
+        node //= 2
+
+
+@numba.njit(cache=True)
+def _set_leaves(sums, mins, heap_leaves, priorities):  # pragma: no cover (compiled)
+    for k in range(heap_leaves.size):
+        _set_leaf(sums, mins, heap_leaves[k], priorities[k])
+
+
+@numba.njit(cache=True)
+def _find_leaves(sums, capacity, values):  # pragma: no cover (compiled)
+    """Heap indices (from 1) of the leaves at cumulative priorities `values`."""
+    leaves = np.empty(values.size, dtype=np.int64)
+    for k in range(values.size):
+        v = values[k]
+        node = 1
+        while node < capacity:  # inner nodes are 1 .. capacity - 1
+            left = 2 * node
+            # Go right when v is past the left subtree, unless the right one is empty: then v
+            # overshot the total (a value at the end, or rounding), and the last leaf is left.
+            # Every node visited so has a positive sum, so the leaf found is never empty.
+            if v >= sums[left] and sums[left + 1] > 0:
+                v -= sums[left]
+                node = left + 1
             else:
-                heap <<= 1
-            left_sum = nodes[heap]
-            go_right = remaining >= left_sum
-            if guard_empty:
-                go_right &= nodes[heap + 1] > 0
-            np.subtract(remaining, left_sum, out=remaining, where=go_right)
-            heap += go_right
-            if partial_level:
-                heap = np.where(parent > self.capacity - 1, parent, heap)
-        return heap
+                node = left
+        leaves[k] = node
+    return leaves
 
 
 class TransitionStorage:
@@ -257,18 +225,20 @@ class TransitionStorage:
         Returns the slot that now holds it and the slots that stopped holding a transition
         (always none here: a slot is only ever overwritten by a new transition).
         """
-        values = [np.asarray(value) for value in _check_experience(experience)]
+        experience = _check_experience(experience)
         if self.fields is None:
             self.fields = tuple(
-                np.zeros((self.capacity, *value.shape), dtype=value.dtype) for value in values
+                np.zeros((self.capacity, *np.shape(value)), dtype=np.asarray(value).dtype)
+                for value in experience
             )
-        for name, field, value in zip(FIELDS, self.fields, values, strict=True):
-            if value.shape != field.shape[1:]:
+        # Check every field before writing any, so a bad experience leaves the slot intact.
+        for name, field, value in zip(FIELDS, self.fields, experience, strict=True):
+            if np.shape(value) != field.shape[1:]:
                 raise ValueError(
-                    f"{name} has shape {value.shape}, but the memory holds shape {field.shape[1:]}"
+                    f"{name} has shape {np.shape(value)}, but the memory holds {field.shape[1:]}"
                 )
         slot = self.write_pointer
-        for field, value in zip(self.fields, values, strict=True):
+        for field, value in zip(self.fields, experience, strict=True):
             field[slot] = value
         self.holds_transition[slot] = True
         self.write_pointer = (slot + 1) % self.capacity
@@ -420,7 +390,7 @@ class Memory:
             return
         if freed.size:
             self.tree.update_batch(freed + (self.capacity - 1), 0.0)
-        self.tree.update(slot + (self.capacity - 1), self.max_priority)
+        self.tree.update(slot + self.capacity - 1, self.max_priority)
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """Draw n transitions by priority: (tree_idx, batch, is_weights).

@@ -259,7 +259,7 @@ def test_memory_bad_input_raises_and_changes_nothing():
     np.testing.assert_array_equal(memory.tree.tree, before)
     with pytest.raises(ValueError, match="batch size"):
         memory.sample(0)
-    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"state has shape \(2,\), but the memory holds \(3,\)"):
         memory.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
     with pytest.raises(ValueError, match="experience"):
         memory.store((1, 2, 3))
