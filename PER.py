@@ -17,6 +17,7 @@ Every batch operation takes whole numpy arrays: there is no Python loop per samp
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -249,6 +250,53 @@ class TransitionStorage:
         """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots)."""
         return tuple(field[slots] for field in self.fields)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to rebuild this storage, as plain arrays (the written rows only)."""
+        arrays = {
+            "capacity": np.array(self.capacity),
+            "written": np.array(self.written),
+            "write_pointer": np.array(self.write_pointer),
+        }
+        for name, field in zip(FIELDS, self.fields or (), strict=False):
+            arrays[name] = field[: self.written]
+        return arrays
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
+        require(arrays, ("capacity", "written", "write_pointer"), "transition storage")
+        check_saved_value(arrays, "capacity", self.capacity)
+        written = int(arrays["written"])
+        if not 0 <= written <= self.capacity:
+            raise ValueError(f"saved written={written} is outside 0..{self.capacity}")
+        self.fields = None
+        if written:
+            require(arrays, FIELDS, "transition storage")
+            rows = [np.asarray(arrays[name]) for name in FIELDS]
+            if any(len(row) != written for row in rows):
+                raise ValueError(f"saved fields do not all have {written} rows")
+            self.fields = tuple(
+                np.zeros((self.capacity, *row.shape[1:]), dtype=row.dtype) for row in rows
+            )
+            for field, row in zip(self.fields, rows, strict=True):
+                field[:written] = row
+        self.written = written
+        self.write_pointer = int(arrays["write_pointer"]) % self.capacity
+        self.holds_transition[:] = np.arange(self.capacity) < written
+
+
+def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
+    """ValueError naming the keys of a saved `what` that `arrays` lacks."""
+    missing = [key for key in keys if key not in arrays]
+    if missing:
+        raise ValueError(f"saved {what} lacks {missing}")
+
+
+def check_saved_value(arrays: dict[str, np.ndarray], key: str, expected: Any) -> None:
+    """ValueError unless the saved `key` equals `expected` (e.g. the capacity)."""
+    saved = arrays[key].item()
+    if saved != expected:
+        raise ValueError(f"saved {key} is {saved!r}, but this memory has {expected!r}")
+
 
 def _check_experience(experience: Any) -> Sequence:
     if not isinstance(experience, Sequence) or len(experience) != len(FIELDS):
@@ -256,12 +304,63 @@ def _check_experience(experience: Any) -> Sequence:
     return experience
 
 
-class UniformMemory:
+class ReplayMemory:
+    """What both memories share: the storage, the random generator, and their checkpoints."""
+
+    kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+
+    def __init__(
+        self,
+        capacity: int,
+        storage: TransitionStorage | None,
+        rng: np.random.Generator | int | None,
+    ) -> None:
+        self.capacity = check_capacity(capacity)
+        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
+        if self.storage.capacity != self.capacity:
+            raise ValueError(
+                f"storage capacity {self.storage.capacity} differs from memory capacity "
+                f"{self.capacity}"
+            )
+        self.rng = as_generator(rng)
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The whole memory as plain numpy arrays (for `np.savez`, loadable without pickle)."""
+        arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
+        arrays["kind"] = np.array(self.kind)
+        arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
+        return arrays
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned. ValueError naming what does not fit."""
+        self._check_kind(arrays)
+        require(arrays, ("rng",), "replay memory")
+        prefix = "storage."
+        self.storage.load_state_dict(
+            {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}
+        )
+        try:
+            self.rng.bit_generator.state = json.loads(arrays["rng"].item())
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"saved random generator state is unusable: {error}") from error
+
+
+    def _check_kind(self, arrays: dict[str, np.ndarray]) -> None:
+        require(arrays, ("kind",), "replay memory")
+        check_saved_value(arrays, "kind", self.kind)
+
+
+class UniformMemory(ReplayMemory):
     """Replay memory with uniform sampling and `Memory`'s interface (the agent's USE_PER=False).
 
     `sample` returns importance-sampling weights of one and `batch_update` only checks its input,
     so the agent runs one code path for both memories.
     """
+
+    kind = "uniform"
 
     def __init__(
         self,
@@ -269,13 +368,7 @@ class UniformMemory:
         storage: TransitionStorage | None = None,
         rng: np.random.Generator | int | None = None,
     ) -> None:
-        self.capacity = check_capacity(capacity)
-        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
-        _check_storage(self.storage, self.capacity)
-        self.rng = as_generator(rng)
-
-    def __len__(self) -> int:
-        return len(self.storage)
+        super().__init__(capacity, storage, rng)
 
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) transition. O(1)."""
@@ -299,13 +392,6 @@ class UniformMemory:
         _check_update(tree_idx, abs_errors, self.capacity)
 
 
-def _check_storage(storage: Any, capacity: int) -> None:
-    if storage.capacity != capacity:
-        raise ValueError(
-            f"storage capacity {storage.capacity} differs from memory capacity {capacity}"
-        )
-
-
 def _check_sample(n: Any, size: int) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"batch size must be a positive integer, got {n!r}")
@@ -323,7 +409,7 @@ def _check_update(tree_idx: Any, abs_errors: Any, capacity: int) -> tuple[np.nda
     return slots, errors
 
 
-class Memory:
+class Memory(ReplayMemory):
     """Prioritized replay memory (Schaul et al. 2015), with the tutorial's names.
 
     Proportional variant (default): p_i = min(|delta_i| + epsilon, abs_err_upper) ** alpha, kept in
@@ -353,7 +439,7 @@ class Memory:
         storage: TransitionStorage | None = None,
         rng: np.random.Generator | int | None = None,
     ) -> None:
-        self.capacity = check_capacity(capacity)
+        super().__init__(capacity, storage, rng)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -367,18 +453,13 @@ class Memory:
         self.epsilon = float(epsilon)
         self.abs_err_upper = float(abs_err_upper)
         self.rank_based = bool(rank_based)
-        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
-        _check_storage(self.storage, self.capacity)
-        self.rng = as_generator(rng)
+        self.kind = "rank-based" if self.rank_based else "proportional"
         if self.rank_based:
             self._init_ranks()
         else:
             self.tree = SumTree(self.capacity)
             # New transitions enter as if their error were the clip value (or 1 when unclipped).
             self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
-
-    def __len__(self) -> int:
-        return len(self.storage)
 
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N)."""
@@ -430,6 +511,45 @@ class Memory:
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory, its priorities and beta as plain numpy arrays (see `ReplayMemory`)."""
+        arrays = super().state_dict()
+        arrays["alpha"] = np.array(self.alpha)
+        arrays["beta"] = np.array(self.beta)
+        if self.rank_based:
+            self._refresh_ranks()
+            arrays["abs_errors"] = self._abs_errors
+            arrays["ranked_slots"] = self._ranked_slots
+            arrays["ranked_keys"] = self._ranked_keys
+        else:
+            arrays["tree.sums"] = self.tree._sums
+            arrays["tree.mins"] = self.tree._mins
+            arrays["max_priority"] = np.array(self.max_priority)
+        return arrays
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned. ValueError naming what does not fit."""
+        self._check_kind(arrays)
+        require(arrays, ("alpha", "beta"), "prioritized memory")
+        if self.rank_based:
+            keys = ("abs_errors", "ranked_slots", "ranked_keys")
+        else:
+            keys = ("tree.sums", "tree.mins", "max_priority")
+        require(arrays, keys, f"{self.kind} memory")
+        check_saved_value(arrays, "alpha", self.alpha)
+        super().load_state_dict(arrays)
+        self.beta = float(arrays["beta"])
+        if self.rank_based:
+            self._abs_errors = _saved_array(arrays, "abs_errors", (self.capacity,))
+            self._ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
+            self._ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
+            self._stale_slots.clear()
+        else:
+            shape = self.tree._sums.shape
+            self.tree._sums[:] = _saved_array(arrays, "tree.sums", shape)
+            self.tree._mins[:] = _saved_array(arrays, "tree.mins", shape)
+            self.max_priority = float(arrays["max_priority"])
+
     # Rank-based variant ---------------------------------------------------------------------
 
     def _init_ranks(self) -> None:
@@ -472,6 +592,13 @@ class Memory:
         # P(rank j) = j^-alpha / S, P_min = N^-alpha / S, so w_j / w_max = (j / N)^(alpha beta).
         is_weights = ((ranks + 1) / size) ** (self.alpha * self.beta)
         return self._ranked_slots[ranks], is_weights
+
+
+def _saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    array = np.array(arrays[key], dtype=np.float64)
+    if array.shape != shape:
+        raise ValueError(f"saved {key} has shape {array.shape}, expected {shape}")
+    return array
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
