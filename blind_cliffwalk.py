@@ -19,7 +19,10 @@ Methods: uniform replay (`PER.UniformMemory`); proportional and rank-based prior
 `PER.Memory`, the agent's code, with beta = 0: tabular Q-learning needs no importance-sampling
 correction); and two of the paper's reference points, greedy TD-error prioritization (always replay
 the largest last-seen |TD error|, Figure 2 left) and the oracle, which replays the transition whose
-update lowers the global error most (Figure 1).
+update lowers the global error most (Figure 1). The paper runs the stochastic variants with a
+linear function approximator (Figure 2 right); here everything is tabular, as in Figure 2 left.
+The paper does not give alpha for this experiment, so both variants use its Atari values, which
+are also the agent's: 0.6 proportional, 0.7 rank-based.
 
 Usage: python blind_cliffwalk.py [--max-n 12] [--seeds 10] [--methods uniform,rank,...]
 """
@@ -27,6 +30,7 @@ Usage: python blind_cliffwalk.py [--max-n 12] [--seeds 10] [--methods uniform,ra
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -44,8 +48,8 @@ METHODS = ("uniform", "proportional", "rank", "greedy", "oracle")  # replay sche
 STEP_SIZE = 0.25  # eta, the Q-learning step size (paper: 1/4)
 Q_INIT_STD = 0.1  # Q starts from N(0, 0.1), read as a standard deviation of 0.1
 MSE_TOLERANCE = 1e-3  # converged once the mean squared error to the true Q is below this
-ALPHA_PROPORTIONAL = 0.6  # priority exponent of proportional prioritization
-ALPHA_RANK = 0.7  # priority exponent of rank-based prioritization
+ALPHA_PROPORTIONAL = 0.6  # priority exponent, proportional (paper's Atari value; none given here)
+ALPHA_RANK = 0.7  # priority exponent, rank-based (paper's Atari value; none given here)
 BUDGET_PER_TRANSITION = 100  # give up after this many updates per transition in the memory
 PLOT_PATH = "plots/blind_cliffwalk.png"  # where the figure goes
 
@@ -119,7 +123,9 @@ class TabularQ:
     several times faster than numpy scalar access.
     """
 
-    def __init__(self, initial_q: np.ndarray, true_q: np.ndarray, gamma: float, step_size: float):
+    def __init__(
+        self, initial_q: np.ndarray, true_q: np.ndarray, gamma: float, step_size: float
+    ) -> None:
         self.q = initial_q.tolist()
         self.true_q = true_q.tolist()
         self.gamma = gamma
@@ -130,7 +136,7 @@ class TabularQ:
     def exact_squared_error(self) -> float:
         """Sum of squared errors over the whole table, recomputed from scratch (O(n))."""
         return sum(
-            (value - target) ** 2
+            (value - target) * (value - target)
             for row, true_row in zip(self.q, self.true_q, strict=True)
             for value, target in zip(row, true_row, strict=True)
         )
@@ -152,33 +158,45 @@ class TabularQ:
         new = old + self.step_size * td_error
         target = self.true_q[state][action]
         self.q[state][action] = new
-        self.squared_error += (new - target) ** 2 - (old - target) ** 2
+        # Products rather than ** 2: a diverging run then overflows to inf instead of raising.
+        self.squared_error += (new - target) * (new - target) - (old - target) * (old - target)
 
     def converged(self, tolerance: float) -> bool:
         """MSE below `tolerance`, confirmed exactly so rounding drift cannot fake convergence."""
-        if self.mse() >= tolerance:
+        if not self.mse() < tolerance:
             return False
         self.squared_error = self.exact_squared_error()
         return self.mse() < tolerance
 
 
 def make_memory(
-    method: str, capacity: int, alpha_proportional: float, alpha_rank: float
+    method: str,
+    capacity: int,
+    alpha_proportional: float,
+    alpha_rank: float,
+    rng: np.random.Generator,
 ) -> Memory | UniformMemory:
-    """The agent's replay memory for `method` ("uniform", "proportional" or "rank")."""
+    """The agent's replay memory for `method` ("uniform", "proportional" or "rank").
+
+    beta = 0 and no beta growth: importance sampling corrects the bias that sampling by priority
+    puts into an average over transitions. Here each (state, action) entry has its own
+    deterministic target, so it converges to the true Q-value whatever the sampling rates.
+    """
     if method == "uniform":
-        return UniformMemory(capacity)
+        return UniformMemory(capacity, rng=rng)
     if method == "proportional":
-        return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0)
+        return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0, rng=rng)
     if method == "rank":
-        return Memory(capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rank_based=True)
+        return Memory(
+            capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rank_based=True, rng=rng
+        )
     raise ValueError(f"unknown replay method {method!r}")
 
 
 def replay_until_converged(
     table: TabularQ, memory: Memory | UniformMemory, draw_size: int, tolerance: float, budget: int
 ) -> int | None:
-    """Q-learning on transitions drawn from `memory`; returns the updates used, None if over budget.
+    """Q-learning on transitions drawn from `memory`: the updates used, None if over budget.
 
     Every update replays one transition and hands its |TD error| back as its new priority. With
     draw_size > 1 several transitions are drawn before they are replayed, which is only the same
@@ -191,6 +209,8 @@ def replay_until_converged(
         columns = [column.tolist() for column in batch]
         for j, (state, action, reward, next_state, done) in enumerate(zip(*columns, strict=True)):
             td_error = table.td_error(state, action, reward, next_state, done)
+            if not math.isfinite(td_error):
+                return None  # diverged (a step size too large); NaN is no priority
             table.apply(state, action, td_error)
             abs_errors[j] = abs(td_error)
             updates += 1
@@ -210,13 +230,15 @@ def greedy_until_converged(
 
     New transitions start at infinite priority so each is replayed at least once, in memory order.
     An argmax over all priorities, O(N) per update, is fast enough at these sizes.
-    Returns the updates used, None if over budget.
+    Returns the updates used, None if over budget or diverged.
     """
     priorities = np.full(len(memory_contents), np.inf)
     for updates in range(1, budget + 1):
         index = int(np.argmax(priorities))
         state, action, reward, next_state, done = memory_contents[index]
         td_error = table.td_error(state, action, reward, next_state, done)
+        if not math.isfinite(td_error):
+            return None  # diverged
         table.apply(state, action, td_error)
         priorities[index] = abs(td_error)
         if table.converged(tolerance):
@@ -228,7 +250,8 @@ def oracle_until_converged(table: TabularQ, n: int, tolerance: float, budget: in
     """The paper's oracle: each update replays the transition that lowers the global error most.
 
     Copies of a transition have the same effect, so the oracle only needs to try the 2n distinct
-    (state, action) transitions, O(n) per update. Returns the updates used, None if over budget.
+    (state, action) transitions, O(n) per update. Returns the updates used, None if over budget
+    or diverged.
     """
     distinct = [(s, a, *cliffwalk_step(n, s, a)) for s in range(n) for a in (0, 1)]
     for updates in range(1, budget + 1):
@@ -237,9 +260,12 @@ def oracle_until_converged(table: TabularQ, n: int, tolerance: float, budget: in
             td_error = table.td_error(state, action, reward, next_state, done)
             old = table.q[state][action]
             target = table.true_q[state][action]
-            change = (old + table.step_size * td_error - target) ** 2 - (old - target) ** 2
+            new = old + table.step_size * td_error
+            change = (new - target) * (new - target) - (old - target) * (old - target)
             if change < best_change:
                 best_change, best_move = change, (state, action, td_error)
+        if best_move is None:
+            return None  # diverged: every candidate change is NaN
         table.apply(*best_move)
         if table.converged(tolerance):
             return updates
@@ -257,7 +283,10 @@ def updates_to_converge(
     alpha_rank: float = ALPHA_RANK,
     budget_per_transition: float = BUDGET_PER_TRANSITION,
 ) -> int | None:
-    """Updates one run of `method` needs on the n-state Blind Cliffwalk; None if over budget.
+    """Updates one run of `method` needs on the n-state Blind Cliffwalk; None if it failed.
+
+    A run fails when it has not converged within `budget_per_transition` x memory size updates,
+    or when Q diverged (possible only with a step size far above the paper's 1/4).
 
     The seed fixes the Q initialisation, the memory's order and the sampling; a given (n, seed)
     starts every method from the same Q and the same memory, so methods compare run by run.
@@ -280,8 +309,7 @@ def updates_to_converge(
     memory_contents = [transitions[index] for index in order_rng.permutation(len(transitions))]
     if method == "greedy":
         return greedy_until_converged(table, memory_contents, tolerance, budget)
-    memory = make_memory(method, len(transitions), alpha_proportional, alpha_rank)
-    memory.rng = sample_rng
+    memory = make_memory(method, len(transitions), alpha_proportional, alpha_rank, sample_rng)
     for transition in memory_contents:
         memory.store(transition)
     draw_size = UNIFORM_DRAW_AHEAD if method == "uniform" else 1
@@ -306,13 +334,15 @@ def format_table(results: dict, methods: list[str], budget_per_transition: float
         cells = []
         for method in methods:
             median, low, high, failures = summarize(results[n, method], budget)
-            flag = f" ({failures} over budget)" if failures else ""
+            flag = f" ({failures} failed)" if failures else ""
             any_failed |= bool(failures)
             cells.append(f" | {f'{median:.0f} / {low} / {high}{flag}':>28}")
         lines.append(f"{n:>3} {size:>7}" + "".join(cells))
     if any_failed:
-        lines.append(f"over budget: no convergence within {budget_per_transition:g} x memory size "
-                     "updates, counted as the budget (so the median is a lower bound)")
+        lines.append(
+            f"failed: no convergence within {budget_per_transition:g} x memory size updates (or"
+            " diverged); counted as that budget, so its median is a lower bound"
+        )
     return "\n".join(lines)
 
 
@@ -337,6 +367,9 @@ def plot(results: dict, methods: list[str], path: str) -> None:
         ax.plot(sizes, [np.median(c) for c in counts], "o-", color=color, label=method, ms=3)
         ax.fill_between(sizes, [c.min() for c in counts], [c.max() for c in counts],
                         color=color, alpha=0.15, lw=0)
+    # Any method that gives new transitions top priority replays each one at least once.
+    sizes = [2 ** (n + 1) - 2 for n in sorted({n for n, _ in results})]
+    ax.plot(sizes, sizes, ":", color="gray", label="updates = memory size")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("memory size (transitions, 2^(n+1) - 2)")
@@ -353,7 +386,9 @@ def plot(results: dict, methods: list[str], path: str) -> None:
 # ---- Command line ----
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line flags; every hyperparameter above has one."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--min-n", type=int, default=MIN_N, help="shortest chain")
     parser.add_argument("--max-n", type=int, default=MAX_N, help="longest chain")
     parser.add_argument("--seeds", type=int, default=SEEDS, help="runs per chain length")
@@ -376,7 +411,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown or not args.methods:
-        parser.error(f"--methods: unknown {unknown or 'empty list'}; choose from {METHODS}")
+        parser.error(
+            f"--methods: unknown {', '.join(unknown) or 'empty list'}; choose from "
+            + ", ".join(METHODS)
+        )
     if not 1 <= args.min_n <= args.max_n:
         parser.error(f"need 1 <= --min-n <= --max-n, got {args.min_n} and {args.max_n}")
     for flag in ("seeds", "step_size", "q_init_std", "mse_tolerance", "budget_per_transition"):

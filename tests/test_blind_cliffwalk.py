@@ -90,6 +90,13 @@ def test_run_over_budget_is_reported_as_none():
     assert bc.updates_to_converge(6, "uniform", seed=0, budget_per_transition=0.5) is None
 
 
+@pytest.mark.parametrize("method", bc.METHODS)
+def test_diverging_step_size_fails_cleanly_instead_of_raising(method):
+    # eta = 3 moves Q past its target by twice the error, so Q blows up: a failure, not a crash.
+    updates = bc.updates_to_converge(4, method, seed=0, step_size=3.0, budget_per_transition=1e4)
+    assert updates is None
+
+
 def test_unknown_method_raises():
     with pytest.raises(ValueError, match="sweep"):
         bc.updates_to_converge(4, "sweep", seed=0)
@@ -118,7 +125,7 @@ def test_table_marks_runs_over_budget():
     results = {(2, "uniform"): [10, 20, None], (2, "oracle"): [5, 6, 7]}
     table = bc.format_table(results, ["uniform", "oracle"], budget_per_transition=10)
     uniform_row = table.splitlines()[2]
-    assert "20 / 10 / 60 (1 over budget)" in uniform_row
+    assert "20 / 10 / 60 (1 failed)" in uniform_row
     assert "6 / 5 / 7" in uniform_row
     assert "lower bound" in table
 
