@@ -18,10 +18,13 @@ What the agent does, per environment step:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 # TensorFlow prints several start-up lines about CUDA and oneDNN on import; keep its warnings.
@@ -33,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 from matplotlib.figure import Figure
 
+import checkpoint
 from PER import Memory, UniformMemory
 
 # ---------------------------------------------------------------------------------------------
@@ -68,7 +72,8 @@ EVAL_EVERY = 2_500  # environment steps between greedy evaluations (they pick th
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
 TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
-MODEL_DIR = "models"  # where the .keras files go
+CHECKPOINT_EVERY = 0  # env steps between checkpoints for --resume (0: only on Ctrl-C)
+MODEL_DIR = "models"  # where the .keras files and the checkpoints go
 PLOT_DIR = "plots"  # where the learning curve goes
 
 # Defaults from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's
@@ -90,6 +95,7 @@ ATARI_OVERRIDES: dict[str, Any] = {
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_OVERRIDES: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted
+LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
 
 
@@ -106,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     boolean = argparse.BooleanOptionalAction
     add("--test", action="store_true", help="play the saved model greedily instead of training")
+    add("--resume", nargs="?", const=LATEST, default=None, metavar="CHECKPOINT",
+        help="continue training from the newest checkpoint of this run (or from CHECKPOINT, a "
+        "step-* directory)")
     add("--env-name", default=ENV_NAME, help="gymnasium environment id (discrete actions)")
     add("--total-steps", type=int, default=TOTAL_STEPS, help="training budget in env steps")
     add("--per", dest="use_per", action=boolean, default=USE_PER,
@@ -150,15 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-episodes", type=int, default=EVAL_EPISODES, help="episodes per evaluation")
     add("--test-episodes", type=int, default=TEST_EPISODES, help="episodes played by --test")
     add("--seed", type=int, default=SEED, help="random seed")
+    add("--checkpoint-every", type=int, default=CHECKPOINT_EVERY,
+        help="env steps between checkpoints, also written at the end (0: only on Ctrl-C)")
     add("--model-dir", default=MODEL_DIR, help="directory for the saved .keras models")
     add("--plot-dir", default=PLOT_DIR, help="directory for the learning-curve PNG")
     return parser
 
 
 def default_flags() -> dict[str, Any]:
-    """The flag block above as a dict keyed by lower-case flag name (without --test)."""
+    """The flag block above as a dict keyed by lower-case flag name (without the modes)."""
     flags = vars(build_parser().parse_args([]))
-    del flags["test"]
+    del flags["test"], flags["resume"]
     return flags
 
 
@@ -213,9 +224,9 @@ def _check_ranges(config: argparse.Namespace) -> None:
             raise ValueError(f"{name.upper()} must be in [0, 1], got {value}")
     if not 0.0 < config.tau <= 1.0:
         raise ValueError(f"TAU must be in (0, 1], got {config.tau}")
-    if config.learning_starts < 0 or config.epsilon_decay < 0:
-        raise ValueError("LEARNING_STARTS and EPSILON_DECAY must be >= 0, got "
-                         f"{config.learning_starts} and {config.epsilon_decay}")
+    for name in ("learning_starts", "epsilon_decay", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name.upper()} must be >= 0, got {getattr(config, name)}")
     if config.batch_size > config.memory_size:
         raise ValueError(f"BATCH_SIZE ({config.batch_size}) must not exceed "
                          f"MEMORY_SIZE ({config.memory_size})")
@@ -332,6 +343,18 @@ def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     return 0.5 * tf.square(quadratic) + delta * (abs_errors - quadratic)
 
 
+class NonFiniteError(RuntimeError):
+    """A training step produced NaN or inf; the run stops with its last good state saved."""
+
+
+def episode_seed(seed: int, *indices: int) -> int:
+    """A reset seed for one episode, so that every episode can be replayed from its seed alone.
+
+    Derived with numpy's SeedSequence, so runs with nearby seeds do not share episodes.
+    """
+    return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # Agent
 # ---------------------------------------------------------------------------------------------
@@ -380,10 +403,17 @@ class DQNAgent:
         self.steps_to_solve: int | None = None  # first evaluation step with mean >= threshold
         self._eval_envs: list[gym.Env] = []
         self._last_plot_time = time.perf_counter()
+        # The episode in progress. Every episode starts from a reset with its own seed and its
+        # actions are recorded, so a checkpoint taken mid-episode can replay it exactly.
+        self.state: np.ndarray | None = None
+        self.episode_score = 0.0
+        self.episode_actions: list[int] = []
+        self._stop_requested = False
 
         self.name = self.run_name()
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
+        self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
 
     def _make_memory(self) -> Memory | UniformMemory:
         """PER `Memory` or `UniformMemory`; image observations keep each frame once."""
@@ -486,7 +516,7 @@ class DQNAgent:
 
     def _train_step_eager(self, states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
                           next_states: tf.Tensor, dones: tf.Tensor,
-                          is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                          is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         config = self.config
         targets = double_dqn_targets(
             rewards, dones, self.model(next_states, training=False),
@@ -500,21 +530,35 @@ class DQNAgent:
             loss = tf.reduce_mean(is_weights * huber(td_errors))
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
-        gradients, _ = tf.clip_by_global_norm(gradients, config.grad_clip)
-        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        return tf.abs(td_errors), loss
+        gradients, norm = tf.clip_by_global_norm(gradients, config.grad_clip)
+
+        # A NaN or inf would poison the weights and, through the TD errors, the sum tree: skip
+        # such a step, so the caller can stop with the last good state.
+        def apply() -> tf.Tensor:
+            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return tf.constant(True)
+
+        finite = tf.math.is_finite(loss) & tf.math.is_finite(norm)
+        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        return tf.abs(td_errors), loss, applied
 
     def train_on_batch(self, batch: tuple, is_weights: np.ndarray) -> tuple[np.ndarray, float]:
         """One compiled gradient step on `batch` = (states, actions, rewards, next_states, dones).
 
         Returns the per-sample |TD error| and the IS-weighted Huber loss, both measured before
         the step. Cost: ~2-3 ms for the default network and batch on this 2-core CPU.
+
+        Raises NonFiniteError, leaving the weights as they were, if the loss or the gradient is
+        NaN or infinite.
         """
         states, actions, rewards, next_states, dones = batch
-        abs_errors, loss = self._train_step(
+        abs_errors, loss, applied = self._train_step(
             states, np.asarray(actions, np.int32), np.asarray(rewards, np.float32),
             next_states, np.asarray(dones, np.float32), np.asarray(is_weights, np.float32),
         )
+        if not applied:
+            raise NonFiniteError(f"training step at env step {self.step} gave a non-finite loss "
+                                 f"or gradient (loss {float(loss)}); it was not applied")
         return abs_errors.numpy(), float(loss)
 
     def replay(self) -> float:
@@ -537,9 +581,9 @@ class DQNAgent:
 
     # ---- saving ------------------------------------------------------------------------------
     def save(self, name: str) -> None:
-        """Save the online network as a `.keras` file (architecture + weights)."""
-        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
-        self.model.save(name)
+        """Save the online network as a `.keras` file (architecture + weights), atomically."""
+        with checkpoint.atomic_file(name) as temporary:
+            self.model.save(temporary)
 
     def load(self, name: str) -> None:
         """Load a `.keras` file saved by `save` into the online and target networks.
@@ -568,14 +612,18 @@ class DQNAgent:
     # ---- evaluation and plots ----------------------------------------------------------------
     def evaluate(self, episodes: int) -> np.ndarray:
         """Returns of `episodes` greedy episodes, played side by side (one batched forward pass
-        per step). The evaluation environments are seeded once, so a run repeats exactly.
+        per step). Each evaluation's episodes have seeds of their own, so a run repeats exactly,
+        resumed or not.
         """
         while len(self._eval_envs) < episodes:
-            env = make_env(self.env_name, self.config.max_episode_steps, self.atari)
-            env.reset(seed=self.config.seed + 10_000 + len(self._eval_envs))
-            self._eval_envs.append(env)
+            self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps,
+                                            self.atari))
         envs = self._eval_envs[:episodes]
-        states = np.stack([env.reset()[0] for env in envs])
+        evaluation = len(self.evaluations)
+        states = np.stack([
+            env.reset(seed=episode_seed(self.config.seed, 1, evaluation, i))[0]
+            for i, env in enumerate(envs)
+        ])
         returns = np.zeros(episodes)
         running = np.ones(episodes, dtype=bool)
         while running.any():
@@ -617,8 +665,8 @@ class DQNAgent:
                        f"{self.step:,} environment steps", fontsize=10)
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left")
-        os.makedirs(self.config.plot_dir, exist_ok=True)
-        figure.savefig(self.Plot_name, dpi=100)
+        with checkpoint.atomic_file(self.Plot_name) as temporary:
+            figure.savefig(temporary, dpi=100)
         self._last_plot_time = time.perf_counter()
 
     def _evaluate_and_keep_best(self) -> None:
@@ -638,57 +686,209 @@ class DQNAgent:
               f"{len(returns)} greedy episodes{note}", flush=True)
 
     # ---- main loops --------------------------------------------------------------------------
+    def start_episode(self) -> None:
+        """Reset the environment with this episode's own seed and clear the episode record."""
+        self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
+        self.episode_score = 0.0
+        self.episode_actions = []
+
     def run(self) -> None:
-        """Train for TOTAL_STEPS environment steps, printing one line per episode.
+        """Train until TOTAL_STEPS environment steps, printing one line per episode.
 
         Evaluates greedily every EVAL_EVERY steps and at the end, saves the best model to
         `Model_name` and the last one next to it (`..._last.keras`), and draws `Plot_name`.
+        Writes a checkpoint every CHECKPOINT_EVERY steps and at the end (when CHECKPOINT_EVERY
+        is set). Ctrl-C stops after the current step with a checkpoint and the plot.
+
+        Raises NonFiniteError after saving a checkpoint of the last good state.
         """
         config = self.config
-        print(f"training on {self.env_name} for {config.total_steps:,} steps: {self.describe()}",
-              flush=True)
+        print(f"training on {self.env_name} until step {config.total_steps:,}: "
+              f"{self.describe()}", flush=True)
         self._last_plot_time = time.perf_counter()
         start_time, start_step = time.perf_counter(), self.step
-        state, _ = self.env.reset(seed=config.seed + self.episode)
-        score = 0.0
-        while self.step < config.total_steps:
-            action = self.act(state)
-            next_state, reward, terminated, truncated, info = self.env.step(action)
-            self.step += 1
-            score += reward
-            if terminated and config.failure_reward is not None:
-                reward = config.failure_reward
-            # Only a real termination stops bootstrapping; a time-limit cut does not.
-            self.remember(state, action, reward, next_state, terminated)
-            state = next_state
-            if (self.step >= config.learning_starts and self.step % config.train_frequency == 0
-                    and len(self.MEMORY) >= config.batch_size):
-                self.replay()
-            if not config.soft_update and self.step % config.target_update == 0:
-                self.update_target_model()
-            if terminated or truncated:
-                self.episode += 1
-                score = info.get("episode", {}).get("r", score)  # Atari: the unclipped score
-                average = self.PlotModel(score)
-                speed = (self.step - start_step) / (time.perf_counter() - start_time)
-                print(f"episode: {self.episode}, step: {self.step}/{config.total_steps}, "
-                      f"score: {score:g}, e: {self.epsilon:.2f}, average: {average:.1f}, "
-                      f"{speed:.0f} steps/s", flush=True)
-                state, _ = self.env.reset()
-                score = 0.0
-            if self.step % config.eval_every == 0:
-                self._evaluate_and_keep_best()
+        if self.state is None:
+            self.start_episode()
+        previous_handler = signal.signal(signal.SIGINT, self._request_stop)
+        try:
+            while self.step < config.total_steps and not self._stop_requested:
+                self._step_and_learn(start_time, start_step)
+        except NonFiniteError as error:
+            path = self.save_checkpoint()
+            raise NonFiniteError(f"{error}. Last good state saved to {path}") from error
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+        if self._stop_requested:
+            path = self.save_checkpoint()
+            self.save_plot()
+            print(f"interrupted at step {self.step}: checkpoint {path}, plot {self.Plot_name}; "
+                  "continue with --resume", flush=True)
+            return
         if not self.evaluations or self.evaluations[-1][0] != self.step:
             self._evaluate_and_keep_best()
         self.save(self.Model_name.removesuffix(".keras") + "_last.keras")
         self.save_plot()
+        if config.checkpoint_every:
+            self.save_checkpoint()
         elapsed = time.perf_counter() - start_time
+        steps = self.step - start_step
         solved = (f"solved at step {self.steps_to_solve}" if self.steps_to_solve is not None
                   else "not solved")
-        print(f"done: {self.step - start_step:,} steps in {elapsed:.0f} s "
-              f"({(self.step - start_step) / elapsed:.0f} steps/s); final evaluation "
-              f"{self.evaluations[-1][2]:.1f}, best {self.best_evaluation:.1f}; {solved}; "
-              f"model {self.Model_name}, plot {self.Plot_name}", flush=True)
+        print(f"done: {steps:,} steps in {elapsed:.0f} s ({steps / max(elapsed, 1e-9):.0f} "
+              f"steps/s); final evaluation {self.evaluations[-1][2]:.1f}, best "
+              f"{self.best_evaluation:.1f}; {solved}; model {self.Model_name}, plot "
+              f"{self.Plot_name}", flush=True)
+
+    def _step_and_learn(self, start_time: float, start_step: int) -> None:
+        """One environment step: act, remember, learn, and the bookkeeping around them."""
+        config = self.config
+        action = self.act(self.state)
+        next_state, reward, terminated, truncated, info = self.env.step(action)
+        self.step += 1
+        self.episode_actions.append(action)
+        self.episode_score += reward
+        if terminated and config.failure_reward is not None:
+            reward = config.failure_reward
+        # Only a real termination stops bootstrapping; a time-limit cut does not.
+        self.remember(self.state, action, reward, next_state, terminated)
+        self.state = next_state
+        if (self.step >= config.learning_starts and self.step % config.train_frequency == 0
+                and len(self.MEMORY) >= config.batch_size):
+            self.replay()
+        if not config.soft_update and self.step % config.target_update == 0:
+            self.update_target_model()
+        if terminated or truncated:
+            self.episode += 1
+            score = info.get("episode", {}).get("r", self.episode_score)  # Atari: unclipped
+            average = self.PlotModel(score)
+            speed = (self.step - start_step) / (time.perf_counter() - start_time)
+            print(f"episode: {self.episode}, step: {self.step}/{config.total_steps}, "
+                  f"score: {score:g}, e: {self.epsilon:.2f}, average: {average:.1f}, "
+                  f"{speed:.0f} steps/s", flush=True)
+            self.start_episode()
+        if self.step % config.eval_every == 0:
+            self._evaluate_and_keep_best()
+        if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+            print(f"checkpoint: {self.save_checkpoint()}", flush=True)
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        """SIGINT handler: finish the current step, then checkpoint and stop."""
+        self._stop_requested = True
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self) -> str:
+        """Write everything needed to continue this run to a new checkpoint directory.
+
+        Online and target weights (Keras `.weights.h5`), the optimizer's variables and the
+        replay memory (`.npz`), counters, scores, the random generators and the actions of the
+        episode in progress (JSON). Written atomically; the last two are kept. Returns its path.
+        """
+        def write(directory: Path) -> None:
+            self.model.save_weights(directory / "online.weights.h5")
+            self.target_model.save_weights(directory / "target.weights.h5")
+            checkpoint.write_arrays(directory / "optimizer.npz", {
+                str(i): variable.numpy() for i, variable in enumerate(self.optimizer.variables)
+            })
+            checkpoint.write_arrays(directory / "memory.npz", self.MEMORY.state_dict())
+            checkpoint.write_json(directory / "progress.json", {
+                "fingerprint": self.fingerprint(),
+                "step": self.step,
+                "episode": self.episode,
+                "epsilon": self.epsilon,
+                "scores": self.scores,
+                "average": self.average,
+                "evaluations": self.evaluations,
+                "best_evaluation": self.best_evaluation,
+                "steps_to_solve": self.steps_to_solve,
+                "rng": self.rng.bit_generator.state,
+                "episode_actions": self.episode_actions,
+                "episode_score": self.episode_score,
+                "state_sha256": hashlib.sha256(np.ascontiguousarray(self.state)).hexdigest(),
+            })
+
+        if self.state is None:
+            self.start_episode()
+        return str(checkpoint.write_checkpoint(self.checkpoint_root, self.step, write))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must share with this agent to be loaded into it."""
+        config = self.config
+        return {
+            "env_name": self.env_name,
+            "observation_shape": list(self.state_shape),
+            "actions": self.action_size,
+            "dueling": config.dueling,
+            "hidden_units": list(config.hidden_units) if len(self.state_shape) == 1 else None,
+            "memory": self.MEMORY.kind,
+            "memory_size": config.memory_size,
+        }
+
+    def load_checkpoint(self, where: str = LATEST) -> str:
+        """Continue from a checkpoint: the newest of this run, or the `step-*` directory given.
+
+        Raises ValueError naming the file and what is wrong if there is no checkpoint, it was
+        made for another environment, network or memory, or a file is missing or corrupt.
+        Nothing on disk is written. Returns the checkpoint's path.
+        """
+        directory = (checkpoint.latest_checkpoint(self.checkpoint_root) if where == LATEST
+                     else Path(where))
+        progress_file = directory / "progress.json"
+        progress = checkpoint.read_json(progress_file)
+        saved, current = progress.get("fingerprint"), self.fingerprint()
+        if not isinstance(saved, dict) or saved.keys() != current.keys():
+            raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid fingerprint")
+        differences = [f"{key}={saved[key]!r} (this run: {current[key]!r})"
+                       for key in current if saved[key] != current[key]]
+        if differences:
+            raise ValueError(f"checkpoint {directory} was made for another setup: "
+                             + ", ".join(differences))
+        optimizer_arrays = checkpoint.read_arrays(directory / "optimizer.npz")
+        memory_arrays = checkpoint.read_arrays(directory / "memory.npz")
+        for network, file in ((self.model, "online.weights.h5"),
+                              (self.target_model, "target.weights.h5")):
+            try:
+                network.load_weights(directory / file)
+            except Exception as error:  # Keras raises several types for a bad weights file
+                raise ValueError(f"checkpoint file {directory / file} is missing or does not "
+                                 f"fit the network: {error}") from error
+        variables = self.optimizer.variables
+        if sorted(optimizer_arrays, key=int) != [str(i) for i in range(len(variables))] or any(
+                optimizer_arrays[str(i)].shape != tuple(v.shape) for i, v in enumerate(variables)):
+            raise ValueError(f"checkpoint file {directory / 'optimizer.npz'} does not fit the "
+                             "optimizer")
+        for i, variable in enumerate(variables):
+            variable.assign(optimizer_arrays[str(i)])
+        try:
+            self.MEMORY.load_state_dict(memory_arrays)
+        except ValueError as error:
+            raise ValueError(f"checkpoint file {directory / 'memory.npz'}: {error}") from error
+        try:
+            self._restore_progress(progress)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"checkpoint file {progress_file} is corrupt: {error!r}") from error
+        return str(directory)
+
+    def _restore_progress(self, progress: dict[str, Any]) -> None:
+        """Counters, scores and generators from progress.json; then replay the open episode."""
+        self.step = int(progress["step"])
+        self.episode = int(progress["episode"])
+        self.epsilon = float(progress["epsilon"])
+        self.scores = [float(score) for score in progress["scores"]]
+        self.average = [float(average) for average in progress["average"]]
+        self.evaluations = [(int(a), int(b), float(c)) for a, b, c in progress["evaluations"]]
+        self.best_evaluation = float(progress["best_evaluation"])
+        self.steps_to_solve = progress["steps_to_solve"]
+        self.rng.bit_generator.state = progress["rng"]
+        # Rebuild the episode in progress: same seed, same actions, same observation.
+        self.start_episode()
+        for action in progress["episode_actions"]:
+            self.state, *_ = self.env.step(int(action))
+        self.episode_actions = [int(action) for action in progress["episode_actions"]]
+        self.episode_score = float(progress["episode_score"])
+        digest = hashlib.sha256(np.ascontiguousarray(self.state)).hexdigest()
+        if digest != progress["state_sha256"]:
+            raise ValueError("replaying the episode in progress did not reproduce its "
+                             "observation (is the environment deterministic under a seed?)")
 
     def test(self) -> list[float]:
         """Load `Model_name` and play TEST_EPISODES greedy episodes, printing each score."""
@@ -710,20 +910,29 @@ class DQNAgent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; bad input prints one `error:` line and returns 2."""
+    """Command-line entry point; bad input prints one `error:` line and returns 2, a training
+    step that turns NaN returns 3 (after saving the last good state)."""
     argv = sys.argv[1:] if argv is None else argv
     flags = explicit_flags(argv)
     test_mode = flags.pop("test", False)
+    resume = flags.pop("resume", None)
     env_name = flags.pop("env_name", ENV_NAME)
     try:
         agent = DQNAgent(env_name, **flags)
         if test_mode:
             agent.test()
             return 0
+        if resume:
+            print(f"resuming from {agent.load_checkpoint(resume)} at step {agent.step}",
+                  flush=True)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    agent.run()
+    try:
+        agent.run()
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     return 0
 
 

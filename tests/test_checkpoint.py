@@ -1,0 +1,204 @@
+"""Checkpoints: resume as if never stopped, survive kill -9 and Ctrl-C, refuse what does not fit.
+
+Every run here is a real `python d3qn_agent.py` subprocess on CartPole with a tiny network.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
+CHECKPOINT_FILES = {
+    "online.weights.h5", "target.weights.h5", "optimizer.npz", "memory.npz", "progress.json"
+}
+TINY = [
+    "--learning-starts", "64", "--memory-size", "400", "--batch-size", "32",
+    "--hidden-units", "16", "16", "--train-frequency", "1", "--target-update", "50",
+    "--exploration-steps", "300", "--eval-every", "1000000", "--eval-episodes", "1", "--seed", "3",
+]
+
+
+def agent_command(directory: Path, *flags: str) -> list[str]:
+    return [
+        sys.executable, str(ROOT / "d3qn_agent.py"), *TINY,
+        "--model-dir", str(directory / "models"), "--plot-dir", str(directory / "plots"), *flags,
+    ]
+
+
+def train(directory: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        agent_command(directory, *flags), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    return checkpoint.list_checkpoints(directory / "models" / f"{RUN_NAME}.checkpoints")
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file under `directory` with a hash of its bytes."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def assert_complete(step_directory: Path) -> None:
+    assert {path.name for path in step_directory.iterdir()} == CHECKPOINT_FILES
+    json.loads((step_directory / "progress.json").read_text())
+    checkpoint.read_arrays(step_directory / "memory.npz")
+    checkpoint.read_arrays(step_directory / "optimizer.npz")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished 200-step run with checkpoints at steps 100 and 200."""
+    directory = tmp_path_factory.mktemp("trained")
+    result = train(directory, "--total-steps", "200", "--checkpoint-every", "100")
+    assert result.returncode == 0, result.stderr
+    return directory
+
+
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    # One go: 400 steps, checkpointing at 200 on the way. Then a fresh process resumes from that
+    # step-200 checkpoint and trains the other 200 steps. (The budget stays 400 in both, since
+    # beta is annealed over the budget.)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    result = train(straight, "--total-steps", "400", "--checkpoint-every", "200")
+    assert result.returncode == 0, result.stderr
+    halfway = checkpoints(straight)[0]
+    assert halfway.name == "step-0000000200"
+    shutil.copytree(halfway, resumed / halfway.relative_to(straight))
+    result = train(resumed, "--total-steps", "400", "--checkpoint-every", "200", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "resuming from" in result.stdout and "at step 200" in result.stdout
+
+    expected, got = checkpoints(straight)[-1], checkpoints(resumed)[-1]
+    assert expected.name == got.name == "step-0000000400"
+    expected_progress = json.loads((expected / "progress.json").read_text())
+    got_progress = json.loads((got / "progress.json").read_text())
+    for key in ("step", "episode", "epsilon", "scores", "rng", "episode_actions"):
+        assert got_progress[key] == expected_progress[key], key
+    expected_memory = checkpoint.read_arrays(expected / "memory.npz")
+    got_memory = checkpoint.read_arrays(got / "memory.npz")
+    assert got_memory.keys() == expected_memory.keys()
+    for key, array in expected_memory.items():
+        if array.dtype.kind == "f":  # priorities and beta: same up to float rounding
+            np.testing.assert_allclose(got_memory[key], array, rtol=1e-4, err_msg=key)
+        else:  # transitions, counters, generator state: identical
+            np.testing.assert_array_equal(got_memory[key], array, err_msg=key)
+    for name in ("online.weights.h5", "target.weights.h5"):
+        assert_same_weights(expected / name, got / name)
+
+
+def assert_same_weights(expected: Path, got: Path) -> None:
+    import d3qn_agent
+
+    networks = []
+    for path in (expected, got):
+        network = d3qn_agent.OurModel((4,), 2, dueling=True, hidden_units=(16, 16))
+        network.load_weights(path)
+        networks.append(network.get_weights())
+    for expected_array, got_array in zip(*networks, strict=True):
+        np.testing.assert_allclose(got_array, expected_array, rtol=1e-4, atol=1e-6)
+
+
+def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
+    process = subprocess.Popen(
+        agent_command(tmp_path, "--total-steps", "100000", "--checkpoint-every", "10"),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(checkpoints(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(checkpoints(tmp_path)) == 2, "no checkpoints were written"
+        time.sleep(0.37)  # checkpoints are written every few ms: kill in the middle of things
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    # Only complete checkpoints count; a half-written one can only be a .tmp-* directory.
+    for step_directory in checkpoints(tmp_path):
+        assert_complete(step_directory)
+    for path in (tmp_path / "models").glob("*.keras"):
+        assert not path.name.startswith(checkpoint.TEMPORARY_PREFIX)
+    last = int(checkpoints(tmp_path)[-1].name.removeprefix("step-"))
+    result = train(
+        tmp_path, "--total-steps", str(last + 20), "--checkpoint-every", "10", "--resume"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"at step {last}" in result.stdout
+    root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
+    assert not list(root.glob(checkpoint.TEMPORARY_PREFIX + "*"))
+    assert [path.name for path in checkpoints(tmp_path)][-1] == f"step-{last + 20:010d}"
+    assert len(checkpoints(tmp_path)) == 2  # the last two are kept
+
+
+def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+    process = subprocess.Popen(
+        agent_command(tmp_path, "--total-steps", "100000"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in process.stdout:  # wait until training is under way
+            if line.startswith("episode:"):
+                break
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "interrupted at step" in stdout
+    assert len(checkpoints(tmp_path)) == 1
+    assert_complete(checkpoints(tmp_path)[0])
+    assert (tmp_path / "plots" / f"{RUN_NAME}.png").is_file()
+
+
+def resume_fails(directory: Path, *flags: str) -> str:
+    """Run a bad --resume; check it fails with one error line and changes no file."""
+    before = snapshot(directory)
+    result = train(directory, "--total-steps", "400", *flags)
+    assert result.returncode == 2
+    assert snapshot(directory) == before
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, result.stderr
+    return error_lines[0]
+
+
+def test_resume_without_a_checkpoint(tmp_path):
+    (tmp_path / "models").mkdir()
+    assert "no checkpoint to resume from" in resume_fails(tmp_path, "--resume")
+
+
+def test_resume_refuses_another_environment_or_network(tmp_path, trained):
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    step_directory = str(checkpoints(tmp_path)[-1])
+    error = resume_fails(tmp_path, "--env-name", "Acrobot-v1", "--resume", step_directory)
+    assert step_directory in error and "env_name='CartPole-v1'" in error
+    error = resume_fails(tmp_path, "--hidden-units", "32", "32", "--resume", step_directory)
+    assert "hidden_units=[16, 16]" in error
+    error = resume_fails(tmp_path, "--no-per", "--resume", step_directory)
+    assert "memory='proportional'" in error
+
+
+@pytest.mark.parametrize("damaged", sorted(CHECKPOINT_FILES))
+def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, damaged):
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    step_directory = checkpoints(tmp_path)[-1]
+    path = step_directory / damaged
+    path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
+    error = resume_fails(tmp_path, "--resume")
+    assert str(path) in error
