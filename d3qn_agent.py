@@ -52,10 +52,10 @@ DDQN = True  # double DQN target: online net picks the next action, target net e
 DUELING = True  # dueling head Q = V + (A - mean A) instead of a plain Q layer
 SOFT_UPDATE = False  # Polyak-average the target net after each gradient step instead of copying
 TAU = 0.005  # soft-update rate: target <- TAU * online + (1 - TAU) * target
-TARGET_UPDATE = 250  # environment steps between hard copies online -> target
+TARGET_UPDATE = 500  # environment steps between hard copies online -> target (slower: steadier)
 EPSILON_GREEDY = False  # the tutorial's exponential epsilon decay instead of a linear schedule
 EPSILON_START = 1.0  # exploration probability at the first step
-EPSILON_MIN = 0.02  # exploration probability at the end of the schedule
+EPSILON_MIN = 0.01  # exploration probability at the end of the schedule
 EXPLORATION_STEPS = 10_000  # linear schedule: steps to go from EPSILON_START to EPSILON_MIN
 EPSILON_DECAY = 0.0005  # exponential schedule: decay rate per step (the tutorial's value)
 MEMORY_SIZE = 50_000  # replay capacity in transitions
@@ -68,7 +68,7 @@ TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
-EVAL_EVERY = 2_500  # environment steps between greedy evaluations (they pick the saved model)
+EVAL_EVERY = 1_000  # environment steps between greedy evaluations (they pick the saved model)
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
 TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
@@ -422,6 +422,10 @@ class DQNAgent:
         if len(self.state_shape) == 3:
             from atari_wrappers import FrameStackStorage
 
+            if config.memory_size <= self.state_shape[-1]:
+                raise ValueError(f"MEMORY_SIZE must exceed the frame stack "
+                                 f"({self.state_shape[-1]}) for images, got {config.memory_size}")
+
             storage = FrameStackStorage(config.memory_size)
         memory_rng = np.random.default_rng([config.seed, 1])
         if not config.use_per:
@@ -546,7 +550,7 @@ class DQNAgent:
         """One compiled gradient step on `batch` = (states, actions, rewards, next_states, dones).
 
         Returns the per-sample |TD error| and the IS-weighted Huber loss, both measured before
-        the step. Cost: ~2-3 ms for the default network and batch on this 2-core CPU.
+        the step. Cost on this 2-core CPU: ~2-3 ms for CartPole's defaults, ~33 ms for Pong's.
 
         Raises NonFiniteError, leaving the weights as they were, if the loss or the gradient is
         NaN or infinite.
@@ -687,7 +691,10 @@ class DQNAgent:
 
     # ---- main loops --------------------------------------------------------------------------
     def start_episode(self) -> None:
-        """Reset the environment with this episode's own seed and clear the episode record."""
+        """Reset the environment with this episode's own seed and clear the episode record.
+
+        (A seeded reset reloads an Atari ROM: ~0.25 s, about 1% of a Pong episode's time.)
+        """
         self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
         self.episode_score = 0.0
         self.episode_actions = []

@@ -38,7 +38,9 @@ def main() -> None:
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")
         start = time.perf_counter()
         agent.start_episode()
-        while len(agent.MEMORY) < args.memory_size:
+        # memory_size stores fill the ring (FrameStackStorage also spends a few slots per episode
+        # on the first frames of the episode, so it holds slightly fewer transitions than slots).
+        for _ in range(args.memory_size):
             action = int(rng.integers(agent.action_size))
             next_state, reward, terminated, truncated, _ = agent.env.step(action)
             agent.remember(agent.state, action, reward, next_state, terminated)

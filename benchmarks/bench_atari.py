@@ -1,0 +1,260 @@
+"""Agent steps per second of the D3QN agent on Atari Pong, and where the time goes.
+
+    python benchmarks/bench_atari.py                  # 3,000 measured steps, prioritized replay
+    python benchmarks/bench_atari.py --no-per --steps 1000
+
+Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
+torso, batch 32, Adam 1e-4, a gradient step every 4 env steps, target copy every 1,000 steps),
+except for three settings that keep the run short and representative:
+
+- MEMORY_SIZE 20,000 instead of 100,000: sampling costs O(log N), so the time barely depends on
+  it; the bytes per transition do not depend on it at all.
+- LEARNING_STARTS 2,000 instead of 10,000: the untimed warm-up (LEARNING_STARTS + WARMUP_TRAIN
+  steps) already trains, so every measured step is a training-phase step.
+- EXPLORATION_STEPS 1 instead of 100,000: epsilon is at its final 0.01 from the start, so 99% of
+  the steps run the network to act, as in 99% of a 10M-step run. With the Atari default
+  schedule (--exploration-steps 100000) nearly every measured step would act at random.
+
+The measured loop is the agent's own: `agent._step_and_learn`, the per-step function that
+`DQNAgent.run` loops over (act, env.step, remember, a replay every TRAIN_FREQUENCY steps once
+LEARNING_STARTS is reached, a hard target copy every TARGET_UPDATE steps, `PlotModel` and a new
+episode at an episode's end). The benchmark only wraps stopwatches around the methods it calls,
+as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode`
+(env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three calls inside
+`agent.replay`, `agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`.
+These are the agent's internals; "other" is what is left (the per-episode print line, which goes
+to a buffer here, and the loop itself). The greedy evaluations (every 250,000 steps) fall outside
+the measured window.
+
+Prints, for each part, microseconds per agent step, share of the measured time, calls, and
+microseconds per call; then the replay memory's bytes per transition, measured from its numpy
+arrays (frame store + sum tree) after the run. The 2-core CPU may be shared: the load average
+before and after is printed with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import resource
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Quiet TensorFlow's start-up lines, as d3qn_agent.py does (before anything imports TensorFlow).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import d3qn_agent
+
+# Hyperparameters (each overridable from the command line).
+ENV_NAME = "PongNoFrameskip-v4"  # the Atari game the agent plays
+STEPS = 3_000  # measured agent steps after the warm-up (~1 minute on this CPU)
+MEMORY_SIZE = 20_000  # replay capacity in transitions (the Atari default is 100,000)
+LEARNING_STARTS = 2_000  # env steps before the first gradient step (Atari default 10,000)
+WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient steps run slower
+EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100,000)
+SEED = 0  # seeds the agent, its environment and its replay memory
+
+# The measured parts of one agent step, in the order the loop runs them.
+PARTS = {
+    "env step": "agent.env.step",
+    "env reset": "agent.start_episode: env.reset at an episode's end",
+    "act": "agent.act: epsilon-greedy, one forward pass",
+    "store": "agent.remember: Memory.store into the frame store",
+    "sample": "Memory.sample: draw a batch, rebuild its frame stacks",
+    "train": "agent.train_on_batch: one gradient step",
+    "priorities": "Memory.batch_update: new priorities",
+    "target": "agent.update_target_model: hard copy",
+    "episode end": "agent.PlotModel (PNG redrawn at most every 20 s)",
+}
+# How the parts add up to the four kinds of work.
+GROUPS = {
+    "env": ("env step", "env reset"),
+    "acting": ("act",),
+    "training": ("train", "target"),
+    "replay memory": ("store", "sample", "priorities"),
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--env-name", default=ENV_NAME, help="Atari environment id")
+    parser.add_argument("--steps", type=int, default=STEPS, help="measured agent steps")
+    parser.add_argument("--memory-size", type=int, default=MEMORY_SIZE,
+                        help="replay capacity (transitions)")
+    parser.add_argument("--learning-starts", type=int, default=LEARNING_STARTS,
+                        help="env steps before the first gradient step")
+    parser.add_argument("--warmup-train", type=int, default=WARMUP_TRAIN,
+                        help="untimed training steps before the measurement")
+    parser.add_argument("--exploration-steps", type=int, default=EXPLORATION_STEPS,
+                        help="env steps for epsilon to reach 0.01 (1: from the start)")
+    parser.add_argument("--per", dest="use_per", action=argparse.BooleanOptionalAction,
+                        default=True, help="prioritized replay (--no-per: uniform replay)")
+    parser.add_argument("--seed", type=int, default=SEED, help="random seed")
+    args = parser.parse_args()
+    for name in ("steps", "memory_size", "exploration_steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("learning_starts", "warmup_train"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    return args
+
+
+class Stopwatches:
+    """Seconds and calls per part of the agent step, counted by wrappers around its methods."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.calls = dict.fromkeys(PARTS, 0)
+
+    def reset(self) -> None:
+        """Forget the time and calls counted so far (after the warm-up)."""
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.calls = dict.fromkeys(PARTS, 0)
+
+    def wrap(self, holder: object, method: str, part: str) -> None:
+        """Replace `holder.method` by a timed call of itself. Cost ~0.3 us per call."""
+        function = getattr(holder, method)
+        clock = time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            result = function(*args, **kwargs)
+            self.seconds[part] += clock() - start
+            self.calls[part] += 1
+            return result
+
+        setattr(holder, method, timed)
+
+
+def instrument(agent: d3qn_agent.DQNAgent) -> Stopwatches:
+    """Wrap stopwatches around every method the agent's training step calls."""
+    watches = Stopwatches()
+    for holder, method, part in (
+        (agent.env, "step", "env step"),
+        (agent, "start_episode", "env reset"),
+        (agent, "act", "act"),
+        (agent, "remember", "store"),
+        (agent.MEMORY, "sample", "sample"),
+        (agent, "train_on_batch", "train"),
+        (agent.MEMORY, "batch_update", "priorities"),
+        (agent, "update_target_model", "target"),
+        (agent, "PlotModel", "episode end"),
+    ):
+        watches.wrap(holder, method, part)
+    return watches
+
+
+def run_steps(agent: d3qn_agent.DQNAgent, count: int) -> float:
+    """Run `count` training steps of the agent's own loop; return the wall time in seconds."""
+    start_time, start_step = time.perf_counter(), agent.step
+    with contextlib.redirect_stdout(io.StringIO()):  # the per-episode lines
+        for _ in range(count):
+            agent._step_and_learn(start_time, start_step)
+    return time.perf_counter() - start_time
+
+
+def owned_array_bytes(holder: object) -> int:
+    """Bytes of the numpy arrays held as attributes of `holder`, views of others not counted."""
+    return sum(value.nbytes for value in vars(holder).values()
+               if isinstance(value, np.ndarray) and value.base is None)
+
+
+def print_time_table(watches: Stopwatches, steps: int, wall: float) -> None:
+    print(f"{'part':<12} {'us/step':>9} {'% time':>7} {'calls':>6} {'us/call':>9}  what")
+    for part, what in PARTS.items():
+        seconds, calls = watches.seconds[part], watches.calls[part]
+        per_call = f"{seconds / calls * 1e6:9,.0f}" if calls else f"{'-':>9}"
+        print(f"{part:<12} {seconds / steps * 1e6:9,.0f} {100 * seconds / wall:7.1f} "
+              f"{calls:6,} {per_call}  {what}")
+    other = wall - sum(watches.seconds.values())
+    print(f"{'other':<12} {other / steps * 1e6:9,.0f} {100 * other / wall:7.1f} {'':>6} "
+          f"{'':>9}  the rest: replay glue, episode line, loop, stopwatches")
+    print(f"{'total':<12} {wall / steps * 1e6:9,.0f} {100.0:7.1f}")
+    print()
+    print("by kind of work: " + ", ".join(
+        f"{group} {100 * sum(watches.seconds[p] for p in parts) / wall:.1f}%"
+        for group, parts in GROUPS.items()))
+
+
+def print_memory_bytes(agent: d3qn_agent.DQNAgent) -> None:
+    """Replay bytes per transition: array bytes per slot times slots per stored transition."""
+    memory = agent.MEMORY
+    storage = memory.storage
+    storage_bytes = owned_array_bytes(storage)
+    tree = getattr(memory, "tree", None)  # only the proportional PER memory has a sum tree
+    tree_bytes = owned_array_bytes(tree) if tree is not None else 0
+    # A new episode costs its stack's older frames as extra slots that hold no transition.
+    slots_per_transition = storage.written / len(storage)
+    per_slot = (storage_bytes + tree_bytes) / memory.capacity
+    print(f"replay memory ({type(memory).__name__} + {type(storage).__name__}), capacity "
+          f"{memory.capacity:,} slots: {storage.written:,} slots written, holding "
+          f"{len(storage):,} transitions")
+    print(f"  storage arrays {storage_bytes:,} bytes + sum tree {tree_bytes:,} bytes = "
+          f"{per_slot:,.1f} bytes per slot")
+    print(f"  {slots_per_transition:.4f} slots per transition -> "
+          f"{per_slot * slots_per_transition:,.0f} bytes per transition "
+          f"(x {agent.config.memory_size:,} = "
+          f"{per_slot * slots_per_transition * agent.config.memory_size / 1e6:,.0f} MB for "
+          f"this memory; the frames are allocated at full capacity, only written pages are used)")
+    state_bytes = int(np.prod(agent.state_shape))
+    print(f"  for comparison: a uint8 state + next_state pair is {2 * state_bytes:,} bytes, "
+          f"float32 {8 * state_bytes:,} bytes")
+
+
+def main() -> None:
+    args = parse_args()
+    print("command: python " + shlex.join(sys.argv))
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as work_dir:
+        agent = d3qn_agent.DQNAgent(
+            args.env_name, use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
+            learning_starts=args.learning_starts, exploration_steps=args.exploration_steps,
+            model_dir=work_dir, plot_dir=work_dir,
+        )
+        config = agent.config
+        print(f"{args.env_name}: {agent.describe()}")
+        print(f"observation {agent.state_shape} {agent.state_dtype}, {agent.action_size} actions, "
+              f"batch {config.batch_size}, a gradient step every {config.train_frequency} env "
+              f"steps, target copy every {config.target_update}, Adam {config.learning_rate:g}")
+        print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, load average before "
+              f"{load_before[0]:.2f} (1 min)")
+        watches = instrument(agent)
+        agent.start_episode()  # as run() does before its first step
+        warmup = args.learning_starts + args.warmup_train
+        print(f"warm-up: {warmup:,} untimed steps in {run_steps(agent, warmup):.0f} s")
+        watches.reset()
+        first_epsilon = agent.epsilon_at(agent.step)
+        wall = run_steps(agent, args.steps)
+        load_after = os.getloadavg()
+        print(f"measured: {args.steps:,} agent steps in {wall:.1f} s, epsilon "
+              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, {watches.calls['train']:,} gradient "
+              f"steps, {agent.episode} episodes finished so far")
+        print(f"load average after {load_after[0]:.2f} (1 min)")
+        print()
+        print(f"agent steps/s: {args.steps / wall:,.1f}  (x4 = {4 * args.steps / wall:,.0f} "
+              f"emulator frames/s; 10,000,000 steps would take "
+              f"{10_000_000 / (args.steps / wall) / 3600:,.0f} h at this rate)")
+        print()
+        print_time_table(watches, args.steps, wall)
+        print()
+        print_memory_bytes(agent)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        print(f"process peak resident memory: {peak_mb:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

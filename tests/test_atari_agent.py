@@ -1,0 +1,133 @@
+"""Tests for the D3QN agent on Atari: the conv network, the Atari defaults and the frame-sharing
+replay storage, and a short command-line run on Pong that writes a model and a plot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from atari_wrappers import FrameStackStorage
+from d3qn_agent import DQNAgent, DuelingCombine, OurModel
+
+ROOT = Path(__file__).resolve().parents[1]
+PONG = "PongNoFrameskip-v4"
+PONG_STATE = (84, 84, 4)
+PONG_ACTIONS = 6
+# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def pong_agent(tmp_path: Path, **flags) -> DQNAgent:
+    """A Pong agent that writes only under tmp_path; other flags as given."""
+    return DQNAgent(PONG, model_dir=str(tmp_path / "models"), plot_dir=str(tmp_path / "plots"),
+                    **flags)
+
+
+# --- network ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
+def test_image_input_gets_the_nature_dqn_torso(dueling):
+    model = OurModel(PONG_STATE, PONG_ACTIONS, dueling)
+    assert model.input.dtype == "uint8"
+    rescaling = [layer for layer in model.layers if isinstance(layer, keras.layers.Rescaling)]
+    assert len(rescaling) == 1 and rescaling[0].scale == pytest.approx(1 / 255)
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert [(c.filters, c.kernel_size, c.strides, c.activation.__name__) for c in convs] == [
+        (32, (8, 8), (4, 4), "relu"), (64, (4, 4), (2, 2), "relu"), (64, (3, 3), (1, 1), "relu")]
+    # The first dense layer after the torso has 512 units; then the head.
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    assert dense[0].units == 512
+    assert model.layers.index(dense[0]) > model.layers.index(convs[-1])
+    head = sorted(layer.units for layer in dense[1:])
+    assert head == ([1, PONG_ACTIONS] if dueling else [PONG_ACTIONS])
+    assert any(isinstance(layer, DuelingCombine) for layer in model.layers) == dueling
+    # Rescaling happens inside the model, so raw uint8 frames go in directly.
+    frames = np.random.default_rng(0).integers(0, 256, (2, *PONG_STATE), dtype=np.uint8)
+    q_values = np.asarray(model(frames))
+    assert q_values.shape == (2, PONG_ACTIONS) and np.isfinite(q_values).all()
+
+
+# --- Atari defaults --------------------------------------------------------------------------
+
+
+def test_pong_agent_uses_the_atari_defaults_and_the_frame_store(tmp_path):
+    agent = pong_agent(tmp_path)
+    config = agent.config
+    assert agent.atari and agent.state_shape == PONG_STATE and agent.action_size == PONG_ACTIONS
+    assert isinstance(agent.MEMORY.storage, FrameStackStorage)
+    assert agent.MEMORY.capacity == 100_000
+    assert isinstance(agent.optimizer, keras.optimizers.Adam)
+    assert float(agent.optimizer.learning_rate) == pytest.approx(1e-4)
+    assert (config.batch_size, config.learning_starts, config.target_update,
+            config.train_frequency) == (32, 10_000, 1_000, 4)
+    # Linear epsilon: 1 -> 0.01 over the first 100k steps, then flat.
+    assert agent.epsilon_at(0) == 1.0
+    assert agent.epsilon_at(50_000) == pytest.approx(0.505)
+    assert agent.epsilon_at(100_000) == pytest.approx(0.01)
+    assert agent.epsilon_at(1_000_000) == pytest.approx(0.01)
+    assert any(isinstance(layer, keras.layers.Conv2D) for layer in agent.model.layers)
+
+
+def test_explicit_flags_override_the_atari_defaults_one_by_one(tmp_path):
+    agent = pong_agent(tmp_path, memory_size=500, learning_rate=3e-4, use_per=False)
+    assert isinstance(agent.MEMORY.storage, FrameStackStorage)
+    assert agent.MEMORY.capacity == 500
+    assert float(agent.optimizer.learning_rate) == pytest.approx(3e-4)
+    # Flags that were not given keep their Atari values.
+    config = agent.config
+    assert (config.learning_starts, config.train_frequency, config.epsilon_min) == (
+        10_000, 4, 0.01)
+
+
+def test_run_trains_every_fourth_step_from_learning_starts(tmp_path, monkeypatch):
+    agent = pong_agent(tmp_path, total_steps=40, learning_starts=8, memory_size=200,
+                       batch_size=4, max_episode_steps=20, eval_episodes=1)
+    replay_steps = []
+    train_once = agent.replay
+
+    def counting_replay() -> float:
+        replay_steps.append(agent.step)
+        return train_once()
+
+    monkeypatch.setattr(agent, "replay", counting_replay)
+    agent.run()
+    assert replay_steps == list(range(8, 41, 4))
+    assert len(agent.MEMORY) > 0 and agent.episode == 2  # two 20-step episodes (time limit)
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def test_command_line_smoke_run_on_pong_writes_a_loadable_model_and_a_plot(tmp_path):
+    models, plots = tmp_path / "models", tmp_path / "plots"
+    # 300 steps, training from step 100 on (50 gradient steps); 100-step episodes so that
+    # training episodes finish and the final greedy evaluation is short.
+    command = [sys.executable, str(ROOT / "d3qn_agent.py"), "--env-name", PONG,
+               "--total-steps", "300", "--memory-size", "500", "--learning-starts", "100",
+               "--max-episode-steps", "100", "--eval-episodes", "1",
+               "--model-dir", str(models), "--plot-dir", str(plots)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "episode: 3, step: 300/300" in done.stdout
+    name = "DDQN_PongNoFrameskip-v4_Dueling_PER"
+    assert (plots / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    frames = np.random.default_rng(0).integers(0, 256, (1, *PONG_STATE), dtype=np.uint8)
+    for suffix in ("", "_last"):
+        model = keras.models.load_model(models / f"{name}{suffix}.keras", safe_mode=True)
+        q_values = np.asarray(model(frames))
+        assert q_values.shape == (1, PONG_ACTIONS) and np.isfinite(q_values).all()
+    # Biases start at zero, so non-zero biases in the last model show that gradient steps ran.
+    biases = [layer.bias.numpy() for layer in model.layers
+              if getattr(layer, "bias", None) is not None]
+    assert len(biases) == 6 and all(np.any(bias != 0) for bias in biases)
+
+
+def test_memory_too_small_for_a_frame_stack_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="MEMORY_SIZE must exceed the frame stack"):
+        pong_agent(tmp_path, memory_size=4, batch_size=4)
