@@ -4,8 +4,9 @@
     python benchmarks/bench_checkpoint.py --memory-size 20000
 
 Builds the Pong agent with the Atari defaults, fills its prioritized replay (FrameStackStorage)
-to capacity with real Pong frames from random play, then times `save_checkpoint` and
-`load_checkpoint` and prints the size of each file. The checkpoint goes to a temporary directory.
+to capacity with real Pong frames from random play through the agent's own loop, then times
+`save_checkpoint` and `load_checkpoint` (which includes replaying the episode in progress) and
+prints the size of each file. Everything goes to a temporary directory.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_agent import DQNAgent
@@ -31,23 +30,19 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as directory:
+        # Random play through the agent's own loop (no learning, no evaluation), so that the
+        # checkpoint also holds a real episode in progress to replay on loading.
+        never = 10**12
         agent = DQNAgent(
-            args.env_name, memory_size=args.memory_size, model_dir=directory, seed=args.seed
+            args.env_name, memory_size=args.memory_size, model_dir=directory, seed=args.seed,
+            exploration_steps=never, learning_starts=never, eval_every=never,
+            plot_dir=directory,
         )
-        rng = np.random.default_rng(args.seed)
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")
         start = time.perf_counter()
         agent.start_episode()
-        # memory_size stores fill the ring (FrameStackStorage also spends a few slots per episode
-        # on the first frames of the episode, so it holds slightly fewer transitions than slots).
         for _ in range(args.memory_size):
-            action = int(rng.integers(agent.action_size))
-            next_state, reward, terminated, truncated, _ = agent.env.step(action)
-            agent.remember(agent.state, action, reward, next_state, terminated)
-            agent.state = next_state
-            if terminated or truncated:
-                agent.episode += 1
-                agent.start_episode()
+            agent._step_and_learn(start, 0)
         print(f"filled in {time.perf_counter() - start:.0f} s")
 
         tracemalloc.start()
