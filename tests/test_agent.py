@@ -207,11 +207,13 @@ def test_only_termination_is_stored_as_done(tmp_path, limit):
 
 
 def test_learns_cartpole_well_above_random(tmp_path):
-    # Random play averages ~22 on CartPole-v1. After 4,000 steps this setting reached 115-210
-    # greedily over seeds 0-3 (208 for seed 0), so 100 leaves room for numerical differences.
+    # Random play averages ~22 on CartPole-v1. After 4,000 steps this setting (all of it pinned
+    # here, independent of the defaults) reached 181 greedily for seed 0, so 100 leaves room for
+    # numerical differences.
     agent = small_agent(tmp_path, hidden_units=(64, 64), memory_size=10_000, batch_size=64,
                         total_steps=4_000, exploration_steps=2_000, learning_starts=500,
-                        target_update=250, eval_every=10_000, eval_episodes=10)
+                        target_update=250, epsilon_min=0.02, eval_every=10_000,
+                        eval_episodes=10)
     agent.run()
     assert agent.evaluations[-1][2] >= 100
 
