@@ -202,3 +202,29 @@ def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, damaged):
     path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
     error = resume_fails(tmp_path, "--resume")
     assert str(path) in error
+
+
+def test_nan_stops_training_with_the_last_good_state_saved(tmp_path):
+    import d3qn_agent
+
+    agent = d3qn_agent.DQNAgent(
+        "CartPole-v1", learning_starts=64, memory_size=400, batch_size=32, hidden_units=(16, 16),
+        eval_every=10**6, total_steps=1000, model_dir=str(tmp_path / "models"),
+        plot_dir=str(tmp_path / "plots"),
+    )
+    env_step = agent.env.step
+
+    def poisoned_step(action):  # from step 100 on, rewards are NaN
+        observation, reward, terminated, truncated, info = env_step(action)
+        return observation, np.nan if agent.step >= 99 else reward, terminated, truncated, info
+
+    agent.env.step = poisoned_step
+    with pytest.raises(d3qn_agent.NonFiniteError, match="Last good state saved to"):
+        agent.run()
+    assert 100 <= agent.step < 1000
+    assert all(np.isfinite(weights).all() for weights in agent.model.get_weights())
+    saved = checkpoints(tmp_path)
+    assert [path.name for path in saved] == [f"step-{agent.step:010d}"]
+    assert_complete(saved[0])
+    memory = checkpoint.read_arrays(saved[0] / "memory.npz")
+    assert np.isfinite(memory["tree.sums"]).all()
