@@ -52,7 +52,7 @@ DDQN = True  # double DQN target: online net picks the next action, target net e
 DUELING = True  # dueling head Q = V + (A - mean A) instead of a plain Q layer
 SOFT_UPDATE = False  # Polyak-average the target net after each gradient step instead of copying
 TAU = 0.005  # soft-update rate: target <- TAU * online + (1 - TAU) * target
-TARGET_UPDATE = 500  # environment steps between hard copies online -> target (slower: steadier)
+TARGET_UPDATE = 100  # env steps between hard copies online -> target (a copy = one more backup)
 EPSILON_GREEDY = False  # the tutorial's exponential epsilon decay instead of a linear schedule
 EPSILON_START = 1.0  # exploration probability at the first step
 EPSILON_MIN = 0.01  # exploration probability at the end of the schedule
