@@ -48,8 +48,7 @@ def write_checkpoint(
     temporary.mkdir()
     write_files(temporary)
     for path in temporary.iterdir():
-        with open(path, "rb") as file:
-            os.fsync(file.fileno())
+        _fsync_file(path)
     os.replace(temporary, final)
     _fsync_directory(root)
     for old in list_checkpoints(root)[:-keep]:
@@ -86,8 +85,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     temporary = path.with_name(TEMPORARY_PREFIX + path.name)
     try:
         yield temporary
-        with open(temporary, "rb") as file:
-            os.fsync(file.fileno())
+        _fsync_file(temporary)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -122,6 +120,12 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
             return {key: saved[key] for key in saved.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
         raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush a written file's contents to the disk."""
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
 
 
 def _fsync_directory(directory: Path) -> None:

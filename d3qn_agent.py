@@ -812,12 +812,16 @@ class DQNAgent:
                 "rng": self.rng.bit_generator.state,
                 "episode_actions": self.episode_actions,
                 "episode_score": self.episode_score,
-                "state_sha256": hashlib.sha256(np.ascontiguousarray(self.state)).hexdigest(),
+                "state_sha256": self._state_digest(),
             })
 
         if self.state is None:
             self.start_episode()
         return str(checkpoint.write_checkpoint(self.checkpoint_root, self.step, write))
+
+    def _state_digest(self) -> str:
+        """SHA-256 of the current observation: a resumed episode must reproduce it exactly."""
+        return hashlib.sha256(np.ascontiguousarray(self.state)).hexdigest()
 
     def fingerprint(self) -> dict[str, Any]:
         """What a checkpoint must share with this agent to be loaded into it."""
@@ -894,8 +898,7 @@ class DQNAgent:
             self.state, *_ = self.env.step(int(action))
         self.episode_actions = [int(action) for action in progress["episode_actions"]]
         self.episode_score = float(progress["episode_score"])
-        digest = hashlib.sha256(np.ascontiguousarray(self.state)).hexdigest()
-        if digest != progress["state_sha256"]:
+        if self._state_digest() != progress["state_sha256"]:
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")
 
@@ -904,7 +907,7 @@ class DQNAgent:
         self.load(self.Model_name)
         scores = []
         for episode in range(1, self.config.test_episodes + 1):
-            state, _ = self.env.reset(seed=self.config.seed + 20_000 + episode)
+            state, _ = self.env.reset(seed=episode_seed(self.config.seed, 2, episode))
             score, done, info = 0.0, False, {}
             while not done:
                 action = int(self._greedy_actions(state[np.newaxis]).numpy()[0])

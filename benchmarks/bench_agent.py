@@ -35,15 +35,16 @@ import d3qn_agent
 ROOT = Path(__file__).resolve().parent.parent
 ENV_NAME = "CartPole-v1"
 VARIANTS = {"PER": True, "uniform": False}  # label -> USE_PER
+SOLVED_SCORE = 475.0  # CartPole-v1's reward threshold
 
 
-def train_once(use_per: bool, seed: int, total_steps: int, work_dir: Path) -> dict:
+def train_once(label: str, seed: int, total_steps: int, work_dir: Path) -> dict:
     """Train one agent with the defaults; return its numbers and evaluation curve."""
     keras.backend.clear_session()  # start every run from an empty Keras graph state
-    label = "PER" if use_per else "uniform"
     log_path = work_dir / f"{label}_seed{seed}.log"
-    agent = d3qn_agent.DQNAgent(ENV_NAME, use_per=use_per, seed=seed, total_steps=total_steps,
-                                model_dir=str(work_dir), plot_dir=str(work_dir))
+    agent = d3qn_agent.DQNAgent(ENV_NAME, use_per=VARIANTS[label], seed=seed,
+                                total_steps=total_steps, model_dir=str(work_dir),
+                                plot_dir=str(work_dir))
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
         start = time.perf_counter()
         agent.run()
@@ -108,7 +109,7 @@ def plot(results: list[dict], path: Path, solved_score: float) -> None:
                           alpha=0.15, label=f"{label}: min-max over seeds")
     axes.axhline(solved_score, color="gray", linestyle="--", label=f"solved ({solved_score:g})")
     axes.set_xlabel("Environment steps")
-    axes.set_ylabel("Greedy evaluation return (mean of 20 episodes)")
+    axes.set_ylabel(f"Greedy evaluation return (mean of {d3qn_agent.EVAL_EPISODES} episodes)")
     axes.set_title(f"{ENV_NAME}: D3QN with prioritized vs uniform replay "
                    "(double DQN, dueling, defaults of d3qn_agent.py)", fontsize=10)
     axes.grid(alpha=0.3)
@@ -131,19 +132,19 @@ def main() -> None:
                      f"{args.total_steps}")
 
     print(f"{ENV_NAME}, {args.total_steps:,} steps per run, seeds 0..{args.seeds - 1}, "
-          f"solved = greedy mean >= 475 over {d3qn_agent.EVAL_EPISODES} episodes")
+          f"solved = greedy mean >= {SOLVED_SCORE:g} over {d3qn_agent.EVAL_EPISODES} episodes")
     print(format_row(["variant", "seed", "steps to solve", "wall time (s)", "env steps/s",
                       "final eval", "best eval"]))
     print(format_row(["---"] * 7))
     results = []
     with tempfile.TemporaryDirectory() as work_dir:
         for seed in range(args.seeds):
-            for use_per in VARIANTS.values():
-                result = train_once(use_per, seed, args.total_steps, Path(work_dir))
+            for label in VARIANTS:
+                result = train_once(label, seed, args.total_steps, Path(work_dir))
                 results.append(result)
                 print_run(result)
     print_summary(results, args.total_steps)
-    plot(results, args.out, solved_score=475.0)
+    plot(results, args.out, SOLVED_SCORE)
     print(f"\nplot: {args.out}")
 
 
