@@ -246,9 +246,33 @@ class TransitionStorage:
         self.written = min(self.written + 1, self.capacity)
         return slot, NO_SLOTS
 
-    def get(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots)."""
-        return tuple(field[slots] for field in self.fields)
+    def get(
+        self, slots: np.ndarray, last_slots: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots).
+
+        With `last_slots`, next_states are those of the transitions in `last_slots` instead (the
+        end of an n-step chain that starts at `slots`).
+        """
+        states, actions, rewards, next_states, dones = self.fields
+        ends = slots if last_slots is None else last_slots
+        return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
+
+    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards and done flags stored in `slots`."""
+        return self.fields[2][slots], self.fields[4][slots]
+
+    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
+        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
+
+        True when slot+1 was written after slot (it is not the oldest row, across the write
+        pointer) and its state is slot's next_state. Cost O(len(slots) * state size).
+        """
+        following = (slots + 1) % self.capacity
+        states, next_states = self.fields[0], self.fields[3]
+        same = states[following] == next_states[slots]
+        same = same.all(axis=tuple(range(1, same.ndim)))
+        return same & self.holds_transition[following] & (following != self.write_pointer)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to rebuild this storage, as plain arrays (the written rows only)."""
@@ -314,8 +338,15 @@ class ReplayMemory:
         capacity: int,
         storage: TransitionStorage | None,
         rng: np.random.Generator | int | None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         self.capacity = check_capacity(capacity)
+        if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
+            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+        _check_range("gamma", gamma, 0.0, 1.0)
+        self.n_step = int(n_step)
+        self.gamma = float(gamma)
         self.storage = storage if storage is not None else TransitionStorage(self.capacity)
         if self.storage.capacity != self.capacity:
             raise ValueError(
@@ -326,6 +357,38 @@ class ReplayMemory:
 
     def __len__(self) -> int:
         return len(self.storage)
+
+    def _batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The n-step transitions that start in `slots`, as the batch `sample` returns.
+
+        (states, actions, rewards, next_states, dones, discounts): rewards are the discounted sums
+        r_t + gamma r_t+1 + ... over the k <= n_step transitions that follow slot t in its episode,
+        next_states the state after the k-th, dones whether it terminated, and discounts gamma^k,
+        the factor in front of Q(next_state). A chain stops early at a termination, at a time-limit
+        truncation (bootstrapping from the last state seen) and at the newest transition. With
+        n_step = 1 this is the stored transition and discounts are gamma.
+        Cost O(n_step * len(slots)), vectorized over the batch.
+        """
+        rewards, dones = self.storage.rewards_and_dones(slots)
+        returns = rewards.astype(np.float64)
+        dones = dones.astype(bool)
+        last = slots.copy()
+        steps = np.ones(len(slots), dtype=np.int64)
+        ongoing = ~dones
+        for k in range(1, self.n_step):
+            if ongoing.any():
+                ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
+            if not ongoing.any():
+                break
+            last[ongoing] = (last[ongoing] + 1) % self.capacity
+            step_rewards, step_dones = self.storage.rewards_and_dones(last[ongoing])
+            returns[ongoing] += self.gamma**k * step_rewards
+            dones[ongoing] = step_dones
+            steps[ongoing] += 1
+            ongoing[ongoing] = ~step_dones
+        states, actions, _, next_states, _ = self.storage.get(slots, last)
+        discounts = (self.gamma**steps).astype(np.float32)
+        return states, actions, returns.astype(np.float32), next_states, dones, discounts
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The whole memory as plain numpy arrays (for `np.savez`, loadable without pickle)."""
@@ -347,7 +410,6 @@ class ReplayMemory:
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
-
     def _check_kind(self, arrays: dict[str, np.ndarray]) -> None:
         require(arrays, ("kind",), "replay memory")
         check_saved_value(arrays, "kind", self.kind)
@@ -367,8 +429,10 @@ class UniformMemory(ReplayMemory):
         capacity: int,
         storage: TransitionStorage | None = None,
         rng: np.random.Generator | int | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
-        super().__init__(capacity, storage, rng)
+        super().__init__(capacity, storage, rng, n_step, gamma)
 
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) transition. O(1)."""
@@ -385,7 +449,7 @@ class UniformMemory(ReplayMemory):
             slots[empty] = self.rng.integers(0, self.storage.written, size=int(empty.sum()))
             empty = ~holds[slots]
         tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self.storage.get(slots), np.ones(n, dtype=np.float32)
+        return tree_idx, self._batch(slots), np.ones(n, dtype=np.float32)
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Check the arguments like `Memory.batch_update`; uniform sampling ignores priorities."""
@@ -438,8 +502,10 @@ class Memory(ReplayMemory):
         rank_based: bool = False,
         storage: TransitionStorage | None = None,
         rng: np.random.Generator | int | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
-        super().__init__(capacity, storage, rng)
+        super().__init__(capacity, storage, rng, n_step, gamma)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -477,7 +543,8 @@ class Memory(ReplayMemory):
         """Draw n transitions by priority: (tree_idx, batch, is_weights).
 
         tree_idx are the leaves to pass back to `batch_update`; batch is (states, actions,
-        rewards, next_states, dones) with leading dimension n; is_weights is float32 (n,).
+        rewards, next_states, dones, discounts) with leading dimension n (see `_batch`; the TD
+        target is rewards + discounts * (1 - dones) * Q(next_states)); is_weights is float32 (n,).
         Cost O(n log N) proportional; rank-based adds an O(N) merge when priorities changed.
         """
         _check_sample(n, len(self))
@@ -491,7 +558,7 @@ class Memory(ReplayMemory):
             # (N P_i)^-beta / (N P_min)^-beta = (p_i / p_min)^-beta: N and the total cancel.
             is_weights = (self.tree.tree[leaves] / self.tree.min_priority) ** -self.beta
         tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self.storage.get(slots), is_weights.astype(np.float32)
+        return tree_idx, self._batch(slots), is_weights.astype(np.float32)
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Give the sampled transitions new priorities from their absolute TD errors. O(k log N).

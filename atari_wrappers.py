@@ -285,12 +285,41 @@ class FrameStackStorage:
         self._pending_stack = next_state.copy()
         return slot, freed[freed != slot]
 
-    def get(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+    def get(
+        self, slots: np.ndarray, last_slots: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
         """Return (states, actions, rewards, next_states, dones) of `slots`, leading dim len(slots).
 
-        States are rebuilt from the ring exactly as they were added. Every slot must hold a
-        transition (see `holds_transition`); others raise ValueError.
+        States are rebuilt from the ring exactly as they were added. With `last_slots`, next_states
+        are those of the transitions in `last_slots` (the end of an n-step chain from `slots`).
+        Every slot must hold a transition (see `holds_transition`); others raise ValueError.
         """
+        slots = self._checked_slots(slots)
+        ends = slots if last_slots is None else self._checked_slots(last_slots)
+        if ends.shape != slots.shape:
+            raise ValueError(f"last_slots has shape {ends.shape}, slots {slots.shape}")
+        return (
+            self._stacks(slots),
+            self.actions[slots],
+            self.rewards[slots],
+            self._stacks((ends + 1) % self.capacity),
+            self.dones[slots],
+        )
+
+    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards and done flags stored in `slots`."""
+        return self.rewards[slots], self.dones[slots]
+
+    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
+        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
+
+        A new episode starts S+1 slots on, and overwriting slot+1 breaks slot's transition, so for
+        a slot that holds a transition this is just whether slot+1 holds one. O(len(slots)).
+        """
+        return self.holds_transition[(slots + 1) % self.capacity]
+
+    def _checked_slots(self, slots: Any) -> np.ndarray:
+        """`slots` as an int array of slots that hold transitions, or ValueError naming them."""
         slots = np.asarray(slots)
         if slots.ndim != 1 or not np.issubdtype(slots.dtype, np.integer):
             raise ValueError(f"slots must be a 1-d integer array, got {slots.dtype} {slots.shape}")
@@ -301,13 +330,7 @@ class FrameStackStorage:
             raise ValueError(f"slots {missing} hold no transition")
         if self.frames is None:  # nothing added yet, so slots is empty
             raise ValueError("get() on an empty FrameStackStorage")
-        return (
-            self._stacks(slots),
-            self.actions[slots],
-            self.rewards[slots],
-            self._stacks((slots + 1) % self.capacity),
-            self.dones[slots],
-        )
+        return slots
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Return the storage as plain numpy arrays (for np.savez); only written slots' frames."""

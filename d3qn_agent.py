@@ -8,7 +8,8 @@ What the agent does, per environment step:
   act      epsilon-greedy on the online network's Q-values (one compiled forward pass).
   remember store (state, action, reward, next_state, terminated) in the replay memory: PER's
            `Memory` (prioritized) or `UniformMemory`, chosen by USE_PER; same interface.
-  replay   every TRAIN_FREQUENCY steps: sample a batch, take one compiled gradient step on the
+  replay   every TRAIN_FREQUENCY steps: sample a batch (of N_STEP-step returns, read from
+           consecutive stored transitions), take one compiled gradient step on the
            importance-weighted Huber TD loss, and give the new |TD errors| back to the memory as
            priorities.
   target   the target network is a copy of the online network, refreshed every TARGET_UPDATE steps
@@ -61,6 +62,7 @@ EPSILON_DECAY = 0.0005  # exponential schedule: decay rate per step (the tutoria
 MEMORY_SIZE = 50_000  # replay capacity in transitions
 BATCH_SIZE = 128  # transitions per gradient step
 GAMMA = 0.99  # discount factor
+N_STEP = 1  # rewards summed per TD target: r_t + ... + gamma^(n-1) r_t+n-1 + gamma^n Q(s_t+n)
 LEARNING_RATE = 1e-3  # Adam step size
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
@@ -77,7 +79,8 @@ MODEL_DIR = "models"  # where the .keras files and the checkpoints go
 PLOT_DIR = "plots"  # where the learning curve goes
 
 # Defaults from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's
-# Atari settings) that replace the CartPole values above for Atari ids unless set explicitly.
+# Atari settings; 3-step returns from Hessel et al. 2018) that replace the CartPole values above
+# for Atari ids unless set explicitly.
 ATARI_OVERRIDES: dict[str, Any] = {
     "total_steps": 10_000_000,
     "memory_size": 100_000,
@@ -86,6 +89,7 @@ ATARI_OVERRIDES: dict[str, Any] = {
     "learning_starts": 10_000,
     "target_update": 1_000,
     "train_frequency": 4,
+    "n_step": 3,
     "epsilon_min": 0.01,
     "exploration_steps": 100_000,
     "eval_every": 250_000,
@@ -142,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--memory-size", type=int, default=MEMORY_SIZE, help="replay capacity (transitions)")
     add("--batch-size", type=int, default=BATCH_SIZE, help="transitions per gradient step")
     add("--gamma", type=float, default=GAMMA, help="discount factor")
+    add("--n-step", type=int, default=N_STEP, help="rewards summed per TD target (n-step return)")
     add("--learning-rate", type=float, default=LEARNING_RATE, help="Adam learning rate")
     add("--grad-clip", type=float, default=GRAD_CLIP, help="max global gradient norm")
     add("--learning-starts", type=int, default=LEARNING_STARTS,
@@ -211,7 +216,7 @@ def resolve_flags(env_name: str, flags: dict[str, Any], atari: bool) -> argparse
 def _check_ranges(config: argparse.Namespace) -> None:
     """Raise ValueError for the first flag whose value cannot work."""
     positive = ["total_steps", "memory_size", "batch_size", "learning_rate", "grad_clip",
-                "target_update", "train_frequency", "exploration_steps", "eval_every",
+                "target_update", "train_frequency", "n_step", "exploration_steps", "eval_every",
                 "eval_episodes", "test_episodes"]
     for name in positive:
         value = getattr(config, name)
@@ -317,9 +322,11 @@ def OurModel(  # the tutorial's name
 
 
 def double_dqn_targets(
-    rewards: Any, dones: Any, next_q_online: Any, next_q_target: Any, gamma: float, double: bool
+    rewards: Any, dones: Any, next_q_online: Any, next_q_target: Any, discounts: Any, double: bool
 ) -> tf.Tensor:
-    """TD targets r + gamma * (1 - done) * Q_next, one per sample.
+    """TD targets r + discount * (1 - done) * Q_next, one per sample.
+
+    `discounts` is gamma (a scalar), or gamma^k per sample when `rewards` sum k steps (n-step).
 
     Double DQN (van Hasselt et al. 2016): the online network chooses a' = argmax Q_online(s', .)
     and the target network evaluates it, Q_next = Q_target(s', a'); this removes most of the
@@ -333,7 +340,7 @@ def double_dqn_targets(
         next_values = tf.gather(next_q_target, next_actions, axis=1, batch_dims=1)
     else:
         next_values = tf.reduce_max(next_q_target, axis=1)
-    return rewards + gamma * (1.0 - dones) * tf.cast(next_values, tf.float32)
+    return rewards + discounts * (1.0 - dones) * tf.cast(next_values, tf.float32)
 
 
 def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
@@ -428,8 +435,9 @@ class DQNAgent:
 
             storage = FrameStackStorage(config.memory_size)
         memory_rng = np.random.default_rng([config.seed, 1])
+        returns = {"n_step": config.n_step, "gamma": config.gamma}
         if not config.use_per:
-            return UniformMemory(config.memory_size, storage=storage, rng=memory_rng)
+            return UniformMemory(config.memory_size, storage=storage, rng=memory_rng, **returns)
         # Anneal beta linearly to 1 over the gradient steps this run will take (Schaul et al.).
         gradient_steps = max(1, (config.total_steps - config.learning_starts)
                              // config.train_frequency)
@@ -441,6 +449,7 @@ class DQNAgent:
             rank_based=config.per_rank_based,
             storage=storage,
             rng=memory_rng,
+            **returns,
         )
 
     def _make_optimizer(self) -> None:
@@ -465,7 +474,7 @@ class DQNAgent:
 
         self._greedy_actions = trace(self._greedy_actions_eager, states)
         self._train_step = trace(self._train_step_eager, states, actions, vector, states, vector,
-                                 vector)
+                                 vector, vector)
         self._blend_target = trace(self._blend_target_eager, tf.TensorSpec((), tf.float32))
 
     def run_name(self) -> str:
@@ -489,6 +498,8 @@ class DQNAgent:
             parts.append("rank-based PER" if config.per_rank_based else "proportional PER")
         else:
             parts.append("uniform replay")
+        if config.n_step > 1:
+            parts.append(f"{config.n_step}-step returns")
         parts.append(f"soft target (tau={config.tau})" if config.soft_update
                      else f"target copy every {config.target_update} steps")
         parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
@@ -521,12 +532,12 @@ class DQNAgent:
         self.MEMORY.store((state, action, reward, next_state, done))
 
     def _train_step_eager(self, states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
-                          next_states: tf.Tensor, dones: tf.Tensor,
+                          next_states: tf.Tensor, dones: tf.Tensor, discounts: tf.Tensor,
                           is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         config = self.config
         targets = double_dqn_targets(
             rewards, dones, self.model(next_states, training=False),
-            self.target_model(next_states, training=False), config.gamma, config.ddqn,
+            self.target_model(next_states, training=False), discounts, config.ddqn,
         )
         with tf.GradientTape() as tape:
             q_values = self.model(states, training=True)
@@ -549,7 +560,8 @@ class DQNAgent:
         return tf.abs(td_errors), loss, applied
 
     def train_on_batch(self, batch: tuple, is_weights: np.ndarray) -> tuple[np.ndarray, float]:
-        """One compiled gradient step on `batch` = (states, actions, rewards, next_states, dones).
+        """One compiled gradient step on `batch` = (states, actions, rewards, next_states, dones,
+        discounts), as `Memory.sample` returns it.
 
         Returns the per-sample |TD error| and the IS-weighted Huber loss, both measured before
         the step. Cost on this 2-core CPU: ~2-3 ms for CartPole's defaults, ~33 ms for Pong's.
@@ -557,10 +569,11 @@ class DQNAgent:
         Raises NonFiniteError, leaving the weights as they were, if the loss or the gradient is
         NaN or infinite.
         """
-        states, actions, rewards, next_states, dones = batch
+        states, actions, rewards, next_states, dones, discounts = batch
         abs_errors, loss, applied = self._train_step(
             states, np.asarray(actions, np.int32), np.asarray(rewards, np.float32),
-            next_states, np.asarray(dones, np.float32), np.asarray(is_weights, np.float32),
+            next_states, np.asarray(dones, np.float32), np.asarray(discounts, np.float32),
+            np.asarray(is_weights, np.float32),
         )
         if not applied:
             raise NonFiniteError(f"training step at env step {self.step} gave a non-finite loss "

@@ -147,17 +147,18 @@ def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_pa
         rng.normal(size=n),
         rng.normal(size=(n, 4)).astype(np.float32),
         rng.random(n) < 0.25,
+        rng.choice([0.99, 0.99**3], size=n),  # one-step and three-step transitions
     )
     is_weights = rng.uniform(0.2, 1.0, size=n).astype(np.float32)
     agent.MEMORY = FixedBatchMemory(batch, is_weights)
     # Different target weights, so that the double-DQN choice and evaluation really differ.
     agent.target_model.set_weights([w * 0.5 for w in agent.model.get_weights()])
 
-    states, actions, rewards, next_states, dones = batch
+    states, actions, rewards, next_states, dones, discounts = batch
     q_taken = np.asarray(agent.model(states))[np.arange(n), actions]
     targets = np.asarray(double_dqn_targets(
         rewards, dones, agent.model(next_states), agent.target_model(next_states),
-        agent.config.gamma, True))
+        discounts.astype(np.float32), True))
     expected_errors = np.abs(targets - q_taken)
 
     loss_before = agent.replay()

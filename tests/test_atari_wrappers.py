@@ -420,18 +420,41 @@ class RecordingStorage(FrameStackStorage):
         return self.last_add
 
 
-def make_memory(kind: str, storage: FrameStackStorage):
+def make_memory(kind: str, storage: FrameStackStorage, n_step: int = 1, gamma: float = 0.99):
+    returns = {"n_step": n_step, "gamma": gamma}
     if kind == "uniform":
-        return PER.UniformMemory(storage.capacity, storage=storage, rng=0)
-    return PER.Memory(storage.capacity, rank_based=kind == "rank", storage=storage, rng=0)
+        return PER.UniformMemory(storage.capacity, storage=storage, rng=0, **returns)
+    return PER.Memory(storage.capacity, rank_based=kind == "rank", storage=storage, rng=0,
+                      **returns)
 
 
+def n_step_reference(transitions: list[tuple], start: int, held: set[int], n_step: int,
+                     gamma: float) -> tuple[float, np.ndarray, bool, float]:
+    """(return, next_state, done, discount) of the n-step chain from transitions[start].
+
+    Written from the definition: follow the run's own transition list while the episode goes on
+    and the next transition is still held, for at most n_step transitions.
+    """
+    total, index = 0.0, start
+    for k in range(n_step):
+        _, _, reward, next_state, done, _ = transitions[index]
+        total += gamma**k * reward
+        following = index + 1
+        if (done or k == n_step - 1 or following == len(transitions)
+                or transitions[following][5] or following not in held):
+            return total, next_state, done, gamma ** (k + 1)
+        index = following
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
 @pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
-def test_memories_sample_only_complete_correct_transitions(kind):
+def test_memories_sample_only_complete_correct_transitions(kind, n_step):
     env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
     transitions = collect(env, steps=300, seed=6)
     storage = RecordingStorage(capacity=37)
-    memory = make_memory(kind, storage)
+    gamma = 0.9
+    memory = make_memory(kind, storage, n_step, gamma)
     errors_rng = np.random.default_rng(7)
     held: dict[int, int] = {}
     for index, (state, action, reward, next_state, done, _) in enumerate(transitions):
@@ -444,13 +467,18 @@ def test_memories_sample_only_complete_correct_transitions(kind):
         tree_idx, batch, is_weights = memory.sample(16)
         slots = tree_idx - (memory.capacity - 1)
         assert all(slot in held for slot in slots.tolist()), "sampled a freed or empty slot"
-        states, actions, rewards, next_states, dones = batch
+        states, actions, rewards, next_states, dones, discounts = batch
         assert states.shape == next_states.shape == (16, 84, 84, STACK)
         assert is_weights.dtype == np.float32 and np.all((is_weights > 0) & (is_weights <= 1))
+        held_indices = set(held.values())
         for row, slot in enumerate(slots.tolist()):
-            state, action, reward, next_state, done, _ = transitions[held[slot]]
+            state, action, *_ = transitions[held[slot]]
+            n_step_return, next_state, done, discount = n_step_reference(
+                transitions, held[slot], held_indices, n_step, gamma)
             np.testing.assert_array_equal(states[row], state)
             np.testing.assert_array_equal(next_states[row], next_state)
-            assert (actions[row], rewards[row], dones[row]) == (action, reward, done)
+            assert (actions[row], dones[row]) == (action, done)
+            assert rewards[row] == pytest.approx(n_step_return, rel=1e-6)
+            assert discounts[row] == pytest.approx(discount, rel=1e-6)
         # Large errors make stale priorities matter: a freed slot left with one would be drawn.
         memory.batch_update(tree_idx, errors_rng.uniform(0, 5, size=16))

@@ -147,12 +147,65 @@ def test_sum_tree_bad_input_leaves_tree_unchanged():
 def test_batch_fields_keep_their_types():
     memory = filled_memory(5)
     tree_idx, batch, is_weights = memory.sample(4)
-    states, actions, rewards, next_states, dones = batch
+    states, actions, rewards, next_states, dones, discounts = batch
     assert states.shape == (4, 3) and states.dtype == np.float32
-    assert actions.dtype == np.int64 and rewards.dtype == np.float64 and dones.dtype == bool
+    assert actions.dtype == np.int64 and rewards.dtype == np.float32 and dones.dtype == bool
     np.testing.assert_array_equal(next_states, states + 1)
     np.testing.assert_array_equal(rewards, states[:, 0])
+    np.testing.assert_array_equal(discounts, np.float32(0.99))  # gamma: one-step transitions
     assert tree_idx.shape == (4,) and is_weights.dtype == np.float32
+
+
+def sampled_by_slot(memory: UniformMemory, draws: int = 300) -> dict[int, tuple]:
+    """{slot: (reward, next_state[0], done, discount)} over many uniform draws."""
+    tree_idx, (_, _, rewards, next_states, dones, discounts), _ = memory.sample(draws)
+    rows = zip(rewards.tolist(), next_states[:, 0].tolist(), dones.tolist(), discounts.tolist(),
+               strict=True)
+    return dict(zip((tree_idx - (memory.capacity - 1)).tolist(), rows, strict=True))
+
+
+def test_n_step_returns_by_hand():
+    # gamma = 1/2, n = 3. Episode A terminates after three steps; episode B is truncated after
+    # two (its last transition is not done, and the next one starts elsewhere); C is running.
+    memory = UniformMemory(6, rng=0, n_step=3, gamma=0.5)
+    episodes = [
+        [(0, 1.0, False), (1, 2.0, False), (2, 4.0, True)],  # (state, reward, done)
+        [(10, 1.0, False), (11, 1.0, False)],
+        [(20, 8.0, False)],
+    ]
+    for episode in episodes:
+        for state, reward, done in episode:
+            memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
+                          np.float32), done))
+    assert sampled_by_slot(memory) == {
+        0: (1 + 2 / 2 + 4 / 4, 3, True, 1 / 8),  # the whole of episode A
+        1: (2 + 4 / 2, 3, True, 1 / 4),
+        2: (4, 3, True, 1 / 2),
+        3: (1 + 1 / 2, 12, False, 1 / 4),  # B's truncation ends the sum; bootstrap from 12
+        4: (1, 12, False, 1 / 2),
+        5: (8, 21, False, 1 / 2),  # the newest transition: nothing follows it yet
+    }
+    # Wrapping around: slot 0 now continues episode C, so slot 5's chain runs on into it.
+    memory.store((np.array([21], np.float32), 0, 16.0, np.array([22], np.float32), False))
+    assert sampled_by_slot(memory)[5] == (8 + 16 / 2, 22, False, 1 / 4)
+
+
+def test_n_step_chain_never_runs_from_the_newest_into_the_oldest_transition():
+    # A cycle a -> b -> c -> a: the oldest transition starts where the newest ends, but it came
+    # before it, so the newest one's return has a single step.
+    memory = UniformMemory(3, rng=0, n_step=2, gamma=0.5)
+    for state in range(3):
+        memory.store((np.array([state], np.float32), 0, 1.0,
+                      np.array([(state + 1) % 3], np.float32), False))
+    assert sampled_by_slot(memory) == {
+        0: (1.5, 2, False, 1 / 4), 1: (1.5, 0, False, 1 / 4), 2: (1.0, 0, False, 1 / 2)
+    }
+
+
+@pytest.mark.parametrize("n_step", [0, -1, 2.5, True])
+def test_bad_n_step_is_rejected(n_step):
+    with pytest.raises(ValueError, match="n_step"):
+        Memory(4, n_step=n_step)
 
 
 def test_partly_filled_memory_samples_only_filled_slots():
