@@ -388,7 +388,7 @@ class ReplayMemory:
             ongoing[ongoing] = ~step_dones
         states, actions, _, next_states, _ = self.storage.get(slots, last)
         discounts = (self.gamma**steps).astype(np.float32)
-        return states, actions, returns.astype(np.float32), next_states, dones, discounts
+        return states, actions, returns, next_states, dones, discounts
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The whole memory as plain numpy arrays (for `np.savez`, loadable without pickle)."""

@@ -206,8 +206,8 @@ def replay_until_converged(
     while updates < budget:
         tree_idx, batch, _ = memory.sample(draw_size)
         abs_errors = np.zeros(draw_size)
-        columns = [column.tolist() for column in batch]
-        for j, (state, action, reward, next_state, done) in enumerate(zip(*columns, strict=True)):
+        rows = zip(*(column.tolist() for column in batch), strict=True)
+        for j, (state, action, reward, next_state, done, _discount) in enumerate(rows):
             td_error = table.td_error(state, action, reward, next_state, done)
             if not math.isfinite(td_error):
                 return None  # diverged (a step size too large); NaN is no priority

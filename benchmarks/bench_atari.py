@@ -4,7 +4,8 @@
     python benchmarks/bench_atari.py --no-per --steps 1000
 
 Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
-torso, batch 32, Adam 1e-4, a gradient step every 4 env steps, target copy every 1,000 steps),
+torso, batch 32, Adam 1e-4, a gradient step every 4 env steps, target copy every 1,000 steps,
+3-step returns),
 except for three settings that keep the run short and representative:
 
 - MEMORY_SIZE 20,000 instead of 100,000: sampling costs O(log N), so the time barely depends on

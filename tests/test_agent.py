@@ -207,16 +207,17 @@ def test_only_termination_is_stored_as_done(tmp_path, limit):
         assert all(reward == -100.0 for reward, done in zip(rewards, dones, strict=True) if done)
 
 
-def test_learns_cartpole_well_above_random(tmp_path):
+@pytest.mark.parametrize(("n_step", "threshold"), [(1, 100), (3, 50)])
+def test_learns_cartpole_well_above_random(tmp_path, n_step, threshold):
     # Random play averages ~22 on CartPole-v1. After 4,000 steps this setting (all of it pinned
-    # here, independent of the defaults) reached 181 greedily for seed 0, so 100 leaves room for
-    # numerical differences.
+    # here, independent of the defaults) reached 181 greedily for seed 0 with one-step returns
+    # and 91 with 3-step returns; the thresholds leave room for numerical differences.
     agent = small_agent(tmp_path, hidden_units=(64, 64), memory_size=10_000, batch_size=64,
                         total_steps=4_000, exploration_steps=2_000, learning_starts=500,
                         target_update=250, epsilon_min=0.02, eval_every=10_000,
-                        eval_episodes=10)
+                        eval_episodes=10, n_step=n_step)
     agent.run()
-    assert agent.evaluations[-1][2] >= 100
+    assert agent.evaluations[-1][2] >= threshold
 
 
 # --- flags and command line ------------------------------------------------------------------
@@ -235,6 +236,7 @@ def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
     assert atari.learning_rate == 1e-4
     assert atari.memory_size == 100_000
     assert atari.train_frequency == 2
+    assert (cartpole.n_step, atari.n_step) == (1, 3)
     rank = resolve_flags(CARTPOLE, {"per_rank_based": True, "per_beta": 0.45}, atari=False)
     assert (rank.per_alpha, rank.per_beta) == (0.7, 0.45)
 
@@ -247,6 +249,7 @@ def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
         (["--total-steps", "-5"], "TOTAL_STEPS"),
         (["--batch-size", "64", "--memory-size", "32"], "BATCH_SIZE"),
         (["--gamma", "1.5"], "GAMMA"),
+        (["--n-step", "0"], "N_STEP"),
         (["--test"], "no saved model"),
     ],
 )

@@ -149,7 +149,7 @@ def test_batch_fields_keep_their_types():
     tree_idx, batch, is_weights = memory.sample(4)
     states, actions, rewards, next_states, dones, discounts = batch
     assert states.shape == (4, 3) and states.dtype == np.float32
-    assert actions.dtype == np.int64 and rewards.dtype == np.float32 and dones.dtype == bool
+    assert actions.dtype == np.int64 and rewards.dtype == np.float64 and dones.dtype == bool
     np.testing.assert_array_equal(next_states, states + 1)
     np.testing.assert_array_equal(rewards, states[:, 0])
     np.testing.assert_array_equal(discounts, np.float32(0.99))  # gamma: one-step transitions
