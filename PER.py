@@ -376,8 +376,7 @@ class ReplayMemory:
         steps = np.ones(len(slots), dtype=np.int64)
         ongoing = ~dones
         for k in range(1, self.n_step):
-            if ongoing.any():
-                ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
+            ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
             if not ongoing.any():
                 break
             last[ongoing] = (last[ongoing] + 1) % self.capacity
