@@ -24,6 +24,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ BATCH_SIZE = 128  # transitions per gradient step
 GAMMA = 0.99  # discount factor
 N_STEP = 1  # rewards summed per TD target: r_t + ... + gamma^(n-1) r_t+n-1 + gamma^n Q(s_t+n)
 LEARNING_RATE = 1e-3  # Adam step size
+LR_DECAY = False  # anneal the step size linearly to 0 over the run's gradient steps
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
@@ -96,6 +98,46 @@ ATARI_OVERRIDES: dict[str, Any] = {
     "eval_episodes": 10,
     "test_episodes": 3,
 }
+# Per-environment defaults for other classic-control games, next to the Atari ones and applied
+# the same way (explicit flags win). Batch, Adam step, replay size, target period, exploration
+# and gamma follow the RL Zoo's tuned DQN settings for each game; the 3-step returns (Rainbow)
+# carry rewards back faster, which these sparse, delayed-reward games need most.
+ENV_OVERRIDES: dict[str, dict[str, Any]] = {
+    "Acrobot-v1": {
+        "total_steps": 100_000,
+        "memory_size": 50_000,
+        "learning_rate": 6.3e-4,
+        "target_update": 250,
+        "train_frequency": 4,
+        "n_step": 3,
+        "exploration_steps": 12_000,
+        "epsilon_min": 0.1,
+        "eval_every": 5_000,
+    },
+    "LunarLander-v3": {
+        "total_steps": 100_000,
+        "memory_size": 50_000,
+        "learning_rate": 6.3e-4,
+        "target_update": 250,
+        "train_frequency": 4,
+        "n_step": 3,
+        "exploration_steps": 12_000,
+        "epsilon_min": 0.1,
+        "eval_every": 5_000,
+    },
+    "MountainCar-v0": {
+        "total_steps": 120_000,
+        "memory_size": 10_000,
+        "learning_rate": 4e-3,
+        "gamma": 0.98,
+        "target_update": 600,
+        "train_frequency": 2,
+        "n_step": 3,
+        "exploration_steps": 24_000,
+        "epsilon_min": 0.07,
+        "eval_every": 5_000,
+    },
+}
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_OVERRIDES: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted
@@ -103,15 +145,33 @@ LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
 
 
+def format_overrides(overrides: dict[str, Any]) -> str:
+    """`{"n_step": 3, ...}` as the command-line flags "--n-step 3, ..." for --help."""
+    return ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in overrides.items())
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Show each flag's default, and print the epilog as written (argparse would otherwise
+    re-wrap it and split flags like --train-frequency at their hyphens)."""
+
+
+def overrides_epilog() -> str:
+    """The Atari, per-environment and rank-based defaults, one paragraph each, for --help."""
+    paragraphs = [("Atari ids", ATARI_OVERRIDES)]
+    paragraphs += [(env_name, overrides) for env_name, overrides in ENV_OVERRIDES.items()]
+    paragraphs += [("--rank-based", RANK_BASED_OVERRIDES)]
+    wrap = textwrap.TextWrapper(width=88, subsequent_indent="  ", break_on_hyphens=False)
+    return "Defaults that change unless given explicitly:\n" + "\n".join(
+        wrap.fill(f"{what}: {format_overrides(overrides)}") for what, overrides in paragraphs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags; each one's default is the constant of the same name above."""
     parser = argparse.ArgumentParser(
         prog="d3qn_agent.py",
         description="Train (default) or test a D3QN agent with prioritized experience replay.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="For Atari ids these defaults change unless given explicitly: "
-        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in ATARI_OVERRIDES.items())
-        + ". With --rank-based: --per-alpha 0.7 --per-beta 0.5.",
+        formatter_class=HelpFormatter,
+        epilog=overrides_epilog(),
     )
     add = parser.add_argument
     boolean = argparse.BooleanOptionalAction
@@ -148,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gamma", type=float, default=GAMMA, help="discount factor")
     add("--n-step", type=int, default=N_STEP, help="rewards summed per TD target (n-step return)")
     add("--learning-rate", type=float, default=LEARNING_RATE, help="Adam learning rate")
+    add("--lr-decay", action=boolean, default=LR_DECAY,
+        help="anneal the learning rate linearly to 0 over the run's gradient steps")
     add("--grad-clip", type=float, default=GRAD_CLIP, help="max global gradient norm")
     add("--learning-starts", type=int, default=LEARNING_STARTS,
         help="env steps before the first gradient step")
@@ -193,7 +255,8 @@ def explicit_flags(argv: list[str]) -> dict[str, Any]:
 
 
 def resolve_flags(env_name: str, flags: dict[str, Any], atari: bool) -> argparse.Namespace:
-    """Merge the defaults, the Atari / rank-based overrides and the explicit `flags`, then check.
+    """Merge the defaults, the Atari / per-environment / rank-based overrides and the explicit
+    `flags` (in that order, so explicit flags always win), then check.
 
     Raises ValueError naming the first unknown flag or out-of-range value.
     """
@@ -203,6 +266,7 @@ def resolve_flags(env_name: str, flags: dict[str, Any], atari: bool) -> argparse
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(settings)}")
     if atari:
         settings.update(ATARI_OVERRIDES)
+    settings.update(ENV_OVERRIDES.get(env_name, {}))
     if flags.get("per_rank_based", settings["per_rank_based"]):
         settings.update(RANK_BASED_OVERRIDES)
     settings.update(flags)
@@ -409,6 +473,7 @@ class DQNAgent:
         self.best_evaluation = -math.inf
         self.steps_to_solve: int | None = None  # first evaluation step with mean >= threshold
         self._eval_envs: list[gym.Env] = []
+        self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self._last_plot_time = time.perf_counter()
         # The episode in progress. Every episode starts from a reset with its own seed and its
         # actions are recorded, so a checkpoint taken mid-episode can replay it exactly.
@@ -439,22 +504,32 @@ class DQNAgent:
         if not config.use_per:
             return UniformMemory(config.memory_size, storage=storage, rng=memory_rng, **returns)
         # Anneal beta linearly to 1 over the gradient steps this run will take (Schaul et al.).
-        gradient_steps = max(1, (config.total_steps - config.learning_starts)
-                             // config.train_frequency)
         return Memory(
             config.memory_size,
             alpha=config.per_alpha,
             beta=config.per_beta,
-            beta_increment=(1.0 - config.per_beta) / gradient_steps,
+            beta_increment=(1.0 - config.per_beta) / self.planned_gradient_steps(),
             rank_based=config.per_rank_based,
             storage=storage,
             rng=memory_rng,
             **returns,
         )
 
+    def planned_gradient_steps(self) -> int:
+        """Gradient steps a run of TOTAL_STEPS takes (what beta and LR_DECAY anneal over)."""
+        config = self.config
+        return max(1, (config.total_steps - config.learning_starts) // config.train_frequency)
+
     def _make_optimizer(self) -> None:
         """Adam for the online network, built now so no variable is created inside a graph."""
-        self.optimizer = keras.optimizers.Adam(learning_rate=self.config.learning_rate)
+        learning_rate = self.config.learning_rate
+        if self.config.lr_decay:
+            # Late updates get small, so a policy that has been learned is no longer
+            # overwritten by the noise of bootstrapped targets (the optimizer's step counter
+            # drives the schedule, and it is part of every checkpoint).
+            learning_rate = keras.optimizers.schedules.PolynomialDecay(
+                learning_rate, self.planned_gradient_steps(), end_learning_rate=0.0)
+        self.optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
         self.optimizer.build(self.model.trainable_variables)
 
     def _compile_functions(self) -> None:
@@ -690,7 +765,9 @@ class DQNAgent:
 
     def _evaluate_and_keep_best(self) -> None:
         """Greedy evaluation; save the model when it is the best so far; note when solved."""
+        start = time.perf_counter()
         returns = self.evaluate(self.config.eval_episodes)
+        self.evaluation_seconds += time.perf_counter() - start
         mean = float(returns.mean())
         self.evaluations.append((self.step, self.episode, mean))
         note = ""
@@ -756,8 +833,10 @@ class DQNAgent:
         steps = self.step - start_step
         solved = (f"solved at step {self.steps_to_solve}" if self.steps_to_solve is not None
                   else "not solved")
-        print(f"done: {steps:,} steps in {elapsed:.0f} s ({steps / max(elapsed, 1e-9):.0f} "
-              f"steps/s); final evaluation {self.evaluations[-1][2]:.1f}, best "
+        training = elapsed - self.evaluation_seconds
+        print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
+              f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
+              f"final evaluation {self.evaluations[-1][2]:.1f}, best "
               f"{self.best_evaluation:.1f}; {solved}; model {self.Model_name}, plot "
               f"{self.Plot_name}", flush=True)
 

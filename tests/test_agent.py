@@ -241,6 +241,41 @@ def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
     assert (rank.per_alpha, rank.per_beta) == (0.7, 0.45)
 
 
+def test_per_environment_defaults_apply_only_to_their_game_and_give_way_to_explicit_flags():
+    lunar = resolve_flags("LunarLander-v3", {}, atari=False)
+    assert (lunar.total_steps, lunar.learning_rate, lunar.n_step) == (100_000, 6.3e-4, 3)
+    mountain_car = resolve_flags("MountainCar-v0", {"n_step": 1, "gamma": 0.9}, atari=False)
+    assert (mountain_car.n_step, mountain_car.gamma) == (1, 0.9)
+    assert mountain_car.memory_size == 10_000
+    acrobot = resolve_flags("Acrobot-v1", {"seed": 4}, atari=False)
+    assert (acrobot.target_update, acrobot.seed) == (250, 4)
+    cartpole = resolve_flags(CARTPOLE, {}, atari=False)
+    assert cartpole.total_steps == d3qn_agent.TOTAL_STEPS
+    assert cartpole.n_step == d3qn_agent.N_STEP
+
+
+def test_help_lists_every_per_environment_default(capsys):
+    with pytest.raises(SystemExit):
+        explicit_flags(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for env_name, overrides in d3qn_agent.ENV_OVERRIDES.items():
+        assert f"{env_name}: {d3qn_agent.format_overrides(overrides)}" in text
+    assert "--n-step 3" in d3qn_agent.format_overrides(d3qn_agent.ENV_OVERRIDES["Acrobot-v1"])
+
+
+@pytest.mark.parametrize("env_name", sorted(d3qn_agent.ENV_OVERRIDES))
+def test_smoke_run_per_classic_control_game_writes_model_and_plot(tmp_path, env_name):
+    models, plots = tmp_path / "models", tmp_path / "plots"
+    argv = ["--env-name", env_name, "--total-steps", "200", "--learning-starts", "100",
+            "--batch-size", "16", "--eval-every", "200", "--eval-episodes", "1",
+            "--hidden-units", "16", "--model-dir", str(models), "--plot-dir", str(plots)]
+    assert main(argv) == 0
+    name = f"DDQN_{env_name}_Dueling_PER"
+    assert (models / f"{name}.keras").is_file()
+    assert (models / f"{name}_last.keras").is_file()
+    assert (plots / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
