@@ -90,6 +90,16 @@ def test_committed_network_plays_greedily_above_its_threshold(name, tmp_path, ca
     assert list(tmp_path.iterdir()) == []  # playing writes nothing
 
 
+def test_model_for_another_game_gives_one_error_line(tmp_path, capsys):
+    model = str(PRETRAINED_DIR / "CartPole-v1.keras")
+    argv = ["--test", "--model", model, "--env-name", "Acrobot-v1", "--model-dir", str(tmp_path)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: model {model!r} maps (None, 4) -> (None, 2), but "
+                                   "Acrobot-v1 needs (None, 6) -> 3 actions")
+    assert captured.err.count("\n") == 1 and "episode" not in captured.out
+
+
 @pytest.mark.parametrize("name", committed_networks())
 def test_readme_opens_with_each_committed_networks_gif(name):
     gif = f"plots/{Path(name).stem}.gif"
