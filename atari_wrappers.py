@@ -31,6 +31,7 @@ gymnasium.register_envs(ale_py)
 
 ALE_ENTRY_MODULE = "ale_py"  # every ALE environment's entry point lives in this package
 FIRE_ACTION = 1  # ALE's minimal action sets put FIRE at index 1 when a game has it
+ALE_FRAMES_PER_SECOND = 60  # the Atari 2600's NTSC frame rate, which the ALE emulates
 
 
 def is_atari(env_id: str) -> bool:
@@ -146,7 +147,9 @@ def make_env(
             gymnasium's `AtariPreprocessing` then restarts the whole game on the next reset.
         max_episode_steps: truncate episodes after this many agent steps (after frame skipping);
             None keeps only the ALE's own limit of 108,000 frames (27,000 agent steps).
-        render_mode: passed to the ALE environment ("rgb_array" or "human").
+        render_mode: passed to the ALE environment ("rgb_array" or "human"). `env.render()`
+            then shows the game's full-colour 210x160 screen after the last skipped frame, and
+            `env.metadata["render_fps"]` is the agent steps' real-time rate (15 per second).
 
     Raises:
         ValueError: `env_id` is not a registered ALE environment, or an argument is out of range.
@@ -178,6 +181,9 @@ def make_env(
         env, noop_max=noop_max, frame_skip=4, screen_size=84,
         terminal_on_life_loss=terminal_on_life_loss, grayscale_obs=True, scale_obs=False,
     )
+    # One step now spans frame_skip frames, so the steps' real-time rate is 60 / 4 = 15 per
+    # second (`--record` plays a GIF at this rate); the ALE's metadata says 30.
+    env.metadata = {**env.metadata, "render_fps": ALE_FRAMES_PER_SECOND / env.frame_skip}
     # The ALE cannot say which games wait for FIRE, so press it in every game that has it (as the
     # DQN baselines do); where FIRE is not needed (Pong) it only costs one agent step per reset.
     if has_fire_action(env):

@@ -1,7 +1,8 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 / TensorFlow.
 
 `python d3qn_agent.py` trains on CartPole-v1, saves the model to `models/` and draws the learning
-curve to `plots/`; `python d3qn_agent.py --test` loads the saved model and plays greedy episodes.
+curve to `plots/`; `python d3qn_agent.py --test` loads the saved model and plays greedy episodes
+(`--model PATH` plays another saved network, `--record FILE.gif` films the first episode).
 Every hyperparameter below can be set on the command line (`python d3qn_agent.py --help`).
 
 What the agent does, per environment step:
@@ -20,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import math
 import os
 import signal
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -37,6 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from matplotlib.figure import Figure
+from PIL import Image
 
 import checkpoint
 from PER import Memory, UniformMemory
@@ -176,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     boolean = argparse.BooleanOptionalAction
     add("--test", action="store_true", help="play the saved model greedily instead of training")
+    add("--model", default=None, metavar="PATH",
+        help="with --test: play this .keras file instead of MODEL_DIR/<run name>.keras")
+    add("--record", default=None, metavar="FILE.gif",
+        help="with --test: also write the first episode as an animated GIF")
     add("--resume", nargs="?", const=LATEST, default=None, metavar="CHECKPOINT",
         help="continue training from the newest checkpoint of this run (or from CHECKPOINT, a "
         "step-* directory)")
@@ -236,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
 def default_flags() -> dict[str, Any]:
     """The flag block above as a dict keyed by lower-case flag name (without the modes)."""
     flags = vars(build_parser().parse_args([]))
-    del flags["test"], flags["resume"]
+    for mode in ("test", "resume", "model", "record"):
+        del flags[mode]
     return flags
 
 
@@ -314,16 +323,142 @@ def is_atari_env(env_name: str) -> bool:
     return atari_wrappers.is_atari(env_name)
 
 
-def make_env(env_name: str, max_episode_steps: int | None, atari: bool) -> gym.Env:
-    """Create the environment; unknown ids raise ValueError instead of gymnasium's own errors."""
+def make_env(
+    env_name: str, max_episode_steps: int | None, atari: bool, render_mode: str | None = None
+) -> gym.Env:
+    """Create the environment; unknown ids raise ValueError instead of gymnasium's own errors.
+
+    `render_mode="rgb_array"` makes `env.render()` return the screen as an RGB array (for
+    `--record`); it costs nothing until `render()` is called.
+    """
+    if render_mode == "rgb_array":
+        # Drawn off-screen (pygame for the classic-control games), so no display is needed; SDL
+        # would otherwise print errors about a missing display on a headless machine.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if atari:
         import atari_wrappers
 
-        return atari_wrappers.make_env(env_name, max_episode_steps=max_episode_steps)
+        return atari_wrappers.make_env(env_name, max_episode_steps=max_episode_steps,
+                                       render_mode=render_mode)
     try:
-        return gym.make(env_name, max_episode_steps=max_episode_steps)
+        return gym.make(env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
     except gym.error.Error as err:
         raise ValueError(f"cannot make environment {env_name!r}: {err}") from err
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording (--test --record FILE.gif): limits that keep a GIF small enough for a README
+# ---------------------------------------------------------------------------------------------
+GIF_MAX_FPS = 25  # keep at most this many screens per second of game time, played in real time
+GIF_MAX_FRAMES = 2_000  # cap the length: 80 s of CartPole (50 steps/s), 133 s of Atari (15/s)
+GIF_MAX_WIDTH = 320  # shrink wider screens (CartPole renders 600x400; Atari's 160x210 stays)
+GIF_COLORS = 64  # one shared palette; flat game graphics need few colours
+GIF_MAX_BYTES = 3_000_000  # if still larger, every 2nd frame is dropped until it fits
+
+
+def check_gif_path(path: str) -> Path:
+    """Return `path` as a Path if a GIF can be written there, else raise ValueError naming it.
+
+    Checks the `.gif` extension and that the directory exists and accepts a new file (by
+    creating and deleting a temporary one), so that a bad path fails before any episode.
+    """
+    target = Path(path)
+    if target.suffix.lower() != ".gif":
+        raise ValueError(f"cannot record to {path!r}: the file name must end in .gif")
+    if target.is_dir():
+        raise ValueError(f"cannot record to {path!r}: it is a directory")
+    directory = target.parent
+    if not directory.exists():
+        raise ValueError(f"cannot record to {path!r}: directory {str(directory)!r} does not exist")
+    if not directory.is_dir():
+        raise ValueError(f"cannot record to {path!r}: {str(directory)!r} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ValueError(f"cannot record to {path!r}: directory {str(directory)!r} is not "
+                         f"writable ({err.strerror})") from err
+    return target
+
+
+class GifRecorder:
+    """The screens of one episode, shrunk as they come in, written as one animated GIF.
+
+    For an environment that takes `steps_per_second` steps per second of game time (its
+    metadata's `render_fps`), `add` keeps the screen of every `every`-th step, so at most
+    GIF_MAX_FPS per second and GIF_MAX_FRAMES in all, and the GIF plays in real time. `save`
+    drops every 2nd frame until the file fits in GIF_MAX_BYTES. Memory: one byte per pixel of
+    each kept frame (68 KB for CartPole, 34 KB for Atari).
+    """
+
+    def __init__(self, steps_per_second: float) -> None:
+        if not steps_per_second > 0:
+            raise ValueError(f"steps_per_second must be positive, got {steps_per_second}")
+        self.every = max(1, round(steps_per_second / GIF_MAX_FPS))
+        self.frame_ms = 1000.0 * self.every / steps_per_second
+        self.frames: list[Image.Image] = []  # palette images sharing the first frame's palette
+        self.last_step: int | None = None
+
+    @property
+    def full(self) -> bool:
+        """True once GIF_MAX_FRAMES frames are kept: later frames are ignored."""
+        return len(self.frames) >= GIF_MAX_FRAMES
+
+    def wants(self, step: int, last: bool = False) -> bool:
+        """Whether the screen after `step` steps should be rendered and passed to `add`.
+
+        Every `every`-th step and the episode's `last` one, so the GIF shows its end.
+        """
+        return not self.full and step != self.last_step and (step % self.every == 0 or last)
+
+    def add(self, step: int, frame: Any) -> None:
+        """Keep `frame`, the (height, width, 3) uint8 screen after `step` steps: shrunk to
+        GIF_MAX_WIDTH and mapped to the palette of the first frame (computed from it, without
+        dithering: flat colours compress well and do not flicker). Cost: ~2 ms for CartPole.
+
+        Raises ValueError if the environment gave no RGB frame.
+        """
+        frame = None if frame is None else np.asarray(frame)
+        if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            got = None if frame is None else f"{frame.dtype} {frame.shape}"
+            raise ValueError(f"the environment's render() gave no RGB frame (got {got}); "
+                             "--record needs render_mode='rgb_array'")
+        image = Image.fromarray(frame)
+        if image.width > GIF_MAX_WIDTH:
+            height = round(image.height * GIF_MAX_WIDTH / image.width)
+            # Area averaging: sharp enough for shrinking, 4x faster than Lanczos here.
+            image = image.resize((GIF_MAX_WIDTH, height), Image.Resampling.BOX)
+        palette = self.frames[0] if self.frames else image.quantize(GIF_COLORS,
+                                                                     dither=Image.Dither.NONE)
+        self.frames.append(image.quantize(palette=palette, dither=Image.Dither.NONE))
+        self.last_step = step
+
+    def encode(self, max_bytes: int | None = None) -> tuple[bytes, int]:
+        """The animated GIF's bytes and its number of frames; fewer frames if over `max_bytes`
+        (default GIF_MAX_BYTES).
+
+        Dropping every 2nd frame doubles each kept frame's duration, so the speed stays the
+        same. Cost: one encode per halving, ~2 ms and ~0.7 KB per CartPole frame.
+        """
+        if not self.frames:
+            raise ValueError("no frame was recorded")
+        max_bytes = GIF_MAX_BYTES if max_bytes is None else max_bytes
+        every = 1
+        while True:
+            kept = self.frames[::every]
+            buffer = io.BytesIO()
+            kept[0].save(buffer, format="GIF", save_all=True, append_images=kept[1:],
+                         duration=round(self.frame_ms * every), loop=0)
+            if buffer.tell() <= max_bytes or len(kept) == 1:
+                return buffer.getvalue(), len(kept)
+            every *= 2
+
+    def save(self, path: str | Path) -> tuple[int, int]:
+        """Write the GIF to `path` atomically; return its size in bytes and its frame count."""
+        data, frames = self.encode()
+        with checkpoint.atomic_file(path) as temporary:
+            temporary.write_bytes(data)
+        return len(data), frames
 
 
 # ---------------------------------------------------------------------------------------------
@@ -994,23 +1129,60 @@ class DQNAgent:
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")
 
-    def test(self) -> list[float]:
-        """Load `Model_name` and play TEST_EPISODES greedy episodes, printing each score."""
-        self.load(self.Model_name)
+    def test(self, model: str | None = None, record: str | None = None) -> list[float]:
+        """Play TEST_EPISODES greedy episodes with the network saved in `model` (by default
+        `Model_name`), printing each score; return the scores.
+
+        With `record` (a .gif path), the first episode is also written there as an animated GIF
+        of the environment's screens (see GifRecorder), as soon as it ends.
+
+        Raises ValueError before playing if `record` cannot be written or `model` is missing or
+        made for another environment.
+        """
+        if record is not None:
+            check_gif_path(record)
+        self.load(self.Model_name if model is None else model)
+        env = self.env
+        if record is not None:  # an env of its own: rendering needs render_mode at creation
+            env = make_env(self.env_name, self.config.max_episode_steps, self.atari,
+                           render_mode="rgb_array")
         scores = []
         for episode in range(1, self.config.test_episodes + 1):
-            state, _ = self.env.reset(seed=episode_seed(self.config.seed, 2, episode))
-            score, done, info = 0.0, False, {}
-            while not done:
-                action = int(self._greedy_actions(state[np.newaxis]).numpy()[0])
-                state, reward, terminated, truncated, info = self.env.step(action)
-                score += reward
-                done = terminated or truncated
-            score = info.get("episode", {}).get("r", score)
-            scores.append(float(score))
+            recorder = None
+            if record is not None and episode == 1:
+                recorder = GifRecorder(env.metadata.get("render_fps") or GIF_MAX_FPS)
+            score = self._play_greedy_episode(env, episode_seed(self.config.seed, 2, episode),
+                                              recorder)
+            scores.append(score)
             print(f"episode: {episode}/{self.config.test_episodes}, score: {score:g}", flush=True)
+            if recorder is not None:
+                size, frames = recorder.save(record)
+                print(f"recorded episode 1 to {record}: {frames} frames, {size / 1e6:.2f} MB",
+                      flush=True)
+        if env is not self.env:
+            env.close()
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
+
+    def _play_greedy_episode(self, env: gym.Env, seed: int,
+                             recorder: GifRecorder | None = None) -> float:
+        """Play one greedy episode from a reset with `seed`; return its (unclipped) score.
+
+        Hands the screens the `recorder` wants to it (one `env.render()` each).
+        """
+        state, _ = env.reset(seed=seed)
+        score, done, info, steps = 0.0, False, {}, 0
+        if recorder is not None:
+            recorder.add(steps, env.render())
+        while not done:
+            action = int(self._greedy_actions(state[np.newaxis]).numpy()[0])
+            state, reward, terminated, truncated, info = env.step(action)
+            score += reward
+            steps += 1
+            done = terminated or truncated
+            if recorder is not None and recorder.wants(steps, last=done):
+                recorder.add(steps, env.render())
+        return float(info.get("episode", {}).get("r", score))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1020,11 +1192,19 @@ def main(argv: list[str] | None = None) -> int:
     flags = explicit_flags(argv)
     test_mode = flags.pop("test", False)
     resume = flags.pop("resume", None)
+    model = flags.pop("model", None)
+    record = flags.pop("record", None)
     env_name = flags.pop("env_name", ENV_NAME)
     try:
+        for flag, value in (("--model", model), ("--record", record)):
+            if value is not None and not test_mode:
+                raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
+                                 "training saves to --model-dir)")
+        if record is not None:
+            check_gif_path(record)  # before building the agent: bad paths fail at once
         agent = DQNAgent(env_name, **flags)
         if test_mode:
-            agent.test()
+            agent.test(model, record)
             return 0
         if resume:
             print(f"resuming from {agent.load_checkpoint(resume)} at step {agent.step}",
