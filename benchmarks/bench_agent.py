@@ -2,6 +2,7 @@
 
     python benchmarks/bench_agent.py                  # 5 seeds x {PER, uniform}, as in the README
     python benchmarks/bench_agent.py --seeds 2 --total-steps 20000
+    python benchmarks/bench_agent.py --tensorboard    # every run also to runs/bench_agent/
 
 Every run uses d3qn_agent.py's defaults except USE_PER and SEED, and runs in this process one
 after the other (never in parallel: the timings are part of the result). A run counts as solved
@@ -38,13 +39,18 @@ VARIANTS = {"PER": True, "uniform": False}  # label -> USE_PER
 SOLVED_SCORE = 475.0  # CartPole-v1's reward threshold
 
 
-def train_once(label: str, seed: int, total_steps: int, work_dir: Path) -> dict:
-    """Train one agent with the defaults; return its numbers and evaluation curve."""
+def train_once(label: str, seed: int, total_steps: int, work_dir: Path,
+               tensorboard: str | None = None) -> dict:
+    """Train one agent with the defaults; return its numbers and evaluation curve.
+
+    With `tensorboard`, the run logs to TensorBoard in `tensorboard/<label>_seed<seed>`.
+    """
     keras.backend.clear_session()  # start every run from an empty Keras graph state
     log_path = work_dir / f"{label}_seed{seed}.log"
     agent = d3qn_agent.DQNAgent(ENV_NAME, use_per=VARIANTS[label], seed=seed,
                                 total_steps=total_steps, model_dir=str(work_dir),
-                                plot_dir=str(work_dir))
+                                plot_dir=str(work_dir),
+                                tensorboard=tensorboard and f"{tensorboard}/{label}_seed{seed}")
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
         start = time.perf_counter()
         agent.run()
@@ -126,6 +132,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "plots" / f"per_vs_uniform_{ENV_NAME}.png",
                         help="where to write the comparison plot")
+    parser.add_argument("--tensorboard", nargs="?", const="runs/bench_agent", metavar="DIR",
+                        help="log every run to TensorBoard under DIR (alone: runs/bench_agent)")
     args = parser.parse_args()
     if args.seeds < 1 or args.total_steps < 1:
         parser.error(f"--seeds and --total-steps must be positive, got {args.seeds} and "
@@ -140,7 +148,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work_dir:
         for seed in range(args.seeds):
             for label in VARIANTS:
-                result = train_once(label, seed, args.total_steps, Path(work_dir))
+                result = train_once(label, seed, args.total_steps, Path(work_dir),
+                                    args.tensorboard)
                 results.append(result)
                 print_run(result)
     print_summary(results, args.total_steps)
