@@ -421,21 +421,23 @@ def priority_figure_data(memory: Memory | UniformMemory) -> dict[str, Any]:
     """What the priority figure shows about `memory` (built with track_replays=True).
 
     relative_probabilities: N * P(i) of every transition held, 1 being uniform replay's chance;
-    floor: N * P(i) of a transition with |delta| = 0, (epsilon)^alpha / total * N (proportional
-    PER; None otherwise); age_low, age_high: the age bins (transitions stored since) the memory
-    ever held; replay_rate, uniform_rate: replays per transition and gradient step at those
-    ages, measured and uniform replay's expectation. Cost O(capacity).
+    floor: N * P(i) of a transition with |delta| = 0, (epsilon)^alpha / total * N, and epsilon
+    (proportional PER; None otherwise); age_low, age_high: the age bins (transitions stored
+    since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
+    step at those ages, measured and uniform replay's expectation. Cost O(capacity).
     """
     _, probabilities = memory.sampling_probabilities()
     size = len(probabilities)
-    floor = None
+    floor = epsilon = None
     if isinstance(memory, Memory) and not memory.rank_based and memory.tree.total_priority > 0:
         floor = memory.epsilon**memory.alpha / memory.tree.total_priority * size
+        epsilon = memory.epsilon
     stats = memory.stats
     seen = stats.exposure_by_age > 0
     return {
         "relative_probabilities": probabilities * size,
         "floor": floor,
+        "epsilon": epsilon,
         "age_low": AGE_BIN_LOW[seen],
         "age_high": AGE_BIN_HIGH[seen],
         "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
@@ -472,8 +474,11 @@ def draw_priority_figure(
     probability_axes.axvline(1.0, color="black", linestyle="--", label="uniform replay (1)")
     if data["floor"] is not None:
         probability_axes.axvline(data["floor"], color="tab:blue", linestyle=":",
-                                 label="|δ| = 0: only ε left")
+                                 label=f"|δ| = 0: only ε = {data['epsilon']:g} left")
     probability_axes.set_xscale("log")
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+             if edges[0] <= t <= edges[-1]]
+    probability_axes.set_xticks(ticks, [f"{t:g}" for t in ticks])
     probability_axes.xaxis.set_minor_formatter(NullFormatter())
     probability_axes.set_xlabel("N·P(i): a transition's sampling probability relative to uniform")
     probability_axes.set_ylabel("% (per bin)")
@@ -502,21 +507,23 @@ def draw_priority_figure(
     beta_axes.set_xlabel("environment step")
     beta_axes.set_title("β over the run\nas β grows to 1, the IS weights undo more of the "
                         "sampling bias", fontsize=10)
-    beta_axes.legend(fontsize=8, loc="lower right")
+    beta_axes.legend(fontsize=8, loc="center right")
     beta_axes.grid(alpha=0.3)
 
     if len(data["age_low"]):
+        # Measured over uniform replay's expectation, so the memory's growth during the run
+        # (which changes every transition's uniform chance) cancels out.
         age_edges = np.append(data["age_low"], data["age_high"][-1]) + 1.0
-        age_axes.stairs(data["replay_rate"], age_edges, baseline=None, color="tab:red",
-                        linewidth=2, label="measured")
-        age_axes.stairs(data["uniform_rate"], age_edges, baseline=None, color="black",
-                        linestyle="--", label="uniform replay (expected)")
+        ratio = data["replay_rate"] / np.maximum(data["uniform_rate"], 1e-300)
+        age_axes.stairs(ratio, age_edges, baseline=None, color="tab:red", linewidth=2,
+                        label="measured")
+        age_axes.axhline(1.0, color="black", linestyle="--", label="uniform replay")
         age_axes.set_xscale("log")
-        age_axes.set_yscale("log")
+        age_axes.set_ylim(0.0, max(1.5, 1.1 * ratio.max()))
     age_axes.set_xlabel("age + 1 (transitions stored after it, log bins)")
-    age_axes.set_ylabel("replays per transition per gradient step")
-    age_axes.set_title("How often a transition is replayed, by age\nnew ones enter at top "
-                       "priority: replayed at once, later less often", fontsize=10)
+    age_axes.set_ylabel("replays relative to uniform replay")
+    age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
+                       "top priority: replayed soon, later less often", fontsize=10)
     age_axes.legend(fontsize=8)
     age_axes.grid(alpha=0.3, which="both")
     with checkpoint.atomic_file(path) as temporary:
