@@ -382,7 +382,8 @@ class TensorBoardWriter:
 
     `TensorBoardWriter("runs/x").write(step, {"episode/score": 200.0})`; any training loop can
     use it. The directory is created and checked at once (ValueError naming it if it cannot be
-    written), the event file on the first `write`. A scalar costs ~0.1 ms; TensorFlow flushes
+    written), the event file on the first `write`. A scalar costs ~0.8 ms (eager tf.summary on a
+    busy 2-core CPU), so write every few steps, not every step; TensorFlow flushes
     the events every few seconds, `flush` and `close` at once.
     """
 
