@@ -504,11 +504,11 @@ def draw_priority_figure(
         beta_axes.plot(steps, mean, color="tab:purple", alpha=0.8, label="mean IS weight")
         beta_axes.plot(steps, smallest, color="tab:purple", alpha=0.4, linewidth=0.8,
                        label="smallest IS weight in the batch")
+        beta_axes.legend(fontsize=8, loc="center right")
     beta_axes.set_ylim(0.0, 1.05)
     beta_axes.set_xlabel("environment step")
     beta_axes.set_title("β over the run\nas β grows to 1, the IS weights undo more of the "
                         "sampling bias", fontsize=10)
-    beta_axes.legend(fontsize=8, loc="center right")
     beta_axes.grid(alpha=0.3)
 
     if len(data["age_low"]):
@@ -521,11 +521,11 @@ def draw_priority_figure(
         age_axes.axhline(1.0, color="black", linestyle="--", label="uniform replay")
         age_axes.set_xscale("log")
         age_axes.set_ylim(0.0, max(1.5, 1.1 * ratio.max()))
+        age_axes.legend(fontsize=8)
     age_axes.set_xlabel("age + 1 (transitions stored after it, log bins)")
     age_axes.set_ylabel("replays relative to uniform replay")
     age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
                        "top priority: replayed soon, later less often", fontsize=10)
-    age_axes.legend(fontsize=8)
     age_axes.grid(alpha=0.3, which="both")
     with checkpoint.atomic_file(path) as temporary:
         figure.savefig(temporary, dpi=90)

@@ -169,3 +169,14 @@ def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained,
     old.load_checkpoint(str(directory))
     assert old.priority_history == [] and old.recent_batches == 0
     assert old.MEMORY.stats.stores == len(old.MEMORY) and old.step == agent.step
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_priority_figure_draws_without_history_or_replays(tmp_path):
+    memory = Memory(8, track_replays=True)
+    state = np.zeros(2, np.float32)
+    memory.store((state, 0, 0.0, state, False))
+    path = tmp_path / "plots" / "p.png"
+    d3qn_agent.draw_priority_figure(str(path), priority_figure_data(memory), [],
+                                    np.ones((1, 4), np.float32), "no gradient step yet")
+    assert path.read_bytes()[:4] == b"\x89PNG"
