@@ -26,6 +26,11 @@ import numpy as np
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
 NO_SLOTS = np.zeros(0, dtype=np.int64)
+# Replay statistics bin a transition's age (transitions stored after it) by powers of two:
+# bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
+AGE_BINS = 40
+AGE_BIN_LOW = 2.0 ** np.arange(AGE_BINS) - 1.0  # first age in each bin
+AGE_BIN_HIGH = 2.0 ** np.arange(1, AGE_BINS + 1) - 1.0  # first age past each bin
 
 
 def check_capacity(capacity: Any) -> int:
@@ -308,6 +313,87 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
+def age_bins(ages: np.ndarray) -> np.ndarray:
+    """The `AGE_BINS` bin of each age (int >= 0): floor(log2(age + 1)), capped at the last."""
+    _, exponents = np.frexp(np.asarray(ages, dtype=np.float64) + 1.0)  # x = m 2^e, m in [0.5, 1)
+    return np.minimum(exponents - 1, AGE_BINS - 1)
+
+
+class ReplayStatistics:
+    """Who gets replayed, for the priority figure: counts per slot and replays by age.
+
+    `replay_counts[slot]`: draws of the transition now in `slot`; `stored_at[slot]`: its index in
+    store order, so its age is `stores - 1 - stored_at[slot]` (0 = the newest). Per age bin, over
+    all samples: `replays_by_age` (draws measured), `exposure_by_age` (transitions of that age in
+    the memory, summed over the samples) and `uniform_replays_by_age`, the draws uniform replay
+    would have made in expectation (batch size x share of the memory in that bin). Replays per
+    transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
+    store, and no random numbers, so tracking does not change a run.
+
+    With a frame store, where a few slots hold no transition, the memory's length counts them too,
+    so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.replay_counts = np.zeros(capacity, dtype=np.int64)
+        self.stored_at = np.zeros(capacity, dtype=np.int64)
+        self.stores = 0
+        self.replays_by_age = np.zeros(AGE_BINS, dtype=np.int64)
+        self.exposure_by_age = np.zeros(AGE_BINS)
+        self.uniform_replays_by_age = np.zeros(AGE_BINS)
+
+    def note_store(self, slot: int) -> None:
+        """A new transition went into `slot`. O(1)."""
+        self.stored_at[slot] = self.stores
+        self.replay_counts[slot] = 0
+        self.stores += 1
+
+    def note_sample(self, slots: np.ndarray, size: int) -> None:
+        """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
+        np.add.at(self.replay_counts, slots, 1)
+        ages = self.stores - 1 - self.stored_at[slots]
+        self.replays_by_age += np.bincount(age_bins(ages), minlength=AGE_BINS)
+        # The memory holds one transition of each age 0 .. size - 1.
+        in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        self.exposure_by_age += in_memory
+        self.uniform_replays_by_age += in_memory * (len(slots) / size)
+
+    def ages(self, slots: np.ndarray) -> np.ndarray:
+        """Age of the transitions in `slots`: transitions stored after each one."""
+        return self.stores - 1 - self.stored_at[slots]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The counters as plain arrays, keys prefixed "stats."."""
+        return {
+            "stats.replay_counts": self.replay_counts,
+            "stats.stored_at": self.stored_at,
+            "stats.stores": np.array(self.stores),
+            "stats.replays_by_age": self.replays_by_age,
+            "stats.exposure_by_age": self.exposure_by_age,
+            "stats.uniform_replays_by_age": self.uniform_replays_by_age,
+        }
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """Restore `state_dict`'s arrays. A checkpoint from before the statistics existed (no
+        "stats." keys) starts them afresh: no replays yet, the `size` transitions already in the
+        memory counted as the oldest. ValueError if a saved array has the wrong shape."""
+        if "stats.stores" not in arrays:
+            for counter in (self.replay_counts, self.stored_at, self.replays_by_age,
+                            self.exposure_by_age, self.uniform_replays_by_age):
+                counter[:] = 0
+            self.stores = size
+            return
+        require(arrays, list(self.state_dict()), "replay statistics")
+        for key, value in self.state_dict().items():
+            if key == "stats.stores":
+                continue
+            saved = np.asarray(arrays[key])
+            if saved.shape != value.shape:
+                raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
+            value[:] = saved
+        self.stores = int(arrays["stats.stores"])
+
+
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
     """ValueError naming the keys of a saved `what` that `arrays` lacks."""
     missing = [key for key in keys if key not in arrays]
@@ -340,6 +426,7 @@ class ReplayMemory:
         rng: np.random.Generator | int | None,
         n_step: int = 1,
         gamma: float = 0.99,
+        track_replays: bool = False,
     ) -> None:
         self.capacity = check_capacity(capacity)
         if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
@@ -354,9 +441,24 @@ class ReplayMemory:
                 f"{self.capacity}"
             )
         self.rng = as_generator(rng)
+        # Replay statistics for the priority figure, or None (the Blind Cliffwalk draws one
+        # transition per update, where their ~20 us per sample would dominate).
+        self.stats = ReplayStatistics(self.capacity) if track_replays else None
 
     def __len__(self) -> int:
         return len(self.storage)
+
+    def _note_store(self, slot: int) -> None:
+        if self.stats is not None:
+            self.stats.note_store(slot)
+
+    def _note_sample(self, slots: np.ndarray) -> None:
+        if self.stats is not None:
+            self.stats.note_sample(slots, len(self))
+
+    def held_slots(self) -> np.ndarray:
+        """The slots that hold a transition. O(capacity)."""
+        return np.flatnonzero(self.storage.holds_transition)
 
     def _batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions that start in `slots`, as the batch `sample` returns.
@@ -394,6 +496,8 @@ class ReplayMemory:
         arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
         arrays["kind"] = np.array(self.kind)
         arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
+        if self.stats is not None:
+            arrays.update(self.stats.state_dict())
         return arrays
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
@@ -408,6 +512,8 @@ class ReplayMemory:
             self.rng.bit_generator.state = json.loads(arrays["rng"].item())
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
+        if self.stats is not None:
+            self.stats.load_state_dict(arrays, len(self))
 
     def _check_kind(self, arrays: dict[str, np.ndarray]) -> None:
         require(arrays, ("kind",), "replay memory")
@@ -430,12 +536,14 @@ class UniformMemory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
+        track_replays: bool = False,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma)
+        super().__init__(capacity, storage, rng, n_step, gamma, track_replays)
 
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) transition. O(1)."""
-        self.storage.add(experience)
+        slot, _ = self.storage.add(experience)
+        self._note_store(slot)
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """n transitions drawn uniformly with replacement: (tree_idx, batch, ones). O(n)."""
@@ -447,8 +555,14 @@ class UniformMemory(ReplayMemory):
         while empty.any():
             slots[empty] = self.rng.integers(0, self.storage.written, size=int(empty.sum()))
             empty = ~holds[slots]
+        self._note_sample(slots)
         tree_idx = slots + (self.capacity - 1)
         return tree_idx, self._batch(slots), np.ones(n, dtype=np.float32)
+
+    def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots holding a transition, P(i) = 1 / their number). O(capacity)."""
+        slots = self.held_slots()
+        return slots, np.full(len(slots), 1.0 / max(len(slots), 1))
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Check the arguments like `Memory.batch_update`; uniform sampling ignores priorities."""
@@ -503,8 +617,9 @@ class Memory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
+        track_replays: bool = False,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma)
+        super().__init__(capacity, storage, rng, n_step, gamma, track_replays)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -529,6 +644,7 @@ class Memory(ReplayMemory):
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N)."""
         slot, freed = self.storage.add(experience)
+        self._note_store(slot)
         if self.rank_based:
             self._abs_errors[freed] = -np.inf
             self._abs_errors[slot] = np.inf
@@ -556,6 +672,7 @@ class Memory(ReplayMemory):
             slots = leaves - (self.capacity - 1)
             # (N P_i)^-beta / (N P_min)^-beta = (p_i / p_min)^-beta: N and the total cancel.
             is_weights = (self.tree.tree[leaves] / self.tree.min_priority) ** -self.beta
+        self._note_sample(slots)
         tree_idx = slots + (self.capacity - 1)
         return tree_idx, self._batch(slots), is_weights.astype(np.float32)
 
@@ -576,6 +693,16 @@ class Memory(ReplayMemory):
         self.tree._set_leaves(slots + (self.capacity - 1), priorities)
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
+
+    def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots holding a transition, their sampling probabilities P(i)). O(capacity)."""
+        if self.rank_based:
+            self._refresh_ranks()
+            weights = np.diff(self._rank_cdf[: len(self._ranked_slots)], prepend=0.0)
+            return self._ranked_slots.copy(), weights / max(weights.sum(), 1e-300)
+        slots = self.held_slots()
+        priorities = self.tree.tree[slots + (self.capacity - 1)]
+        return slots, priorities / max(self.tree.total_priority, 1e-300)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The memory, its priorities and beta as plain numpy arrays (see `ReplayMemory`)."""

@@ -24,7 +24,13 @@ linear function approximator (Figure 2 right); here everything is tabular, as in
 The paper does not give alpha for this experiment, so both variants use its Atari values, which
 are also the agent's: 0.6 proportional, 0.7 rank-based.
 
+Proportional priorities are (|delta| + eps)^alpha, and eps matters here: once the rewarded
+transition's error has been replayed away, the ~2^(n+1) transitions with |delta| = 0 each keep
+eps^alpha of the probability mass. `--priority-epsilon 1e-2 1e-4 1e-6` runs the proportional
+method once per value (one column each).
+
 Usage: python blind_cliffwalk.py [--max-n 12] [--seeds 10] [--methods uniform,rank,...]
+                                 [--priority-epsilon 1e-2 1e-6]
 """
 
 from __future__ import annotations
@@ -50,8 +56,12 @@ Q_INIT_STD = 0.1  # Q starts from N(0, 0.1), read as a standard deviation of 0.1
 MSE_TOLERANCE = 1e-3  # converged once the mean squared error to the true Q is below this
 ALPHA_PROPORTIONAL = 0.6  # priority exponent, proportional (paper's Atari value; none given here)
 ALPHA_RANK = 0.7  # priority exponent, rank-based (paper's Atari value; none given here)
+PRIORITY_EPSILON = 0.01  # eps in (|delta| + eps)^alpha, proportional only (Memory's default)
 BUDGET_PER_TRANSITION = 100  # give up after this many updates per transition in the memory
 PLOT_PATH = "plots/blind_cliffwalk.png"  # where the figure goes
+
+# Colours of the extra proportional columns, one per priority eps.
+EXTRA_COLORS = ("tab:blue", "tab:green", "tab:orange", "tab:brown", "tab:pink")
 
 # Uniform draws do not depend on Q, so fetching many at once is the same experiment, only faster.
 UNIFORM_DRAW_AHEAD = 4096
@@ -175,8 +185,11 @@ def make_memory(
     alpha_proportional: float,
     alpha_rank: float,
     rng: np.random.Generator,
+    priority_epsilon: float = PRIORITY_EPSILON,
 ) -> Memory | UniformMemory:
     """The agent's replay memory for `method` ("uniform", "proportional" or "rank").
+
+    `priority_epsilon` is the eps of proportional priorities (|delta| + eps)^alpha.
 
     beta = 0 and no beta growth: importance sampling corrects the bias that sampling by priority
     puts into an average over transitions. Here each (state, action) entry has its own
@@ -185,7 +198,8 @@ def make_memory(
     if method == "uniform":
         return UniformMemory(capacity, rng=rng)
     if method == "proportional":
-        return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0, rng=rng)
+        return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0,
+                      epsilon=priority_epsilon, rng=rng)
     if method == "rank":
         return Memory(
             capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rank_based=True, rng=rng
@@ -282,6 +296,7 @@ def updates_to_converge(
     alpha_proportional: float = ALPHA_PROPORTIONAL,
     alpha_rank: float = ALPHA_RANK,
     budget_per_transition: float = BUDGET_PER_TRANSITION,
+    priority_epsilon: float = PRIORITY_EPSILON,
 ) -> int | None:
     """Updates one run of `method` needs on the n-state Blind Cliffwalk; None if it failed.
 
@@ -309,7 +324,9 @@ def updates_to_converge(
     memory_contents = [transitions[index] for index in order_rng.permutation(len(transitions))]
     if method == "greedy":
         return greedy_until_converged(table, memory_contents, tolerance, budget)
-    memory = make_memory(method, len(transitions), alpha_proportional, alpha_rank, sample_rng)
+    memory = make_memory(
+        method, len(transitions), alpha_proportional, alpha_rank, sample_rng, priority_epsilon
+    )
     for transition in memory_contents:
         memory.store(transition)
     draw_size = UNIFORM_DRAW_AHEAD if method == "uniform" else 1
@@ -325,18 +342,21 @@ def summarize(runs: list[int | None], budget: int) -> tuple[float, int, int, int
 
 def format_table(results: dict, methods: list[str], budget_per_transition: float) -> str:
     """The results as a text table: per n the memory size and per method median / min / max."""
-    header = f"{'n':>3} {'memory':>7}" + "".join(f" | {m + ' med/min/max':>28}" for m in methods)
+    widths = [max(28, len(m) + 12) for m in methods]
+    header = f"{'n':>3} {'memory':>7}" + "".join(
+        f" | {m + ' med/min/max':>{width}}" for m, width in zip(methods, widths, strict=True)
+    )
     lines = [header, "-" * len(header)]
     any_failed = False
     for n in sorted({key[0] for key in results}):
         size = 2 ** (n + 1) - 2
         budget = int(budget_per_transition * size)
         cells = []
-        for method in methods:
+        for method, width in zip(methods, widths, strict=True):
             median, low, high, failures = summarize(results[n, method], budget)
             flag = f" ({failures} failed)" if failures else ""
             any_failed |= bool(failures)
-            cells.append(f" | {f'{median:.0f} / {low} / {high}{flag}':>28}")
+            cells.append(f" | {f'{median:.0f} / {low} / {high}{flag}':>{width}}")
         lines.append(f"{n:>3} {size:>7}" + "".join(cells))
     if any_failed:
         lines.append(
@@ -347,7 +367,11 @@ def format_table(results: dict, methods: list[str], budget_per_transition: float
 
 
 def plot(results: dict, methods: list[str], path: str) -> None:
-    """Updates vs memory size on log-log axes: median line, min-max band per method."""
+    """Updates vs memory size on log-log axes: median line, min-max band per method.
+
+    `methods` are the column labels of `results`; extra proportional columns (one per priority
+    eps) are drawn in lighter blues.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -363,7 +387,8 @@ def plot(results: dict, methods: list[str], path: str) -> None:
             continue
         sizes = [2 ** (n + 1) - 2 for n in ns]
         counts = [np.array(results[n, method]) for n in ns]
-        color = colors.get(method)
+        extra = [label for label in methods if label not in colors]
+        color = colors.get(method) or EXTRA_COLORS[extra.index(method) % len(EXTRA_COLORS)]
         ax.plot(sizes, [np.median(c) for c in counts], "o-", color=color, label=method, ms=3)
         ax.fill_between(sizes, [c.min() for c in counts], [c.max() for c in counts],
                         color=color, alpha=0.15, lw=0)
@@ -404,6 +429,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="priority exponent of proportional prioritization")
     parser.add_argument("--alpha-rank", type=float, default=ALPHA_RANK,
                         help="priority exponent of rank-based prioritization")
+    parser.add_argument("--priority-epsilon", type=float, nargs="+", default=[PRIORITY_EPSILON],
+                        help="eps of proportional priorities (|delta| + eps)^alpha; several "
+                        "values run the proportional method once per value")
     parser.add_argument("--budget-per-transition", type=float, default=BUDGET_PER_TRANSITION,
                         help="give up after this many updates per transition in the memory")
     parser.add_argument("--plot-path", default=PLOT_PATH, help="where to save the figure")
@@ -420,29 +448,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag in ("seeds", "step_size", "q_init_std", "mse_tolerance", "budget_per_transition"):
         if getattr(args, flag) <= 0:
             parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    bad_epsilons = [eps for eps in args.priority_epsilon if not 0 < eps < math.inf]
+    if bad_epsilons:
+        parser.error(f"--priority-epsilon must be positive and finite, got {bad_epsilons[0]}")
     for flag in ("alpha_proportional", "alpha_rank"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     return args
 
 
+def table_columns(
+    methods: list[str], priority_epsilons: list[float]
+) -> list[tuple[str, str, float]]:
+    """(label, method, priority eps) per column: "proportional" once per eps when several."""
+    columns = []
+    for method in methods:
+        if method == "proportional" and len(priority_epsilons) > 1:
+            columns += [(f"proportional eps={eps:g}", method, eps) for eps in priority_epsilons]
+        else:
+            columns.append((method, method, priority_epsilons[0]))
+    return columns
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run every (n, method, seed), print the table and save the plot."""
+    """Run every (n, column, seed), print the table and save the plot."""
     args = parse_args(argv)
+    columns = table_columns(args.methods, args.priority_epsilon)
     results = {}
     start = time.perf_counter()
     for n in range(args.min_n, args.max_n + 1):
-        for method in args.methods:
-            results[n, method] = [
+        for label, method, priority_epsilon in columns:
+            results[n, label] = [
                 updates_to_converge(
                     n, method, seed, args.step_size, args.q_init_std, args.mse_tolerance,
                     args.alpha_proportional, args.alpha_rank, args.budget_per_transition,
+                    priority_epsilon,
                 )
                 for seed in range(args.seed, args.seed + args.seeds)
             ]
         print(f"n={n} done after {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    print(format_table(results, args.methods, args.budget_per_transition))
-    plot(results, args.methods, args.plot_path)
+    labels = [label for label, _, _ in columns]
+    print(format_table(results, labels, args.budget_per_transition))
+    if "proportional" in args.methods:
+        print(f"proportional priority eps: {', '.join(f'{e:g}' for e in args.priority_epsilon)}")
+    plot(results, labels, args.plot_path)
     print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
 
 

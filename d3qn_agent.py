@@ -40,10 +40,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 from PIL import Image
 
 import checkpoint
-from PER import Memory, UniformMemory
+from PER import AGE_BIN_HIGH, AGE_BIN_LOW, Memory, UniformMemory
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: ENV_NAME -> --env-name, and so on.
@@ -82,7 +83,9 @@ TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
 CHECKPOINT_EVERY = 0  # env steps between checkpoints for --resume (0: only on Ctrl-C)
 MODEL_DIR = "models"  # where the .keras files and the checkpoints go
-PLOT_DIR = "plots"  # where the learning curve goes
+PLOT_DIR = "plots"  # where the learning curve and the priority figure go
+TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
+TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars (loss, |TD|, ...)
 
 # Defaults from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's
 # Atari settings; 3-step returns from Hessel et al. 2018) that replace the CartPole values above
@@ -147,6 +150,9 @@ RANK_BASED_OVERRIDES: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted
 LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
+TENSORBOARD_ROOT = "runs"  # --tensorboard without a directory writes to runs/<run name>
+PRIORITY_HISTORY_EVERY = 50  # gradient steps between the priority figure's beta / IS-weight points
+RECENT_BATCHES = 20  # batches whose IS weights the priority figure shows
 
 
 def format_overrides(overrides: dict[str, Any]) -> str:
@@ -237,7 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--checkpoint-every", type=int, default=CHECKPOINT_EVERY,
         help="env steps between checkpoints, also written at the end (0: only on Ctrl-C)")
     add("--model-dir", default=MODEL_DIR, help="directory for the saved .keras models")
-    add("--plot-dir", default=PLOT_DIR, help="directory for the learning-curve PNG")
+    add("--plot-dir", default=PLOT_DIR,
+        help="directory for the learning curve and the priority figure (PNG)")
+    add("--tensorboard", nargs="?", const=True, default=TENSORBOARD, metavar="DIR",
+        help=f"write TensorBoard event files to DIR (alone: {TENSORBOARD_ROOT}/<run name>)")
+    add("--tensorboard-every", type=int, default=TENSORBOARD_EVERY,
+        help="gradient steps between TensorBoard's training scalars")
     return parser
 
 
@@ -290,7 +301,7 @@ def _check_ranges(config: argparse.Namespace) -> None:
     """Raise ValueError for the first flag whose value cannot work."""
     positive = ["total_steps", "memory_size", "batch_size", "learning_rate", "grad_clip",
                 "target_update", "train_frequency", "n_step", "exploration_steps", "eval_every",
-                "eval_episodes", "test_episodes"]
+                "eval_episodes", "test_episodes", "tensorboard_every"]
     for name in positive:
         value = getattr(config, name)
         if not value > 0:
@@ -562,6 +573,163 @@ def episode_seed(seed: int, *indices: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# TensorBoard and the priority figure
+# ---------------------------------------------------------------------------------------------
+class TensorBoardWriter:
+    """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir`.
+
+    `TensorBoardWriter("runs/x").write(step, {"episode/score": 200.0})`; any training loop can
+    use it. The directory is created and checked at once (ValueError naming it if it cannot be
+    written), the event file on the first `write`. A scalar costs ~0.8 ms (eager tf.summary on a
+    busy 2-core CPU), so write every few steps, not every step; TensorFlow flushes
+    the events every few seconds, `flush` and `close` at once.
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=log_dir):
+                pass
+        except OSError as error:
+            raise ValueError(f"cannot write TensorBoard logs to {log_dir!r}: "
+                             f"{error.strerror or error}") from error
+        self._writer: Any = None
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        """Write each `tag: value` of `scalars` at x-axis position `step`."""
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        with self._writer.as_default(step=step):
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, float(value))
+
+    def flush(self) -> None:
+        """Write buffered events to disk now."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file; a later `write` opens a new one."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def priority_figure_data(memory: Memory | UniformMemory) -> dict[str, Any]:
+    """What the priority figure shows about `memory` (built with track_replays=True).
+
+    relative_probabilities: N * P(i) of every transition held, 1 being uniform replay's chance;
+    floor: N * P(i) of a transition with |delta| = 0, (epsilon)^alpha / total * N, and epsilon
+    (proportional PER; None otherwise); age_low, age_high: the age bins (transitions stored
+    since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
+    step at those ages, measured and uniform replay's expectation. Cost O(capacity).
+    """
+    _, probabilities = memory.sampling_probabilities()
+    size = len(probabilities)
+    floor = epsilon = None
+    if isinstance(memory, Memory) and not memory.rank_based and memory.tree.total_priority > 0:
+        floor = memory.epsilon**memory.alpha / memory.tree.total_priority * size
+        epsilon = memory.epsilon
+    stats = memory.stats
+    seen = stats.exposure_by_age > 0
+    return {
+        "relative_probabilities": probabilities * size,
+        "floor": floor,
+        "epsilon": epsilon,
+        "age_low": AGE_BIN_LOW[seen],
+        "age_high": AGE_BIN_HIGH[seen],
+        "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
+        "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen],
+    }
+
+
+def draw_priority_figure(
+    path: str,
+    data: dict[str, Any],
+    history: list[tuple[int, float, float, float]],
+    recent_is_weights: np.ndarray,
+    title: str,
+) -> None:
+    """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s).
+
+    `data` from `priority_figure_data`; `history` (env step, beta, smallest and mean IS weight of
+    a batch) over the run; `recent_is_weights` the IS weights of the last batches.
+    """
+    figure = Figure(figsize=(13, 8.5), layout="constrained")
+    figure.suptitle(title, fontsize=11)
+    (probability_axes, weight_axes), (beta_axes, age_axes) = figure.subplots(2, 2)
+
+    relative = data["relative_probabilities"]
+    low, high = relative.min(initial=1.0), relative.max(initial=1.0)
+    edges = np.geomspace(low * 0.999, high * 1.001, 41) if high > low * 1.01 else \
+        np.array([low * 0.9, high * 1.1])
+    counts, _ = np.histogram(relative, edges)
+    mass, _ = np.histogram(relative, edges, weights=relative)
+    probability_axes.stairs(100 * counts / max(counts.sum(), 1), edges, fill=True, alpha=0.4,
+                            color="tab:gray", label="share of the transitions")
+    probability_axes.stairs(100 * mass / max(mass.sum(), 1e-300), edges, color="tab:red",
+                            linewidth=2, label="share of the sampling probability they hold")
+    probability_axes.axvline(1.0, color="black", linestyle="--", label="uniform replay (1)")
+    if data["floor"] is not None:
+        probability_axes.axvline(data["floor"], color="tab:blue", linestyle=":",
+                                 label=f"|δ| = 0: only ε = {data['epsilon']:g} left")
+    probability_axes.set_xscale("log")
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+             if edges[0] <= t <= edges[-1]]
+    probability_axes.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    probability_axes.xaxis.set_minor_formatter(NullFormatter())
+    probability_axes.set_xlabel("N·P(i): a transition's sampling probability relative to uniform")
+    probability_axes.set_ylabel("% (per bin)")
+    probability_axes.set_title(f"Priorities of the {len(relative):,} transitions in the memory "
+                               "at the end\nmost are replayed less often than uniform replay "
+                               "would, a few much more", fontsize=10)
+    probability_axes.legend(fontsize=8)
+
+    weights = recent_is_weights.ravel()
+    weight_axes.hist(weights, bins=np.linspace(0.0, 1.0, 41), color="tab:purple", alpha=0.7)
+    beta = history[-1][1] if history else float("nan")
+    weight_axes.set_xlim(0.0, 1.02)
+    weight_axes.set_xlabel("importance-sampling weight w_i = (N·P(i))^-β / max_j w_j")
+    weight_axes.set_ylabel("samples")
+    weight_axes.set_title(f"IS weights of the last {len(recent_is_weights)} batches (β = "
+                          f"{beta:.2f})\nthe most often replayed transitions count the least "
+                          "in the loss", fontsize=10)
+
+    if history:
+        steps, betas, smallest, mean = (np.array(column) for column in zip(*history, strict=True))
+        beta_axes.plot(steps, betas, color="black", label="β (annealed to 1)")
+        beta_axes.plot(steps, mean, color="tab:purple", alpha=0.8, label="mean IS weight")
+        beta_axes.plot(steps, smallest, color="tab:purple", alpha=0.4, linewidth=0.8,
+                       label="smallest IS weight in the batch")
+        beta_axes.legend(fontsize=8, loc="center right")
+    beta_axes.set_ylim(0.0, 1.05)
+    beta_axes.set_xlabel("environment step")
+    beta_axes.set_title("β over the run\nas β grows to 1, the IS weights undo more of the "
+                        "sampling bias", fontsize=10)
+    beta_axes.grid(alpha=0.3)
+
+    if len(data["age_low"]):
+        # Measured over uniform replay's expectation, so the memory's growth during the run
+        # (which changes every transition's uniform chance) cancels out.
+        age_edges = np.append(data["age_low"], data["age_high"][-1]) + 1.0
+        ratio = data["replay_rate"] / np.maximum(data["uniform_rate"], 1e-300)
+        age_axes.stairs(ratio, age_edges, baseline=None, color="tab:red", linewidth=2,
+                        label="measured")
+        age_axes.axhline(1.0, color="black", linestyle="--", label="uniform replay")
+        age_axes.set_xscale("log")
+        age_axes.set_ylim(0.0, max(1.5, 1.1 * ratio.max()))
+        age_axes.legend(fontsize=8)
+    age_axes.set_xlabel("age + 1 (transitions stored after it, log bins)")
+    age_axes.set_ylabel("replays relative to uniform replay")
+    age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
+                       "top priority: replayed soon, later less often", fontsize=10)
+    age_axes.grid(alpha=0.3, which="both")
+    with checkpoint.atomic_file(path) as temporary:
+        figure.savefig(temporary, dpi=90)
+
+
+# ---------------------------------------------------------------------------------------------
 # Agent
 # ---------------------------------------------------------------------------------------------
 class DQNAgent:
@@ -621,6 +789,19 @@ class DQNAgent:
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
+        self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
+        # What the priority figure shows besides the memory's own counters.
+        self.priority_history: list[tuple[int, float, float, float]] = []  # (step, beta, w)
+        self.recent_is_weights = np.ones((RECENT_BATCHES, config.batch_size), np.float32)
+        self.recent_batches = 0  # batches written to recent_is_weights (a ring)
+        self.tensorboard_dir: str | None = None
+        self.tensorboard: TensorBoardWriter | None = None
+        if config.tensorboard:
+            self.tensorboard_dir = (os.path.join(TENSORBOARD_ROOT, self.name)
+                                    if config.tensorboard is True else str(config.tensorboard))
+            self.tensorboard = TensorBoardWriter(self.tensorboard_dir)
+        self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, gradient steps since a write
+        self._interval_start = (time.perf_counter(), 0)  # (time, env step) of the last write
 
     def _make_memory(self) -> Memory | UniformMemory:
         """PER `Memory` or `UniformMemory`; image observations keep each frame once."""
@@ -636,6 +817,8 @@ class DQNAgent:
             storage = FrameStackStorage(config.memory_size)
         memory_rng = np.random.default_rng([config.seed, 1])
         returns = {"n_step": config.n_step, "gamma": config.gamma}
+        # The memories count who gets replayed, for the priority figure (~1% of a CartPole step).
+        returns["track_replays"] = True
         if not config.use_per:
             return UniformMemory(config.memory_size, storage=storage, rng=memory_rng, **returns)
         # Anneal beta linearly to 1 over the gradient steps this run will take (Schaul et al.).
@@ -797,7 +980,50 @@ class DQNAgent:
         self.MEMORY.batch_update(tree_idx, abs_errors)
         if self.config.soft_update:
             self.update_target_model()
+        self._record_gradient_step(loss, abs_errors, is_weights)
         return loss
+
+    def _record_gradient_step(self, loss: float, abs_errors: np.ndarray,
+                              is_weights: np.ndarray) -> None:
+        """Keep what the priority figure and TensorBoard show about this gradient step.
+
+        A few microseconds: the IS weights go into a ring of RECENT_BATCHES batches, every
+        PRIORITY_HISTORY_EVERY-th step adds a point to `priority_history`, and with TensorBoard
+        the loss and mean |TD error| are averaged over TENSORBOARD_EVERY steps before writing.
+        """
+        gradient_step = self.step // self.config.train_frequency
+        self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = is_weights
+        self.recent_batches += 1
+        beta = getattr(self.MEMORY, "beta", 0.0)  # uniform replay: weights 1, as with beta = 0
+        if gradient_step % PRIORITY_HISTORY_EVERY == 0:
+            self.priority_history.append(
+                (self.step, beta, float(is_weights.min()), float(is_weights.mean())))
+        if self.tensorboard is None:
+            return
+        sums = self._interval_sums
+        sums[0] += loss
+        sums[1] += float(abs_errors.mean())
+        sums[2] += 1
+        if gradient_step % self.config.tensorboard_every:
+            return
+        now, (then, start_step) = time.perf_counter(), self._interval_start
+        scalars = {
+            "train/loss": sums[0] / sums[2],
+            "train/mean_abs_td_error": sums[1] / sums[2],
+            "train/epsilon": self.epsilon,
+            "train/env_steps_per_second": (self.step - start_step) / max(now - then, 1e-9),
+        }
+        if self.config.use_per:
+            scalars.update({"replay/beta": beta, "replay/max_is_weight": is_weights.max(),
+                            "replay/min_is_weight": is_weights.min()})
+        self.log_scalars(scalars)
+        self._interval_sums = [0.0, 0.0, 0]
+        self._interval_start = (now, self.step)
+
+    def log_scalars(self, scalars: dict[str, float]) -> None:
+        """Write `scalars` to TensorBoard at the current env step (no-op without TensorBoard)."""
+        if self.tensorboard is not None:
+            self.tensorboard.write(self.step, scalars)
 
     def _blend_target_eager(self, tau: tf.Tensor) -> None:
         for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
@@ -898,6 +1124,22 @@ class DQNAgent:
             figure.savefig(temporary, dpi=100)
         self._last_plot_time = time.perf_counter()
 
+    def save_priority_plot(self) -> None:
+        """Draw what prioritized replay did in this run to `Priority_plot_name` (~0.3 s).
+
+        Priorities in the memory, the IS weights of the last batches, beta over the run, and how
+        often transitions of each age were replayed, against uniform replay's expectation.
+        """
+        if not self.recent_batches:
+            return  # no gradient step yet: nothing to show
+        kind = self.MEMORY.kind
+        title = (f"{self.env_name}: what {kind} replay did (alpha {self.config.per_alpha:g}), "
+                 f"step {self.step:,}" if self.config.use_per else
+                 f"{self.env_name}: uniform replay, step {self.step:,}")
+        recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
+        draw_priority_figure(self.Priority_plot_name, priority_figure_data(self.MEMORY),
+                             self.priority_history, recent, title)
+
     def _evaluate_and_keep_best(self) -> None:
         """Greedy evaluation; save the model when it is the best so far; note when solved."""
         start = time.perf_counter()
@@ -913,6 +1155,7 @@ class DQNAgent:
         if self.steps_to_solve is None and self.solved_score and mean >= self.solved_score:
             self.steps_to_solve = self.step
             note += f", solved (>= {self.solved_score:g})"
+        self.log_scalars({"eval/greedy_mean_score": mean})
         print(f"evaluation at step {self.step}: mean {mean:.1f} +/- {returns.std():.1f} over "
               f"{len(returns)} greedy episodes{note}", flush=True)
 
@@ -939,8 +1182,12 @@ class DQNAgent:
         config = self.config
         print(f"training on {self.env_name} until step {config.total_steps:,}: "
               f"{self.describe()}", flush=True)
+        if self.tensorboard_dir:
+            print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
+                  f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
         self._last_plot_time = time.perf_counter()
         start_time, start_step = time.perf_counter(), self.step
+        self._interval_start = (start_time, start_step)
         if self.state is None:
             self.start_episode()
         previous_handler = signal.signal(signal.SIGINT, self._request_stop)
@@ -952,16 +1199,22 @@ class DQNAgent:
             raise NonFiniteError(f"{error}. Last good state saved to {path}") from error
         finally:
             signal.signal(signal.SIGINT, previous_handler)
+            if self.tensorboard is not None:
+                self.tensorboard.flush()
         if self._stop_requested:
             path = self.save_checkpoint()
             self.save_plot()
-            print(f"interrupted at step {self.step}: checkpoint {path}, plot {self.Plot_name}; "
-                  "continue with --resume", flush=True)
+            self.save_priority_plot()
+            print(f"interrupted at step {self.step}: checkpoint {path}, plots {self.Plot_name} "
+                  f"and {self.Priority_plot_name}; continue with --resume", flush=True)
             return
         if not self.evaluations or self.evaluations[-1][0] != self.step:
             self._evaluate_and_keep_best()
         self.save(self.Model_name.removesuffix(".keras") + "_last.keras")
         self.save_plot()
+        self.save_priority_plot()
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
         if config.checkpoint_every:
             self.save_checkpoint()
         elapsed = time.perf_counter() - start_time
@@ -972,8 +1225,8 @@ class DQNAgent:
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
               f"final evaluation {self.evaluations[-1][2]:.1f}, best "
-              f"{self.best_evaluation:.1f}; {solved}; model {self.Model_name}, plot "
-              f"{self.Plot_name}", flush=True)
+              f"{self.best_evaluation:.1f}; {solved}; model {self.Model_name}, plots "
+              f"{self.Plot_name} and {self.Priority_plot_name}", flush=True)
 
     def _step_and_learn(self, start_time: float, start_step: int) -> None:
         """One environment step: act, remember, learn, and the bookkeeping around them."""
@@ -997,6 +1250,7 @@ class DQNAgent:
             self.episode += 1
             score = info.get("episode", {}).get("r", self.episode_score)  # Atari: unclipped
             average = self.PlotModel(score)
+            self.log_scalars({"episode/score": score, "episode/average_score": average})
             speed = (self.step - start_step) / (time.perf_counter() - start_time)
             print(f"episode: {self.episode}, step: {self.step}/{config.total_steps}, "
                   f"score: {score:g}, e: {self.epsilon:.2f}, average: {average:.1f}, "
@@ -1040,6 +1294,9 @@ class DQNAgent:
                 "episode_actions": self.episode_actions,
                 "episode_score": self.episode_score,
                 "state_sha256": self._state_digest(),
+                "priority_history": self.priority_history,
+                "recent_is_weights": self.recent_is_weights.tolist(),
+                "recent_batches": self.recent_batches,
             })
 
         if self.state is None:
@@ -1125,6 +1382,12 @@ class DQNAgent:
             self.state, *_ = self.env.step(int(action))
         self.episode_actions = [int(action) for action in progress["episode_actions"]]
         self.episode_score = float(progress["episode_score"])
+        # Checkpoints from before the priority figure lack its history: it starts afresh.
+        self.priority_history = [(int(a), float(b), float(c), float(d))
+                                 for a, b, c, d in progress.get("priority_history", [])]
+        if "recent_is_weights" in progress:
+            self.recent_is_weights[:] = np.asarray(progress["recent_is_weights"], np.float32)
+        self.recent_batches = int(progress.get("recent_batches", 0))
         if self._state_digest() != progress["state_sha256"]:
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")

@@ -3,6 +3,7 @@ Stable-Baselines3's DQN beside them when it is installed.
 
     python benchmarks/bench_agent.py                  # seeds 0-4 x {PER, uniform, SB3}
     python benchmarks/bench_agent.py --seeds 5 6 7 --total-steps 20000
+    python benchmarks/bench_agent.py --tensorboard    # every run of ours also to runs/bench_agent/
 
 Every run of ours uses d3qn_agent.py's defaults except USE_PER and SEED. SB3's DQN (the peer a
 user would pick instead; `pip install stable-baselines3` with a CPU torch) runs with the RL Zoo's
@@ -94,13 +95,18 @@ def result_of(variant: str, seed: int, eval_steps: list[int], eval_means: list[f
     }
 
 
-def train_ours(label: str, seed: int, total_steps: int, work_dir: Path) -> dict:
-    """Train one agent with the defaults of d3qn_agent.py."""
+def train_ours(label: str, seed: int, total_steps: int, work_dir: Path,
+               tensorboard: str | None = None) -> dict:
+    """Train one agent with the defaults of d3qn_agent.py.
+
+    With `tensorboard`, the run logs to TensorBoard in `tensorboard/<label>_seed<seed>`.
+    """
     keras.backend.clear_session()  # start every run from an empty Keras graph state
     log_path = work_dir / f"{label}_seed{seed}.log"
     agent = d3qn_agent.DQNAgent(ENV_NAME, use_per=VARIANTS[label], seed=seed,
                                 total_steps=total_steps, model_dir=str(work_dir),
-                                plot_dir=str(work_dir))
+                                plot_dir=str(work_dir),
+                                tensorboard=tensorboard and f"{tensorboard}/{label}_seed{seed}")
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
         start = time.perf_counter()
         agent.run()
@@ -237,6 +243,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "plots" / f"per_vs_uniform_{ENV_NAME}.png",
                         help="where to write the comparison plot")
+    parser.add_argument("--tensorboard", nargs="?", const="runs/bench_agent", metavar="DIR",
+                        help="log every run to TensorBoard under DIR (alone: runs/bench_agent)")
     args = parser.parse_args()
     if args.total_steps < 1:
         parser.error(f"--total-steps must be positive, got {args.total_steps}")
@@ -254,7 +262,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work_dir:
         for seed in args.seeds:
             for label in VARIANTS:
-                results.append(train_ours(label, seed, args.total_steps, Path(work_dir)))
+                results.append(train_ours(label, seed, args.total_steps, Path(work_dir),
+                                          args.tensorboard))
                 print_run(results[-1])
             if run_sb3:
                 results.append(train_sb3(seed, args.total_steps))

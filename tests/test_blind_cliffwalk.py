@@ -131,7 +131,8 @@ def test_table_marks_runs_over_budget():
 
 
 @pytest.mark.parametrize(
-    "argv", [["--methods", "uniform,sweep"], ["--min-n", "5", "--max-n", "4"], ["--seeds", "0"]]
+    "argv", [["--methods", "uniform,sweep"], ["--min-n", "5", "--max-n", "4"], ["--seeds", "0"],
+             ["--priority-epsilon", "0.01", "0"], ["--priority-epsilon", "inf"]]
 )
 def test_bad_command_line_exits_with_an_error(argv):
     with pytest.raises(SystemExit) as error:
@@ -145,3 +146,29 @@ def test_main_prints_the_table_and_writes_the_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:2] == ["n", "memory"]
     assert plot_path.stat().st_size > 0
+
+
+def test_priority_epsilon_reaches_the_memory_and_decides_the_result():
+    # The numbers (n = 10, 3 seeds, median) need a minute; n = 8 shows the same effect.
+    memory = bc.make_memory("proportional", 8, 0.6, 0.7, np.random.default_rng(0), 1e-6)
+    assert memory.epsilon == 1e-6
+    default, small = (
+        [bc.updates_to_converge(8, "proportional", seed, priority_epsilon=eps) for seed in range(3)]
+        for eps in (bc.PRIORITY_EPSILON, 1e-6)
+    )
+    # 2,174 against ~1,160 median updates: each of the 510 transitions keeps eps^alpha of the
+    # probability mass, which a smaller eps frees for the few with large errors.
+    assert all(2 * s < 1.5 * d for s, d in zip(small, default, strict=True)), (small, default)
+
+
+def test_several_priority_epsilons_give_one_proportional_column_each(tmp_path, capsys):
+    assert bc.table_columns(["uniform", "proportional"], [0.01]) == [
+        ("uniform", "uniform", 0.01), ("proportional", "proportional", 0.01)]
+    assert bc.table_columns(["proportional", "rank"], [0.01, 1e-6]) == [
+        ("proportional eps=0.01", "proportional", 0.01),
+        ("proportional eps=1e-06", "proportional", 1e-6), ("rank", "rank", 0.01)]
+    bc.main(["--max-n", "3", "--seeds", "1", "--methods", "proportional",
+             "--priority-epsilon", "1e-2", "1e-6", "--plot-path", str(tmp_path / "eps.png")])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "proportional eps=0.01 med/min/max" in header
+    assert "proportional eps=1e-06 med/min/max" in header

@@ -149,7 +149,7 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
 
 def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     process = subprocess.Popen(
-        agent_command(tmp_path, "--total-steps", "100000"),
+        agent_command(tmp_path, "--total-steps", "100000", "--tensorboard", str(tmp_path / "tb")),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -165,6 +165,12 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     assert len(checkpoints(tmp_path)) == 1
     assert_complete(checkpoints(tmp_path)[0])
     assert (tmp_path / "plots" / f"{RUN_NAME}.png").is_file()
+    # The TensorBoard events written before Ctrl-C were flushed: the first episode is there.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert "episode/score" in events.Tags()["tensors"]
 
 
 def resume_fails(directory: Path, *flags: str) -> str:

@@ -1,0 +1,182 @@
+"""TensorBoard logging (--tensorboard) and the priority figure: the event file read back, the
+figure's inputs by hand, and both written by a short CartPole run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util.tensor_util import make_ndarray
+
+import checkpoint
+import d3qn_agent
+from d3qn_agent import DQNAgent, TensorBoardWriter, explicit_flags, main, priority_figure_data
+from PER import Memory, UniformMemory
+
+CARTPOLE = "CartPole-v1"
+RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
+# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
+    """A CartPole agent that learns from step 100 and writes only under tmp_path."""
+    settings = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
+                "total_steps": 600, "learning_starts": 100, "eval_every": 300,
+                "eval_episodes": 2, "model_dir": str(tmp_path / "models"),
+                "plot_dir": str(tmp_path / "plots")}
+    settings.update(flags)
+    return DQNAgent(CARTPOLE, **settings)
+
+
+def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of every scalar in the event files under `directory`."""
+    events = EventAccumulator(str(directory), size_guidance={"tensors": 0})  # 0: keep all
+    events.Reload()
+    return {tag: [(event.step, float(make_ndarray(event.tensor_proto)))
+                  for event in events.Tensors(tag)]
+            for tag in events.Tags()["tensors"]}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[DQNAgent, Path]:
+    """One short run with TensorBoard on: 600 steps, 250 gradient steps."""
+    tmp_path = tmp_path_factory.mktemp("run")
+    agent = tiny_agent(tmp_path, tensorboard=str(tmp_path / "tb"), tensorboard_every=10)
+    agent.run()
+    return agent, tmp_path
+
+
+def test_event_file_holds_every_tag_and_the_agents_own_numbers(trained):
+    agent, tmp_path = trained
+    events = read_events(tmp_path / "tb")
+    assert set(events) == {
+        "episode/score", "episode/average_score", "eval/greedy_mean_score", "train/loss",
+        "train/mean_abs_td_error", "train/epsilon", "train/env_steps_per_second",
+        "replay/beta", "replay/max_is_weight", "replay/min_is_weight",
+    }
+    # Episode scores are whole numbers on CartPole, exact in float32.
+    assert [value for _, value in events["episode/score"]] == agent.scores
+    steps = [step for step, _ in events["episode/score"]]
+    assert steps == sorted(steps) and steps[-1] <= agent.step
+    np.testing.assert_allclose([value for _, value in events["episode/average_score"]],
+                               agent.average, rtol=1e-6)
+    assert events["eval/greedy_mean_score"] == [
+        (step, pytest.approx(mean)) for step, _, mean in agent.evaluations]
+    # A gradient step every 2 env steps from step 100; a write every 10th: env steps 100, 120, ...
+    assert [step for step, _ in events["train/loss"]] == list(range(100, 601, 20))
+    betas = [value for _, value in events["replay/beta"]]
+    assert 0.4 < betas[0] < betas[-1] <= 1.0
+    assert all(0 < value <= 1 for _, value in events["replay/min_is_weight"])
+    assert all(value > 0 for _, value in events["train/env_steps_per_second"])
+    epsilon_at = dict(events["train/epsilon"])
+    assert epsilon_at[500] == pytest.approx(agent.epsilon_at(499))  # of the 500th action
+
+
+def test_run_writes_the_priority_figure_from_its_history(trained):
+    agent, tmp_path = trained
+    figure = tmp_path / "plots" / f"{RUN_NAME}_priorities.png"
+    assert agent.Priority_plot_name == str(figure)
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+    # A point every 50 gradient steps (every 100 env steps), beta rising to 1 at the end.
+    steps, betas, smallest, mean = zip(*agent.priority_history, strict=True)
+    assert list(steps) == [100, 200, 300, 400, 500, 600]
+    assert list(betas) == sorted(betas) and betas[-1] == pytest.approx(1.0)
+    assert all(0 < low <= average <= 1 for low, average in zip(smallest, mean, strict=True))
+    assert agent.recent_batches == 251  # gradient steps at env steps 100, 102, ..., 600
+    stats = agent.MEMORY.stats
+    assert stats.stores == 600
+    assert stats.replays_by_age.sum() == 251 * 16
+    assert stats.replay_counts.sum() == 251 * 16  # nothing overwritten in a 1,000-slot memory
+
+
+def test_tensorboard_flag_alone_writes_under_runs(tmp_path, monkeypatch):
+    assert explicit_flags(["--tensorboard"]) == {"tensorboard": True}
+    assert explicit_flags(["--tensorboard", "logs/a"]) == {"tensorboard": "logs/a"}
+    assert d3qn_agent.default_flags()["tensorboard"] is None
+    monkeypatch.chdir(tmp_path)
+    agent = tiny_agent(tmp_path, tensorboard=True)
+    assert agent.tensorboard_dir == f"runs/{RUN_NAME}"
+    assert (tmp_path / "runs" / RUN_NAME).is_dir()
+    assert tiny_agent(tmp_path).tensorboard is None
+
+
+def test_unwritable_tensorboard_directory_is_one_error_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ValueError, match=f"cannot write TensorBoard logs to '{blocker}/runs'"):
+        TensorBoardWriter(str(blocker / "runs"))
+    argv = ["--tensorboard", str(blocker / "runs"), "--hidden-units", "8",
+            "--model-dir", str(tmp_path / "models"), "--plot-dir", str(tmp_path / "plots")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot write TensorBoard logs") and "\n" not in err
+    assert not (tmp_path / "models").exists()
+
+
+def test_writer_writes_what_it_is_given(tmp_path):
+    writer = TensorBoardWriter(str(tmp_path / "tb"))
+    writer.write(7, {"a/b": 0.25, "a/c": 3})
+    writer.write(9, {"a/b": 0.5})
+    writer.close()
+    assert read_events(tmp_path / "tb") == {"a/b": [(7, 0.25), (9, 0.5)], "a/c": [(7, 3.0)]}
+
+
+def test_priority_figure_inputs_by_hand():
+    memory = Memory(8, rng=0, track_replays=True)  # alpha 0.6, epsilon 0.01
+    for i in range(4):
+        state = np.full(2, i, np.float32)
+        memory.store((state, 0, 0.0, state, False))
+    memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.0, 0.0, 0.99]))
+    memory.stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
+    data = priority_figure_data(memory)
+    priorities = np.array([0.01, 0.01, 0.01, 1.0]) ** 0.6
+    np.testing.assert_allclose(data["relative_probabilities"], 4 * priorities / priorities.sum())
+    np.testing.assert_allclose(data["floor"], 4 * 0.01**0.6 / priorities.sum())
+    # Ages 0 | 1-2 | 3 held 1 | 2 | 1 transitions; both replays were of age 0.
+    np.testing.assert_array_equal(data["age_low"], [0, 1, 3])
+    np.testing.assert_array_equal(data["age_high"], [1, 3, 7])
+    np.testing.assert_allclose(data["replay_rate"], [2.0, 0.0, 0.0])
+    np.testing.assert_allclose(data["uniform_rate"], [0.5, 0.5, 0.5])  # 2 draws / 4 held
+    uniform = UniformMemory(8, track_replays=True)
+    uniform.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
+    uniform_data = priority_figure_data(uniform)
+    assert uniform_data["floor"] is None and uniform_data["relative_probabilities"].tolist() == [1]
+
+
+def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained, tmp_path):
+    agent, _ = trained
+    agent.checkpoint_root = str(tmp_path / "checkpoints")
+    directory = Path(agent.save_checkpoint())
+    restored = tiny_agent(tmp_path)
+    restored.load_checkpoint(str(directory))
+    assert restored.priority_history == agent.priority_history
+    np.testing.assert_array_equal(restored.recent_is_weights, agent.recent_is_weights)
+    np.testing.assert_array_equal(restored.MEMORY.stats.replays_by_age,
+                                  agent.MEMORY.stats.replays_by_age)
+    # A checkpoint from before the figure: no history, no replay statistics.
+    progress = json.loads((directory / "progress.json").read_text())
+    for key in ("priority_history", "recent_is_weights", "recent_batches"):
+        del progress[key]
+    (directory / "progress.json").write_text(json.dumps(progress))
+    arrays = checkpoint.read_arrays(directory / "memory.npz")
+    checkpoint.write_arrays(directory / "memory.npz",
+                            {k: v for k, v in arrays.items() if not k.startswith("stats.")})
+    old = tiny_agent(tmp_path)
+    old.load_checkpoint(str(directory))
+    assert old.priority_history == [] and old.recent_batches == 0
+    assert old.MEMORY.stats.stores == len(old.MEMORY) and old.step == agent.step
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_priority_figure_draws_without_history_or_replays(tmp_path):
+    memory = Memory(8, track_replays=True)
+    state = np.zeros(2, np.float32)
+    memory.store((state, 0, 0.0, state, False))
+    path = tmp_path / "plots" / "p.png"
+    d3qn_agent.draw_priority_figure(str(path), priority_figure_data(memory), [],
+                                    np.ones((1, 4), np.float32), "no gradient step yet")
+    assert path.read_bytes()[:4] == b"\x89PNG"
