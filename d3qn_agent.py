@@ -109,29 +109,20 @@ ATARI_OVERRIDES: dict[str, Any] = {
 # the same way (explicit flags win). Batch, Adam step, replay size, target period, exploration
 # and gamma follow the RL Zoo's tuned DQN settings for each game; the 3-step returns (Rainbow)
 # carry rewards back faster, which these sparse, delayed-reward games need most.
+ACROBOT_LUNAR_LANDER_OVERRIDES: dict[str, Any] = {  # the RL Zoo tunes both games alike
+    "total_steps": 100_000,
+    "memory_size": 50_000,
+    "learning_rate": 6.3e-4,
+    "target_update": 250,
+    "train_frequency": 4,
+    "n_step": 3,
+    "exploration_steps": 12_000,
+    "epsilon_min": 0.1,
+    "eval_every": 5_000,
+}
 ENV_OVERRIDES: dict[str, dict[str, Any]] = {
-    "Acrobot-v1": {
-        "total_steps": 100_000,
-        "memory_size": 50_000,
-        "learning_rate": 6.3e-4,
-        "target_update": 250,
-        "train_frequency": 4,
-        "n_step": 3,
-        "exploration_steps": 12_000,
-        "epsilon_min": 0.1,
-        "eval_every": 5_000,
-    },
-    "LunarLander-v3": {
-        "total_steps": 100_000,
-        "memory_size": 50_000,
-        "learning_rate": 6.3e-4,
-        "target_update": 250,
-        "train_frequency": 4,
-        "n_step": 3,
-        "exploration_steps": 12_000,
-        "epsilon_min": 0.1,
-        "eval_every": 5_000,
-    },
+    "Acrobot-v1": dict(ACROBOT_LUNAR_LANDER_OVERRIDES),
+    "LunarLander-v3": dict(ACROBOT_LUNAR_LANDER_OVERRIDES),
     "MountainCar-v0": {
         "total_steps": 120_000,
         "memory_size": 10_000,
