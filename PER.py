@@ -251,6 +251,35 @@ class TransitionStorage:
         self.written = min(self.written + 1, self.capacity)
         return slot, NO_SLOTS
 
+    def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Store k transitions at once, as `add` would one after the other. O(k), no Python loop.
+
+        `transitions` is (states, actions, rewards, next_states, dones), each with leading
+        dimension k (1 <= k <= capacity), in the order they happened. Returns the k slots that now
+        hold them, in that order (ring order, wrapping past the end, so the oldest transitions
+        are overwritten), and the slots that stopped holding a transition (none here, as for
+        `add`). A malformed block raises ValueError and leaves the storage unchanged.
+        """
+        columns = _check_block(transitions, self.capacity)
+        if self.fields is None:
+            self.fields = tuple(
+                np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
+                for column in columns
+            )
+        for name, field, column in zip(FIELDS, self.fields, columns, strict=True):
+            if column.shape[1:] != field.shape[1:]:
+                raise ValueError(
+                    f"{name} has shape {column.shape[1:]}, but the memory holds {field.shape[1:]}"
+                )
+        k = len(columns[0])
+        slots = (self.write_pointer + np.arange(k)) % self.capacity
+        for field, column in zip(self.fields, columns, strict=True):
+            field[slots] = column
+        self.holds_transition[slots] = True
+        self.write_pointer = int((self.write_pointer + k) % self.capacity)
+        self.written = min(self.written + k, self.capacity)
+        return slots, NO_SLOTS
+
     def get(
         self, slots: np.ndarray, last_slots: np.ndarray | None = None
     ) -> tuple[np.ndarray, ...]:
@@ -348,6 +377,12 @@ class ReplayStatistics:
         self.replay_counts[slot] = 0
         self.stores += 1
 
+    def note_stores(self, slots: np.ndarray) -> None:
+        """New transitions went into `slots`, in store order (a block). O(len(slots))."""
+        self.stored_at[slots] = self.stores + np.arange(len(slots))
+        self.replay_counts[slots] = 0
+        self.stores += len(slots)
+
     def note_sample(self, slots: np.ndarray, size: int) -> None:
         """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
         np.add.at(self.replay_counts, slots, 1)
@@ -414,6 +449,18 @@ def _check_experience(experience: Any) -> Sequence:
     return experience
 
 
+def _check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
+    """The five columns of a block of transitions as arrays of one length k in 1..capacity."""
+    columns = [np.asarray(column) for column in _check_experience(transitions)]
+    lengths = [len(column) if column.ndim else 0 for column in columns]
+    if len(set(lengths)) != 1:
+        raise ValueError(f"the block's {FIELDS} have different lengths {lengths}")
+    if not 1 <= lengths[0] <= capacity:
+        raise ValueError(f"a block must hold 1..{capacity} transitions (the capacity), "
+                         f"got {lengths[0]}")
+    return columns
+
+
 class ReplayMemory:
     """What both memories share: the storage, the random generator, and their checkpoints."""
 
@@ -460,7 +507,7 @@ class ReplayMemory:
         """The slots that hold a transition. O(capacity)."""
         return np.flatnonzero(self.storage.holds_transition)
 
-    def _batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+    def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions that start in `slots`, as the batch `sample` returns.
 
         (states, actions, rewards, next_states, dones, discounts): rewards are the discounted sums
@@ -557,7 +604,7 @@ class UniformMemory(ReplayMemory):
             empty = ~holds[slots]
         self._note_sample(slots)
         tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self._batch(slots), np.ones(n, dtype=np.float32)
+        return tree_idx, self.n_step_batch(slots), np.ones(n, dtype=np.float32)
 
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, P(i) = 1 / their number). O(capacity)."""
@@ -654,12 +701,87 @@ class Memory(ReplayMemory):
             self.tree.update_batch(freed + (self.capacity - 1), 0.0)
         self.tree.update(slot + self.capacity - 1, self.max_priority)
 
+    def store_block(
+        self, transitions: Sequence[Any], abs_errors: np.ndarray, context: int = 0
+    ) -> np.ndarray:
+        """Add k consecutive transitions with the priorities their sender computed; return the
+        k slots that hold them. O(k log N).
+
+        For distributed replay (Ape-X, `apex.py`): an actor computes the |TD errors| of its own
+        transitions, so they enter with a measured priority instead of the maximum. `transitions`
+        is (states, actions, rewards, next_states, dones) with leading dimension k, in the order
+        they happened; `abs_errors` are the |TD errors| of the first k - `context`, turned into
+        priorities as `batch_update` does. The last `context` transitions are stored only so
+        that the n-step chains of the others run through to their end (the sender sends them
+        again at the head of its next block): they get priority 0 and are never sampled.
+
+        Bad input (lengths, shapes, NaN, infinite or negative errors) raises ValueError and
+        changes nothing. The storage takes the block in one vectorized write when it has
+        `add_block`; `FrameStackStorage`, which must see each transition to share its frames,
+        takes it one `add` at a time, and a transition it rejects raises after the ones before
+        it were stored (with their priorities).
+        """
+        columns = _check_block(transitions, self.capacity)
+        k = len(columns[0])
+        if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
+                0 <= context < k):
+            raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
+                             f"got {context!r}")
+        errors = np.asarray(abs_errors, dtype=np.float64).ravel()
+        if errors.size != k - context:
+            raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
+                             f"{context} of context (expected {k - context})")
+        _check_non_negative("absolute TD error", errors)
+        if self.rank_based:
+            # |delta| decides the rank; -inf marks a slot that is never ranked nor sampled.
+            values = np.concatenate([errors, np.full(context, -np.inf)])
+        else:
+            values = np.concatenate([
+                np.minimum(errors + self.epsilon, self.abs_err_upper) ** self.alpha,
+                np.zeros(context),
+            ])
+        # (slots, new values) in the order they were written: freed slots, then the new ones.
+        writes: list[tuple[np.ndarray, np.ndarray]] = []
+        try:
+            if hasattr(self.storage, "add_block"):
+                slots, freed = self.storage.add_block(columns)
+                writes += [(freed, self._empty_value(len(freed))), (slots, values)]
+            else:
+                for i, experience in enumerate(zip(*columns, strict=True)):
+                    slot, freed = self.storage.add(experience)
+                    writes += [(freed, self._empty_value(len(freed))),
+                               (np.array([slot]), values[i:i + 1])]
+        finally:
+            if writes:
+                self._write_priorities(writes)
+        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
+
+    def _empty_value(self, n: int) -> np.ndarray:
+        """What n slots that no longer hold a transition get: priority 0, or rank-based -inf."""
+        return np.full(n, -np.inf if self.rank_based else 0.0)
+
+    def _write_priorities(self, writes: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Apply `store_block`'s writes in order (a slot written twice keeps its last value)."""
+        slots = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
+        values = np.concatenate([values for _, values in writes])
+        if self.stats is not None:
+            self.stats.note_stores(np.concatenate([slots for slots, _ in writes[1::2]]))
+        if not self.rank_based:
+            self.tree._set_leaves(slots + (self.capacity - 1), values)  # in order: last wins
+            self.max_priority = max(self.max_priority, float(values.max(initial=0.0)))
+            return
+        _, last = np.unique(slots[::-1], return_index=True)  # last occurrence of each slot
+        keep = len(slots) - 1 - last
+        self._abs_errors[slots[keep]] = values[keep]
+        self._mark_stale(slots[keep])
+
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """Draw n transitions by priority: (tree_idx, batch, is_weights).
 
         tree_idx are the leaves to pass back to `batch_update`; batch is (states, actions,
-        rewards, next_states, dones, discounts) with leading dimension n (see `_batch`; the TD
-        target is rewards + discounts * (1 - dones) * Q(next_states)); is_weights is float32 (n,).
+        rewards, next_states, dones, discounts) with leading dimension n (see `n_step_batch`; the
+        TD target is rewards + discounts * (1 - dones) * Q(next_states)); is_weights is float32
+        (n,).
         Cost O(n log N) proportional; rank-based adds an O(N) merge when priorities changed.
         """
         _check_sample(n, len(self))
@@ -674,7 +796,7 @@ class Memory(ReplayMemory):
             is_weights = (self.tree.tree[leaves] / self.tree.min_priority) ** -self.beta
         self._note_sample(slots)
         tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self._batch(slots), is_weights.astype(np.float32)
+        return tree_idx, self.n_step_batch(slots), is_weights.astype(np.float32)
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Give the sampled transitions new priorities from their absolute TD errors. O(k log N).
@@ -769,7 +891,8 @@ class Memory(ReplayMemory):
         keep = ~self._stale[self._ranked_slots]
         self._stale[stale] = False
         ranked_slots, ranked_keys = self._ranked_slots[keep], self._ranked_keys[keep]
-        stale = stale[self.storage.holds_transition[stale]]
+        # Ranked: slots that hold a transition, except store_block's context (|delta| = -inf).
+        stale = stale[self.storage.holds_transition[stale] & (self._abs_errors[stale] > -np.inf)]
         keys = -self._abs_errors[stale]
         order = np.argsort(keys, kind="stable")
         stale, keys = stale[order], keys[order]

@@ -5,6 +5,7 @@ import io
 import numpy as np
 import pytest
 
+from atari_wrappers import FrameStackStorage
 from PER import (
     AGE_BINS,
     Memory,
@@ -539,3 +540,102 @@ def test_replay_statistics_survive_a_checkpoint_and_old_checkpoints_load():
     bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
     with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
         Memory(16, track_replays=True).load_state_dict(bad)
+
+
+# Blocks with their own priorities (Ape-X actors, apex.py) ---------------------------------------
+
+
+def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, ...]:
+    """k consecutive transitions of one episode, states first .. first + k - 1 (as `experience`)."""
+    states = np.arange(first, first + k, dtype=np.float32)[:, None].repeat(3, axis=1)
+    dones = np.arange(first, first + k) == done_at
+    rewards = np.arange(first, first + k, dtype=np.float64)
+    return states, np.arange(k) % 2, rewards, states + 1, dones
+
+
+def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampled():
+    memory = Memory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3, gamma=0.5)
+    slots = memory.store_block(block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
+    np.testing.assert_array_equal(slots, [0, 1, 2, 3, 4])
+    # p = min(|delta| + epsilon, 1) ** alpha; the two context transitions get 0.
+    np.testing.assert_allclose(memory.tree.tree[7:12], [0.1, 0.5, 1.0, 0.0, 0.0])
+    assert memory.max_priority == 1.0 and len(memory) == 5
+    tree_idx, (_, _, rewards, next_states, _, discounts), _ = memory.sample(500)
+    assert set(tree_idx - 7) == {0, 1, 2}
+    # The chains run on into the context: transition 2's 3-step return is 2 + 3/2 + 4/4.
+    third = tree_idx == 9
+    np.testing.assert_array_equal(rewards[third], 2 + 3 / 2 + 4 / 4)
+    np.testing.assert_array_equal(next_states[third, 0], 5)
+    np.testing.assert_array_equal(discounts[third], np.float32(1 / 8))
+
+
+def test_store_block_matches_store_then_batch_update():
+    errors = np.abs(np.sin(np.arange(6)))
+    blocked = Memory(16, rng=4)
+    blocked.store_block(block(0, 6), errors)
+    stepped = Memory(16, rng=4)
+    for row in zip(*block(0, 6), strict=True):
+        stepped.store(row)
+    stepped.batch_update(np.arange(15, 21), errors)
+    np.testing.assert_array_equal(blocked.tree.tree, stepped.tree.tree)
+    np.testing.assert_array_equal(blocked.tree._mins, stepped.tree._mins)
+    (got_idx, _, got_weights), (idx, _, weights) = blocked.sample(8), stepped.sample(8)
+    np.testing.assert_array_equal(got_idx, idx)
+    np.testing.assert_array_equal(got_weights, weights)
+
+
+def test_store_block_wraps_around_and_evicts_the_oldest():
+    memory = Memory(8, rng=0, track_replays=True)
+    memory.store_block(block(0, 6), np.full(6, 0.5))
+    slots = memory.store_block(block(100, 5), np.full(5, 2.0))
+    np.testing.assert_array_equal(slots, [6, 7, 0, 1, 2])
+    states = memory.storage.fields[0][:, 0]
+    np.testing.assert_array_equal(states, [102, 103, 104, 3, 4, 5, 100, 101])
+    assert memory.stats.stores == 11
+    np.testing.assert_array_equal(memory.stats.ages(np.array([2, 3, 6])), [0, 7, 4])
+    # |delta| = 2 is clipped to abs_err_upper = 1 before the power alpha = 0.6.
+    np.testing.assert_allclose(memory.tree.tree[7:], [1.0] * 3 + [0.51**0.6] * 3 + [1.0] * 2)
+
+
+def test_rank_based_store_block_ranks_by_the_given_errors_without_the_context():
+    memory = Memory(8, rank_based=True, rng=0)
+    memory.store_block(block(0, 4), np.array([0.1, 3.0, 1.0]), context=1)
+    memory.sample(1)
+    np.testing.assert_array_equal(memory._ranked_slots, [1, 2, 0])
+    tree_idx, _, _ = memory.sample(300)
+    assert 3 not in set(tree_idx - 7)
+
+
+def test_store_block_through_a_frame_store_rebuilds_the_stacks():
+    storage = FrameStackStorage(16)
+    memory = Memory(16, storage=storage, rng=0)
+    frames = np.arange(1, 8, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+    stacks = np.stack([np.stack(frames[i:i + 2], axis=-1) for i in range(6)])  # (6, 2, 2, 2)
+    transitions = (stacks[:5], np.arange(5), np.ones(5), stacks[1:], np.zeros(5, bool))
+    slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
+    _, (states, actions, _, next_states, _, _), _ = memory.sample(100)
+    assert len(slots) == 5 and set(actions) == {0, 1, 2, 3}
+    np.testing.assert_array_equal(states, stacks[actions])
+    np.testing.assert_array_equal(next_states, stacks[actions + 1])
+
+
+def test_store_block_bad_input_raises_and_changes_nothing():
+    memory = Memory(8, rng=0)
+    memory.store_block(block(0, 2), np.ones(2))
+    before = memory.tree.tree.copy()
+    bad_calls = [
+        ((block(0, 3), np.ones(2)), {}, "got 2 errors for a block of 3"),
+        ((block(0, 3), np.ones(2)), {"context": 3}, "context must be an integer in 0..2"),
+        ((block(0, 3), np.array([0.1, np.nan, 0.2])), {}, "nan"),
+        ((block(0, 3), np.array([0.1, -1.0, 0.2])), {}, "-1.0"),
+        ((block(0, 9), np.ones(9)), {}, "1..8 transitions"),
+        (((np.zeros((3, 3)), np.zeros(2), np.zeros(3), np.zeros((3, 3)), np.zeros(3)),
+          np.ones(3)), {}, r"different lengths \[3, 2, 3, 3, 3\]"),
+        (((np.zeros((2, 4)), np.zeros(2), np.zeros(2), np.zeros((2, 4)), np.zeros(2)),
+          np.ones(2)), {}, r"state has shape \(4,\), but the memory holds \(3,\)"),
+    ]
+    for args, kwargs, message in bad_calls:
+        with pytest.raises(ValueError, match=message):
+            memory.store_block(*args, **kwargs)
+    np.testing.assert_array_equal(memory.tree.tree, before)
+    assert len(memory) == 2 and memory.storage.write_pointer == 2
