@@ -251,12 +251,14 @@ def default_flags() -> dict[str, Any]:
     return flags
 
 
-def explicit_flags(argv: list[str]) -> dict[str, Any]:
+def explicit_flags(argv: list[str], parser: argparse.ArgumentParser | None = None
+                   ) -> dict[str, Any]:
     """Parse `argv` and return only the flags the user actually gave (so Atari defaults can apply).
 
-    `--help` and malformed flags exit here, as argparse does.
+    `parser` defaults to this file's `build_parser()` (apex.py passes its own). `--help` and
+    malformed flags exit here, as argparse does.
     """
-    parser = build_parser()
+    parser = build_parser() if parser is None else parser
     names = vars(parser.parse_args(argv))  # reports errors and --help with the real defaults
     # argparse fills in defaults only for names the namespace lacks, so a pre-filled marker
     # survives exactly for the flags that were not given.
@@ -542,6 +544,23 @@ def double_dqn_targets(
     else:
         next_values = tf.reduce_max(next_q_target, axis=1)
     return rewards + discounts * (1.0 - dones) * tf.cast(next_values, tf.float32)
+
+
+def batch_td_errors(
+    model: keras.Model, target_model: keras.Model, states: Any, actions: Any, rewards: Any,
+    next_states: Any, dones: Any, discounts: Any, double: bool, training: bool = False,
+) -> tf.Tensor:
+    """TD errors target - Q(s, a) of a batch, the target from `double_dqn_targets`.
+
+    The train step differentiates them (training=True, inside its tape; stop_gradient holds the
+    target fixed); apex.py's actors take their absolute values as the first priorities of the
+    transitions they send, so actor and learner agree by construction. Cost: three forward
+    passes of the batch.
+    """
+    targets = double_dqn_targets(rewards, dones, model(next_states, training=False),
+                                 target_model(next_states, training=False), discounts, double)
+    q_taken = tf.gather(model(states, training=training), actions, axis=1, batch_dims=1)
+    return tf.stop_gradient(targets) - q_taken
 
 
 def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
@@ -919,14 +938,9 @@ class DQNAgent:
                           next_states: tf.Tensor, dones: tf.Tensor, discounts: tf.Tensor,
                           is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         config = self.config
-        targets = double_dqn_targets(
-            rewards, dones, self.model(next_states, training=False),
-            self.target_model(next_states, training=False), discounts, config.ddqn,
-        )
         with tf.GradientTape() as tape:
-            q_values = self.model(states, training=True)
-            q_taken = tf.gather(q_values, actions, axis=1, batch_dims=1)
-            td_errors = targets - q_taken
+            td_errors = batch_td_errors(self.model, self.target_model, states, actions, rewards,
+                                        next_states, dones, discounts, config.ddqn, training=True)
             # The IS weights undo PER's sampling bias, one weight per sample's loss.
             loss = tf.reduce_mean(is_weights * huber(td_errors))
         variables = self.model.trainable_variables
