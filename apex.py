@@ -590,6 +590,9 @@ class Learner:
         self.replay_timings: dict[str, tuple[float, int]] = {}
         self.start_time = time.perf_counter()
         self._last_log = (self.start_time, 0, 0)  # (time, env steps, updates) of the last line
+        self.training_start = self._last_log  # the same at the first update (rates leave out
+        # the start-up: Ray, the actors' TensorFlow, the first LEARNING_STARTS transitions)
+        self.training_end: tuple[float, int, int] | None = None  # and at the last one
         self.replay: Any = None
         self.actors: list[Any] = []
         self.runs: list[Any] = []
@@ -637,6 +640,7 @@ class Learner:
                 self.log_progress()
                 next_log += config.log_every
         next_eval = config.eval_every
+        self.training_start = (time.perf_counter(), self.env_steps, 0)
         pending = self.replay.sample.remote(config.batch_size)
         while self.env_steps < config.total_steps:
             tree_idx, stamps, batch, is_weights, self.env_steps = ray.get(pending)
@@ -661,6 +665,15 @@ class Learner:
                 self.refresh_status()
                 self.log_progress()
                 next_log = time.perf_counter() + config.log_every
+
+    def rates(self) -> tuple[float, float]:
+        """(env steps collected, learner updates) per second from the first update to the end
+        of training (or to now, while training)."""
+        then, steps, updates = self.training_start
+        now, last_steps, last_updates = self.training_end or (
+            time.perf_counter(), self.env_steps, self.updates)
+        seconds = max(now - then, 1e-9)
+        return (last_steps - steps) / seconds, (last_updates - updates) / seconds
 
     def refresh_status(self) -> None:
         """Fetch the replay's counters and new episodes; raise if an actor failed for good."""
@@ -730,6 +743,7 @@ class Learner:
         try:
             self.train()
         finally:
+            self.training_end = (time.perf_counter(), self.env_steps, self.updates)
             self.stop_actors()
         self.fetch_status()
         if not self.evaluations or self.evaluations[-1][1] != self.updates:
@@ -762,10 +776,11 @@ class Learner:
             return
         solved = (f"solved at env step {self.solved[0]:,}, {self.solved[1]:.0f} s after start"
                   if self.solved else "not solved")
+        steps_per_second, updates_per_second = self.rates()
         print(f"done: {self.env_steps:,} env steps and {self.updates:,} updates in {seconds:.0f} "
-              f"s ({self.env_steps / seconds:.0f} env steps/s, {self.updates / seconds:.0f} "
-              f"updates/s); best evaluation {self.best:.1f}; {solved}; model {self.model_path}, "
-              f"plot {self.plot_path}", flush=True)
+              f"s ({steps_per_second:.0f} env steps/s and {updates_per_second:.0f} updates/s "
+              f"from the first update on); best evaluation {self.best:.1f}; {solved}; model "
+              f"{self.model_path}, plot {self.plot_path}", flush=True)
 
     def save_plot(self) -> None:
         """Episode returns of each actor and the greedy evaluations against env steps."""

@@ -1,0 +1,276 @@
+"""Ape-X (apex.py) on this machine: throughput with 1 and 2 actors, what each part costs, a
+projection of those costs to 8, 64 and 360 actors, and CartPole solved against d3qn_agent.py.
+
+    python benchmarks/bench_apex.py                 # everything, as in the README
+    python benchmarks/bench_apex.py --skip-solve    # throughput, costs and projection only
+
+1. Throughput: apex.py's learner with 1 and 2 actors on a local Ray, paced (UPDATES_PER_STEP 0.5,
+   the default) and unpaced (0: actors and learner flat out, the paper's setting), each for
+   --steps env steps; env steps/s collected and learner updates/s from the first update on.
+2. Costs, measured one at a time in this process and on the local Ray: an actor's env step with
+   its action, its TD errors per block, a learner update, the replay's store_block, sample and
+   priority update on a full replay, a remote call, and the object store's transfer of a block
+   and of the weights.
+3. Projection: every actor on a core of its own at the measured per-actor rate; the replay actor
+   (one Python process) must serve every block, sample and update; the learner must make
+   UPDATES_PER_STEP updates per env step; the object store must carry the blocks and the weight
+   pulls. The first resource to run out is the bottleneck.
+4. CartPole solved: `python apex.py --stop-when-solved` and `python d3qn_agent.py`, one after
+   the other as subprocesses (outputs in a temporary directory), each timed from its launch to
+   its first greedy evaluation >= 475.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import ray
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import apex
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTOR_COUNTS = (8, 64, 360)
+# Horgan et al. (2018), as reported: 360 actors generate ~50K environment frames/s in all
+# (~139 per actor; 4 frames per agent step, so ~12.5K transitions/s), and the learner takes
+# 19 batches of 512 per second (~9.7K transitions/s), from a replay of up to 2M transitions.
+PAPER = {"actors": 360, "frames_per_second": 50_000, "frames_per_step": 4,
+         "batches_per_second": 19, "batch_size": 512}
+REPLAY_BUSY_LIMIT = 0.8  # a Python process that is busier than this starts to queue requests
+
+
+def median_seconds(function: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls of `function`, after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def throughput(num_actors: int, updates_per_step: float, steps: int, directory: str) -> tuple:
+    """(env steps/s, updates/s) of an apex.py run on the local Ray, from its first update on."""
+    config = apex.resolve_config({
+        "num_actors": num_actors, "updates_per_step": updates_per_step, "total_steps": steps,
+        "eval_every": 10**9, "eval_episodes": 1, "log_every": 1e6,
+        "model_dir": directory, "plot_dir": directory})
+    learner = apex.Learner(config)
+    learner.launch()
+    try:
+        learner.train()
+        learner.training_end = (time.perf_counter(), learner.env_steps, learner.updates)
+    finally:
+        learner.stop_actors()
+    return learner.rates()
+
+
+def component_costs(directory: str) -> dict[str, float]:
+    """Seconds per operation of each part, with apex.py's CartPole defaults."""
+    config = apex.resolve_config({"num_actors": 1, "model_dir": directory,
+                                  "plot_dir": directory})
+    learner = apex.Learner(config)
+    weights = (learner.agent.model.get_weights(), learner.agent.target_model.get_weights())
+    actor = apex.Actor(0, config)
+    actor.set_weights(weights)
+    actor.epsilon = 0.0  # every step pays for a forward pass, as nearly all do late in a run
+    blocks = []
+    start, steps = time.perf_counter(), actor.steps
+    while actor.steps - steps < 3_000:
+        blocks.append(actor.collect_block())
+    per_step = (time.perf_counter() - start) / (actor.steps - steps)
+    full = max(blocks, key=lambda block: len(block[1]))
+    transitions, abs_errors, context, _, _ = full
+    replay = apex.Replay(config, learner.agent.state_shape)
+    while len(replay.memory) < config.memory_size:  # a full replay, as in a long run
+        replay.add_block(0, transitions, abs_errors, context, 0, [])
+    batch = replay.memory.n_step_batch(np.arange(len(abs_errors)))
+    td_errors = median_seconds(lambda: actor.abs_td_errors(batch), 50)
+    tree_idx, stamps, sample_batch, is_weights, _ = replay.sample(config.batch_size)
+    costs = {
+        "actor_step": per_step,
+        "actor_td_errors_per_block": td_errors,
+        "learner_update": median_seconds(
+            lambda: learner.agent.train_on_batch(sample_batch, is_weights), 100),
+        "replay_add_block": median_seconds(
+            lambda: replay.add_block(0, transitions, abs_errors, context, 0, []), 200),
+        "replay_sample": median_seconds(lambda: replay.sample(config.batch_size), 200),
+        "replay_update": median_seconds(
+            lambda: replay.update_priorities(tree_idx, stamps, np.abs(np.sin(tree_idx))), 200),
+        "block_bytes": float(sum(np.asarray(field).nbytes for field in transitions)
+                             + abs_errors.nbytes),
+        "weights_bytes": float(sum(w.nbytes for part in weights for w in part)),
+        "block_transitions": float(len(abs_errors)),
+    }
+
+    @ray.remote(num_cpus=0)
+    class Peer:
+        """Another process, to time what crosses process boundaries."""
+
+        def noop(self, _: object = None) -> None:
+            return None
+
+        def fetch(self, references: list) -> int:
+            return len(ray.get(references[0]))
+
+    peer = Peer.remote()
+    ray.get(peer.noop.remote())
+    costs["remote_call"] = median_seconds(lambda: ray.get(peer.noop.remote()), 200)
+    costs["block_transfer"] = median_seconds(
+        lambda: ray.get(peer.noop.remote(transitions)), 200) - costs["remote_call"]
+    costs["weights_publish_and_pull"] = median_seconds(
+        lambda: ray.get(peer.fetch.remote([ray.put(weights)])), 50) - costs["remote_call"]
+    ray.kill(peer)
+    return costs
+
+
+def project(costs: dict[str, float], config: argparse.Namespace, measured_actor_rate: float,
+            num_actors: int) -> dict[str, float | str]:
+    """Throughput at `num_actors`, each actor on its own core, from the measured costs.
+
+    The actors would collect N * r env steps/s. The replay actor spends, per second, a block's
+    insert and transfer per BLOCK_SIZE steps, a sample, an update and two calls per learner
+    update, and a call per weight pull; the learner needs UPDATES_PER_STEP updates per env step
+    and manages 1 / (its update time) at most. Whichever limit is lowest decides.
+    """
+    rho, block = config.updates_per_step, costs["block_transitions"]
+    per_step_replay = ((costs["replay_add_block"] + costs["block_transfer"] + costs["remote_call"])
+                       / block
+                       + rho * (costs["replay_sample"] + costs["replay_update"]
+                                + 2 * costs["remote_call"])
+                       + costs["remote_call"] / config.weight_sync_every)
+    limits = {
+        "actors": num_actors * measured_actor_rate,
+        "replay actor": REPLAY_BUSY_LIMIT / per_step_replay,
+        "learner": 1.0 / costs["learner_update"] / rho,
+    }
+    bottleneck = min(limits, key=limits.get)
+    rate = limits[bottleneck]
+    store_bytes = (rate * costs["block_bytes"] / block
+                   + rate / config.weight_sync_every * costs["weights_bytes"])
+    return {"actors": num_actors, "demand": limits["actors"], "rate": rate,
+            "updates": rate * rho, "replay_busy": rate * per_step_replay,
+            "store_mb": store_bytes / 1e6, "bottleneck": bottleneck,
+            "replay_limit": limits["replay actor"], "learner_limit": limits["learner"]}
+
+
+def time_to_solve(command: list[str], solved_marker: str, cwd: str) -> tuple[float | None, str]:
+    """Seconds from launching `command` to the first output line containing `solved_marker`
+    (None if it ends without one), and its last output line. Stops the process once solved."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    solved, last = None, ""
+    for line in process.stdout:
+        last = line.strip() or last
+        if solved is None and solved_marker in line:
+            solved = time.perf_counter() - start
+            process.terminate()
+    process.wait()
+    return solved, last
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=8_000,
+                        help="env steps per throughput run")
+    parser.add_argument("--skip-solve", action="store_true",
+                        help="leave out the CartPole runs against d3qn_agent.py")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="seeds of the CartPole runs")
+    args = parser.parse_args()
+    config = apex.resolve_config({})
+    with tempfile.TemporaryDirectory() as directory:
+        apex.connect_ray(config, address=None)
+        try:
+            print(f"throughput, {args.steps:,} env steps per run (rates from the first update):")
+            print("| actors | pacing | env steps/s collected | learner updates/s |")
+            print("|---|---|---|---|")
+            rates = {}
+            for num_actors in (1, 2):
+                for pacing in (config.updates_per_step, 0.0):
+                    rates[num_actors, pacing] = throughput(num_actors, pacing, args.steps,
+                                                           directory)
+                    label = f"{pacing:g} updates/step" if pacing else "none (flat out)"
+                    print(f"| {num_actors} | {label} | {rates[num_actors, pacing][0]:.0f} | "
+                          f"{rates[num_actors, pacing][1]:.0f} |", flush=True)
+            costs = component_costs(directory)
+        finally:
+            ray.shutdown()
+    print("\ncosts (median; one operation at a time):")
+    print("| part | cost |")
+    print("|---|---|")
+    rows = [("actor: env step + action (greedy), per transition", costs["actor_step"], "ms"),
+            ("actor: TD errors of a block (priorities)", costs["actor_td_errors_per_block"], "ms"),
+            ("learner: one update (train_on_batch, batch "
+             f"{config.batch_size})", costs["learner_update"], "ms"),
+            (f"replay: store_block ({costs['block_transitions']:.0f} + context)",
+             costs["replay_add_block"], "us"),
+            (f"replay: sample({config.batch_size}), full replay", costs["replay_sample"], "us"),
+            (f"replay: priority update ({config.batch_size})", costs["replay_update"], "us"),
+            ("Ray: remote call round trip", costs["remote_call"], "us"),
+            (f"Ray: a block to another process ({costs['block_bytes'] / 1e3:.1f} KB)",
+             costs["block_transfer"], "us"),
+            (f"Ray: weights published and pulled ({costs['weights_bytes'] / 1e6:.2f} MB)",
+             costs["weights_publish_and_pull"], "ms")]
+    for name, seconds, unit in rows:
+        print(f"| {name} | {seconds * (1e3 if unit == 'ms' else 1e6):.{3 if unit == 'ms' else 1}f}"
+              f" {unit} |")
+    # One actor alone, unpaced, is the per-actor rate a core of its own would give.
+    actor_rate = rates[1, 0.0][0]
+    print(f"\nprojection (CartPole costs; each actor {actor_rate:.0f} env steps/s on a core of its "
+          f"own, as measured alone; {config.updates_per_step:g} updates per env step):")
+    print("| actors | actors could collect (steps/s) | achievable (steps/s) | learner updates/s |"
+          " replay actor busy | object store MB/s | bottleneck |")
+    print("|---|---|---|---|---|---|---|")
+    for num_actors in ACTOR_COUNTS:
+        row = project(costs, config, actor_rate, num_actors)
+        print(f"| {num_actors} | {row['demand']:,.0f} | {row['rate']:,.0f} | "
+              f"{row['updates']:,.0f} | {100 * row['replay_busy']:.0f}% | "
+              f"{row['store_mb']:.1f} | {row['bottleneck']} |")
+    row = project(costs, config, actor_rate, 360)
+    paper_steps = PAPER["frames_per_second"] / PAPER["frames_per_step"]
+    print(f"\nat 360 actors the actors could collect {row['demand']:,.0f} steps/s; one replay "
+          f"actor serves {row['replay_limit']:,.0f} and one learner {row['learner_limit']:,.0f} "
+          f"at {config.updates_per_step:g} updates/step: keeping up takes "
+          f"{math.ceil(row['demand'] / row['replay_limit'])} replay shards and "
+          f"{math.ceil(row['demand'] / row['learner_limit'])} learners' worth of updates "
+          f"(or bigger batches per update).")
+    print(f"the paper (Horgan et al. 2018): {PAPER['actors']} actors, "
+          f"~{PAPER['frames_per_second']:,} frames/s (~{paper_steps:,.0f} agent steps/s), "
+          f"learner {PAPER['batches_per_second']} batches of {PAPER['batch_size']}/s (~"
+          f"{PAPER['batches_per_second'] * PAPER['batch_size']:,} sampled transitions/s, "
+          f"{PAPER['batches_per_second'] / paper_steps:.4f} updates per agent step)")
+    if args.skip_solve:
+        return
+    print("\nCartPole-v1 solved (first greedy evaluation >= 475), seconds from launch:")
+    print("| seed | apex.py (2 actors) | d3qn_agent.py |")
+    print("|---|---|---|")
+    with tempfile.TemporaryDirectory() as directory:
+        outputs = ["--model-dir", directory, "--plot-dir", directory]
+        for seed in args.seeds:
+            apex_seconds, _ = time_to_solve(
+                [sys.executable, str(ROOT / "apex.py"), "--stop-when-solved", "--seed", str(seed),
+                 *outputs], "solved (>=", directory)
+            d3qn_seconds, _ = time_to_solve(
+                [sys.executable, str(ROOT / "d3qn_agent.py"), "--seed", str(seed), *outputs],
+                "solved (>=", directory)
+            print(f"| {seed} | {apex_seconds or float('nan'):.0f} | "
+                  f"{d3qn_seconds or float('nan'):.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Tests for apex.py: the actors' exploration schedule and priorities, the replay's contents, a
+short run that learns CartPole, an actor killed and restarted mid-run, and the flag errors.
+
+One local Ray serves every test that needs it (the session fixture below); the others build the
+actor, the replay and the learner in this process, without Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+
+import apex
+
+# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def small_config(tmp_path: Path, **flags) -> object:
+    """CartPole settings small enough for a test, writing only under tmp_path."""
+    settings = {"hidden_units": [32, 32], "memory_size": 5_000, "batch_size": 32,
+                "block_size": 20, "learning_starts": 200, "eval_episodes": 5, "log_every": 1e6,
+                "model_dir": str(tmp_path / "models"), "plot_dir": str(tmp_path / "plots"),
+                "object_store_mb": 300}
+    settings.update(flags)
+    return apex.resolve_config(settings)
+
+
+@pytest.fixture(scope="session")
+def local_ray(tmp_path_factory):
+    """One local Ray for the whole test session (2 actors and the replay fit in it)."""
+    apex.connect_ray(small_config(tmp_path_factory.mktemp("ray")), address=None)
+    yield
+    ray.shutdown()
+
+
+def test_actor_exploration_rates_follow_the_papers_schedule():
+    rates = [apex.actor_epsilon(i, 8, 0.4, 7.0) for i in range(8)]
+    np.testing.assert_allclose(rates, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
+    assert rates[0] == 0.4 and rates[-1] == pytest.approx(0.4**8)
+    assert apex.actor_epsilon(0, 1, 0.4, 7.0) == 0.4
+
+
+def weights_of(learner: apex.Learner) -> tuple[list, list]:
+    return learner.agent.model.get_weights(), learner.agent.target_model.get_weights()
+
+
+def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
+    config = small_config(tmp_path)
+    learner = apex.Learner(config)
+    # A target network unlike the online one, so the double-DQN choice and evaluation differ.
+    learner.agent.target_model.set_weights([w * 0.5 for w in learner.agent.model.get_weights()])
+    actor = apex.Actor(1, config)
+    actor.set_weights(weights_of(learner))
+    replay = apex.Replay(config, learner.agent.state_shape)
+    transitions, abs_errors, context, _, _ = actor.collect_block()
+    slots = replay.memory.store_block(transitions, abs_errors, context)
+    # The batch the learner would get for these transitions, read back from the replay.
+    batch = replay.memory.n_step_batch(slots[:len(abs_errors)])
+    learner_errors, _ = learner.agent.train_on_batch(batch, np.ones(len(abs_errors), np.float32))
+    np.testing.assert_allclose(abs_errors, learner_errors, rtol=1e-5, atol=1e-6)
+    assert abs_errors.std() > 0  # not a degenerate batch
+
+
+def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(tmp_path):
+    config = small_config(tmp_path, n_step=3, num_actors=1, block_size=5)  # shorter than episodes
+    actor = apex.Actor(0, config)
+    replay = apex.Replay(config, (4,))
+    sent, sampleable, context_slots, returns = [], [], [], []
+    for _ in range(6):
+        transitions, abs_errors, context, new_steps, finished = actor.collect_block()
+        assert replay.add_block(0, transitions, abs_errors, context, new_steps, finished) == "go"
+        slots = np.arange(replay.inserted - len(abs_errors) - context, replay.inserted)
+        sent.append(transitions)
+        sampleable.append((slots[:len(abs_errors)], abs_errors))
+        context_slots.append(slots[len(abs_errors):])
+        returns += finished
+    memory = replay.memory
+    stored = np.concatenate([t[0] for t in sent])
+    np.testing.assert_array_equal(memory.storage.fields[0][:len(stored)], stored)
+    # Context transitions are sent twice (as context, then at the head of the next block), but
+    # their env steps count once.
+    assert replay.env_steps[0] == actor.steps < len(memory) == len(stored)
+    assert [score for _, _, score in replay.episodes] == returns
+    leaves = memory.tree.tree[memory.capacity - 1:]
+    for slots, errors in sampleable:
+        np.testing.assert_allclose(leaves[slots], np.minimum(errors + 0.01, 1.0) ** 0.6)
+    context = np.concatenate(context_slots)
+    assert len(context) > 0 and not leaves[context].any()
+    tree_idx, stamps, _, is_weights, collected = replay.sample(256)
+    assert collected == actor.steps and is_weights.max() == pytest.approx(1.0)
+    assert not set(tree_idx - (memory.capacity - 1)) & set(context.tolist())
+    # An update for a transition overwritten since it was sampled must not land on its successor.
+    before = leaves[tree_idx[0] - (memory.capacity - 1)]
+    replay.update_priorities(tree_idx[:1], stamps[:1] - 1, np.array([0.5]))
+    assert leaves[tree_idx[0] - (memory.capacity - 1)] == before
+    replay.update_priorities(tree_idx[:1], stamps[:1], np.array([0.5]))
+    assert leaves[tree_idx[0] - (memory.capacity - 1)] == pytest.approx(0.51**0.6)
+
+
+def test_replay_paces_the_actors_to_the_learners_update_rate(tmp_path):
+    config = small_config(tmp_path, updates_per_step=0.5, learning_starts=100, block_size=10,
+                          num_actors=1)
+    replay = apex.Replay(config, (4,))
+    replay.env_steps[0] = 100 + 2 * 10  # the margin: learning_starts + 2 blocks per actor
+    assert replay.pace() == "go"
+    replay.env_steps[0] += 1
+    assert replay.pace() == "wait"
+    replay.updates = 1
+    assert replay.pace() == "go"
+    replay.stop()
+    assert replay.pace() == "stop"
+
+
+def test_short_run_learns_cartpole(local_ray, tmp_path):
+    # Random play averages ~22. Seed 0 with these settings reached a best greedy mean of 303
+    # (at env step 4,000) in each of two runs; the threshold leaves room for Ray's timing, which
+    # changes the order in which blocks and updates interleave from run to run.
+    config = small_config(tmp_path, hidden_units=[256, 256], total_steps=6_000,
+                          eval_every=2_000, eval_episodes=10, batch_size=128,
+                          memory_size=10_000, learning_starts=1_000)
+    learner = apex.Learner(config)
+    learner.run()
+    assert learner.best >= 150
+    assert learner.env_steps >= 6_000 and all(steps > 1_000 for steps in learner.actor_steps)
+    assert 0.35 <= learner.updates / learner.env_steps <= 0.55  # paced to UPDATES_PER_STEP 0.5
+    assert Path(learner.model_path).is_file() and Path(learner.last_model_path).is_file()
+    assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
+    config = small_config(tmp_path, total_steps=3_000, eval_every=1_000, eval_episodes=2)
+    learner = apex.Learner(config)
+    evaluate, killed_at = learner.evaluate, []
+
+    def evaluate_then_kill_actor_0() -> None:
+        evaluate()
+        if not killed_at:
+            learner.fetch_status()
+            killed_at.append(learner.actor_steps[0])
+            ray.kill(learner.actors[0], no_restart=False)
+
+    learner.evaluate = evaluate_then_kill_actor_0
+    learner.run()
+    assert killed_at and learner.starts == [2, 1]
+    assert learner.env_steps >= 3_000
+    assert learner.actor_steps[0] > killed_at[0]  # the restarted actor collected again
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-actors", "0"], "error: --num-actors must be >= 1, got 0"),
+        (["--env-name", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        (["--address", "127.0.0.1:1", "--connect-timeout", "2"],
+         "error: cannot reach the Ray cluster at 127.0.0.1:1"),
+        (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
+        (["--epsilon", "1.5"], "error: --epsilon must be in [0, 1], got 1.5"),
+    ],
+)
+def test_bad_flags_give_one_error_line_before_ray_starts(capsys, argv, message):
+    assert apex.main([*argv, "--hidden-units", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert message in err
