@@ -564,13 +564,12 @@ class Learner:
         self.config = config
         # Building the agent checks the environment id (ValueError before any Ray starts).
         self.agent = DQNAgent(
-            config.env_name, total_steps=config.total_steps, memory_size=config.batch_size,
-            batch_size=config.batch_size, gamma=config.gamma, n_step=config.n_step,
-            learning_rate=config.learning_rate, grad_clip=config.grad_clip, ddqn=config.ddqn,
-            dueling=config.dueling, hidden_units=config.hidden_units,
-            max_episode_steps=config.max_episode_steps, eval_episodes=config.eval_episodes,
-            seed=config.seed, model_dir=config.model_dir, plot_dir=config.plot_dir,
-            learning_starts=0, per_alpha=config.per_alpha, per_beta=config.per_beta)
+            config.env_name, memory_size=config.batch_size, batch_size=config.batch_size,
+            gamma=config.gamma, n_step=config.n_step, learning_rate=config.learning_rate,
+            grad_clip=config.grad_clip, ddqn=config.ddqn, dueling=config.dueling,
+            hidden_units=config.hidden_units, max_episode_steps=config.max_episode_steps,
+            eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
+            plot_dir=config.plot_dir)
         name = run_name(config.env_name)
         self.model_path = os.path.join(config.model_dir, name + ".keras")
         self.last_model_path = os.path.join(config.model_dir, name + "_last.keras")

@@ -48,6 +48,7 @@ ACTOR_COUNTS = (8, 64, 360)
 # 19 batches of 512 per second (~9.7K transitions/s), from a replay of up to 2M transitions.
 PAPER = {"actors": 360, "frames_per_second": 50_000, "frames_per_step": 4,
          "batches_per_second": 19, "batch_size": 512}
+ATARI_TRANSITION_BYTES = 2 * 84 * 84 * 4  # an actor's block carries state and next state
 REPLAY_BUSY_LIMIT = 0.8  # a Python process that is busier than this starts to queue requests
 
 
@@ -138,15 +139,16 @@ def component_costs(directory: str) -> dict[str, float]:
 
 
 def project(costs: dict[str, float], config: argparse.Namespace, measured_actor_rate: float,
-            num_actors: int) -> dict[str, float | str]:
-    """Throughput at `num_actors`, each actor on its own core, from the measured costs.
+            num_actors: int, rho: float) -> dict[str, float | str]:
+    """Throughput at `num_actors`, each actor on its own core, `rho` updates per env step.
 
-    The actors would collect N * r env steps/s. The replay actor spends, per second, a block's
-    insert and transfer per BLOCK_SIZE steps, a sample, an update and two calls per learner
-    update, and a call per weight pull; the learner needs UPDATES_PER_STEP updates per env step
-    and manages 1 / (its update time) at most. Whichever limit is lowest decides.
+    The actors would collect N * r env steps/s. The replay actor spends, per env step, a
+    block's insert, transfer and call per BLOCK_SIZE steps, rho times a sample, an update and
+    two calls, and a call per WEIGHT_SYNC_EVERY steps (a call's whole measured round trip is
+    counted against it: an upper bound); the learner manages 1 / (its update time) updates/s.
+    Whichever limit is lowest decides.
     """
-    rho, block = config.updates_per_step, costs["block_transitions"]
+    block = costs["block_transitions"]
     per_step_replay = ((costs["replay_add_block"] + costs["block_transfer"] + costs["remote_call"])
                        / block
                        + rho * (costs["replay_sample"] + costs["replay_update"]
@@ -159,9 +161,12 @@ def project(costs: dict[str, float], config: argparse.Namespace, measured_actor_
     }
     bottleneck = min(limits, key=limits.get)
     rate = limits[bottleneck]
-    store_bytes = (rate * costs["block_bytes"] / block
-                   + rate / config.weight_sync_every * costs["weights_bytes"])
-    return {"actors": num_actors, "demand": limits["actors"], "rate": rate,
+    # An actor pulls weights every WEIGHT_SYNC_EVERY of its steps, but only newer ones: at most
+    # one per PUBLISH_EVERY updates.
+    pulls = num_actors * min(rate / num_actors / config.weight_sync_every,
+                             rate * rho / config.publish_every)
+    store_bytes = rate * costs["block_bytes"] / block + pulls * costs["weights_bytes"]
+    return {"actors": num_actors, "demand": limits["actors"], "rate": rate, "pulls": pulls,
             "updates": rate * rho, "replay_busy": rate * per_step_replay,
             "store_mb": store_bytes / 1e6, "bottleneck": bottleneck,
             "replay_limit": limits["replay actor"], "learner_limit": limits["learner"]}
@@ -231,24 +236,35 @@ def main() -> None:
               f" {unit} |")
     # One actor alone, unpaced, is the per-actor rate a core of its own would give.
     actor_rate = rates[1, 0.0][0]
-    print(f"\nprojection (CartPole costs; each actor {actor_rate:.0f} env steps/s on a core of its "
-          f"own, as measured alone; {config.updates_per_step:g} updates per env step):")
-    print("| actors | actors could collect (steps/s) | achievable (steps/s) | learner updates/s |"
-          " replay actor busy | object store MB/s | bottleneck |")
-    print("|---|---|---|---|---|---|---|")
-    for num_actors in ACTOR_COUNTS:
-        row = project(costs, config, actor_rate, num_actors)
-        print(f"| {num_actors} | {row['demand']:,.0f} | {row['rate']:,.0f} | "
-              f"{row['updates']:,.0f} | {100 * row['replay_busy']:.0f}% | "
-              f"{row['store_mb']:.1f} | {row['bottleneck']} |")
-    row = project(costs, config, actor_rate, 360)
+    atari_weights = 2 * 4 * apex.OurModel((84, 84, 4), 6, dueling=True).count_params()
     paper_steps = PAPER["frames_per_second"] / PAPER["frames_per_step"]
-    print(f"\nat 360 actors the actors could collect {row['demand']:,.0f} steps/s; one replay "
-          f"actor serves {row['replay_limit']:,.0f} and one learner {row['learner_limit']:,.0f} "
-          f"at {config.updates_per_step:g} updates/step: keeping up takes "
-          f"{math.ceil(row['demand'] / row['replay_limit'])} replay shards and "
-          f"{math.ceil(row['demand'] / row['learner_limit'])} learners' worth of updates "
-          f"(or bigger batches per update).")
+    # The paper's learner samples 19 * 512 transitions per ~12,500 collected: at our batch size
+    # that many samples per env step is this many updates per env step.
+    paper_rho = PAPER["batches_per_second"] * PAPER["batch_size"] / paper_steps / config.batch_size
+    print(f"\nprojection (CartPole costs above; each actor {actor_rate:.0f} env steps/s on a core "
+          "of its own, the rate one unpaced actor reached here):")
+    for title, rho in ((f"apex.py's pacing, {config.updates_per_step:g} updates per env step",
+                        config.updates_per_step),
+                       (f"the paper's replay ratio, {paper_rho * config.batch_size:.2f} sampled "
+                        f"transitions per env step ({paper_rho:.4f} updates of "
+                        f"{config.batch_size})", paper_rho)):
+        print(f"\n{title}:")
+        print("| actors | actors could collect (steps/s) | achievable (steps/s) | learner "
+              "updates/s | replay actor busy | object store MB/s | bottleneck |")
+        print("|---|---|---|---|---|---|---|")
+        for num_actors in ACTOR_COUNTS:
+            row = project(costs, config, actor_rate, num_actors, rho)
+            print(f"| {num_actors} | {row['demand']:,.0f} | {row['rate']:,.0f} | "
+                  f"{row['updates']:,.0f} | {100 * row['replay_busy']:.0f}% | "
+                  f"{row['store_mb']:.1f} | {row['bottleneck']} |")
+        print(f"at 360 actors: {math.ceil(row['demand'] / row['replay_limit'])} replay shards "
+              f"and {math.ceil(row['demand'] / row['learner_limit'])} learners' worth of updates "
+              f"would keep up with the actors (one replay actor serves "
+              f"{row['replay_limit']:,.0f} env steps/s, one learner {row['learner_limit']:,.0f}).")
+        atari_mb = (row["rate"] * ATARI_TRANSITION_BYTES + row["pulls"] * atari_weights) / 1e6
+        print(f"with Atari's transitions ({ATARI_TRANSITION_BYTES / 1e3:.0f} KB: two 84x84x4 "
+              f"stacks) and weights ({atari_weights / 1e6:.1f} MB: two Nature-DQN networks) the "
+              f"object store would move {atari_mb:,.0f} MB/s at that rate.")
     print(f"the paper (Horgan et al. 2018): {PAPER['actors']} actors, "
           f"~{PAPER['frames_per_second']:,} frames/s (~{paper_steps:,.0f} agent steps/s), "
           f"learner {PAPER['batches_per_second']} batches of {PAPER['batch_size']}/s (~"
