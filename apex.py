@@ -33,6 +33,7 @@ import os
 import socket
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ ROOT = Path(__file__).resolve().parent
 # A cluster's workers get the repository through Ray's working_dir upload, without these.
 UPLOAD_EXCLUDES = [".git", "models", "plots", "runs", "__pycache__", ".pytest_cache"]
 RECENT_EPISODES = 10  # episodes per actor in a progress line's mean return
+SHOWN_ACTORS = 8  # actors named in a progress line and the plot's legend, spread over the epsilons
 LOCAL_START_ATTEMPTS = 3  # tries to start the local Ray
 IDLE_SLEEP = 0.005  # seconds a paced learner or actor waits before asking again
 
@@ -217,6 +219,12 @@ def actor_epsilon(index: int, num_actors: int, epsilon: float, alpha: float) -> 
     if num_actors == 1:
         return epsilon
     return epsilon ** (1.0 + alpha * index / (num_actors - 1))
+
+
+def shown_actors(num_actors: int) -> list[int]:
+    """At most SHOWN_ACTORS actor indices, from the most to the least exploring."""
+    spread = np.linspace(0, num_actors - 1, min(num_actors, SHOWN_ACTORS))
+    return sorted(set(spread.round().astype(int).tolist()))
 
 
 def run_name(env_name: str) -> str:
@@ -580,6 +588,7 @@ class Learner:
         self.env_steps = 0
         self.version = 0
         self.episodes: list[tuple[int, int, float]] = []  # (actor, env steps then, return)
+        self.recent = [deque(maxlen=RECENT_EPISODES) for _ in range(config.num_actors)]
         self.evaluations: list[tuple[int, int, float, float]] = []  # (env steps, updates, mean, s)
         self.best = -math.inf
         self.solved: tuple[int, float] | None = None  # (env steps, seconds) at the first solve
@@ -592,6 +601,7 @@ class Learner:
         self.training_start = self._last_log  # the same at the first update (rates leave out
         # the start-up: Ray, the actors' TensorFlow, the first LEARNING_STARTS transitions)
         self.training_end: tuple[float, int, int] | None = None  # and at the last one
+        self.next_log = self.start_time  # when the next progress line is due
         self.replay: Any = None
         self.actors: list[Any] = []
         self.runs: list[Any] = []
@@ -624,20 +634,19 @@ class Learner:
         """Update until TOTAL_STEPS env steps are collected (or solved, with STOP_WHEN_SOLVED),
         with an evaluation every EVAL_EVERY env steps and a progress line every LOG_EVERY s.
 
-        Raises RuntimeError if an actor fails for good (an error in its code, not a kill).
+        Raises RuntimeError if an actor fails for good (an error in its code, or its restarts
+        used up), noticed at the next progress line.
         """
         config = self.config
         print(f"Ape-X on {config.env_name}: {config.num_actors} actors (epsilon "
               + ", ".join(f"{e:.3g}" for e in self.epsilons)
               + f"), replay {config.memory_size:,}, batch {config.batch_size}, "
               f"{config.n_step}-step returns, until {config.total_steps:,} env steps", flush=True)
-        next_log = time.perf_counter() + config.log_every
+        self.next_log = time.perf_counter() + config.log_every
         while self.replay_size < max(config.learning_starts, 1):
             time.sleep(0.2)
             self.refresh_status()
-            if time.perf_counter() >= next_log:
-                self.log_progress()
-                next_log += config.log_every
+            self.log_if_due()
         next_eval = config.eval_every
         self.training_start = (time.perf_counter(), self.env_steps, 0)
         pending = self.replay.sample.remote(config.batch_size)
@@ -647,6 +656,7 @@ class Learner:
                     self.updates >= config.updates_per_step * self.env_steps):
                 time.sleep(IDLE_SLEEP)  # the cap: wait for the actors' data
                 self.env_steps = ray.get(self.replay.collected.remote())
+                self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
             abs_errors, _ = self.agent.train_on_batch(batch, is_weights)
             self.replay.update_priorities.remote(tree_idx, stamps, abs_errors)
@@ -660,10 +670,14 @@ class Learner:
                 self.evaluate()
                 if config.stop_when_solved and self.solved:
                     break
-            if time.perf_counter() >= next_log:
-                self.refresh_status()
-                self.log_progress()
-                next_log = time.perf_counter() + config.log_every
+            self.log_if_due()
+
+    def log_if_due(self) -> None:
+        """Every LOG_EVERY seconds: fetch the status (raising if an actor failed) and log."""
+        if time.perf_counter() >= self.next_log:
+            self.refresh_status()
+            self.log_progress()
+            self.next_log = time.perf_counter() + self.config.log_every
 
     def rates(self) -> tuple[float, float]:
         """(env steps collected, learner updates) per second from the first update to the end
@@ -695,6 +709,8 @@ class Learner:
         self.replay_size = status["size"]
         self.starts = status["starts"]
         self.episodes += status["episodes"]
+        for actor, _, score in status["episodes"]:
+            self.recent[actor].append(score)
         self.replay_timings = status["timings"]
 
     def log_progress(self) -> None:
@@ -703,17 +719,18 @@ class Learner:
         last_time, last_steps, last_updates = self._last_log
         seconds = max(now - last_time, 1e-9)
         parts = []
-        for actor, epsilon in enumerate(self.epsilons):
-            recent = [score for who, _, score in self.episodes if who == actor][-RECENT_EPISODES:]
-            mean = f"{np.mean(recent):.1f}" if recent else "-"
-            restarts = self.starts[actor] - 1
-            parts.append(f"actor {actor} (e {epsilon:.2g}) {mean}"
-                         + (f" [restarted {restarts}x]" if restarts > 0 else ""))
+        for actor in shown_actors(self.config.num_actors):
+            recent = self.recent[actor]
+            parts.append(f"actor {actor} (e {self.epsilons[actor]:.2g}) "
+                         + (f"{np.mean(recent):.1f}" if recent else "-"))
+        restarted = [f"actor {actor} {starts - 1}x" for actor, starts in enumerate(self.starts)
+                     if starts > 1]
         print(f"[{now - self.start_time:5.0f} s] env steps {self.env_steps:,} "
               f"({(self.env_steps - last_steps) / seconds:.0f}/s), updates {self.updates:,} "
               f"({(self.updates - last_updates) / seconds:.0f}/s), replay "
               f"{self.replay_size:,}/{self.config.memory_size:,}; returns (last "
-              f"{RECENT_EPISODES}): " + ", ".join(parts), flush=True)
+              f"{RECENT_EPISODES}): " + ", ".join(parts)
+              + (f"; restarted: {', '.join(restarted)}" if restarted else ""), flush=True)
         self._last_log = (now, self.env_steps, self.updates)
 
     def evaluate(self) -> None:
@@ -785,12 +802,16 @@ class Learner:
         """Episode returns of each actor and the greedy evaluations against env steps."""
         figure = Figure(figsize=(10, 5), layout="constrained")
         axes = figure.add_subplot()
-        for actor, epsilon in enumerate(self.epsilons):
-            points = [(steps, score) for who, steps, score in self.episodes if who == actor]
-            if points:
-                steps, scores = zip(*points, strict=True)
-                axes.plot(steps, scores, ".", markersize=3, alpha=0.5,
-                          label=f"actor {actor} episodes (epsilon {epsilon:.2g})")
+        episodes = np.array(self.episodes, dtype=np.float64).reshape(-1, 3)
+        shown = shown_actors(self.config.num_actors)
+        others = ~np.isin(episodes[:, 0], shown)
+        if others.any():
+            axes.plot(episodes[others, 1], episodes[others, 2], ".", color="tab:gray",
+                      markersize=2, alpha=0.3, label="the other actors' episodes")
+        for actor in shown:
+            mine = episodes[:, 0] == actor
+            axes.plot(episodes[mine, 1], episodes[mine, 2], ".", markersize=3, alpha=0.5,
+                      label=f"actor {actor} episodes (epsilon {self.epsilons[actor]:.2g})")
         if self.evaluations:
             steps, _, means, _ = zip(*self.evaluations, strict=True)
             axes.plot(steps, means, "k-o", markersize=4,
