@@ -115,6 +115,20 @@ def test_replay_paces_the_actors_to_the_learners_update_rate(tmp_path):
     assert replay.pace() == "stop"
 
 
+def test_progress_line_and_plot_name_eight_of_many_actors(tmp_path, capsys):
+    learner = apex.Learner(small_config(tmp_path, num_actors=20))
+    learner.episodes = [(actor, 100 * actor, float(actor)) for actor in range(20)]
+    for actor, _, score in learner.episodes:
+        learner.recent[actor].append(score)
+    learner.starts = [1] * 19 + [3]
+    learner.log_progress()
+    line = capsys.readouterr().out
+    named = [int(part.split()[0]) for part in line.split("actor ")[1:]]
+    assert named[:8] == [0, 3, 5, 8, 11, 14, 16, 19] and "restarted: actor 19 2x" in line
+    learner.save_plot()
+    assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
+
+
 def test_short_run_learns_cartpole(local_ray, tmp_path):
     # Random play averages ~22. Seed 0 with these settings reached a best greedy mean of 303
     # (at env step 4,000) in each of two runs; the threshold leaves room for Ray's timing, which
