@@ -32,6 +32,7 @@ import math
 import os
 import socket
 import sys
+import textwrap
 import time
 from collections import deque
 from pathlib import Path
@@ -114,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="apex.py",
         description="Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
         formatter_class=d3qn_agent.HelpFormatter,
-        epilog="Defaults that change unless given explicitly:\n  Atari ids: "
-        + d3qn_agent.format_overrides(ATARI_OVERRIDES),
+        epilog="Defaults that change unless given explicitly:\n" + textwrap.fill(
+            "Atari ids: " + d3qn_agent.format_overrides(ATARI_OVERRIDES), width=88,
+            subsequent_indent="  ", break_on_hyphens=False),
     )
     add = parser.add_argument
     boolean = argparse.BooleanOptionalAction
