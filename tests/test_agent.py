@@ -207,6 +207,19 @@ def test_only_termination_is_stored_as_done(tmp_path, limit):
         assert all(reward == -100.0 for reward, done in zip(rewards, dones, strict=True) if done)
 
 
+@pytest.mark.parametrize("lr_decay", [True, False])
+def test_learning_rate_decays_linearly_to_zero_over_the_planned_gradient_steps(tmp_path, lr_decay):
+    agent = small_agent(tmp_path, learning_rate=1e-3, lr_decay=lr_decay, total_steps=2_100,
+                        learning_starts=100, train_frequency=2)
+    assert agent.planned_gradient_steps() == 1_000
+    rates = []
+    for iteration in (0, 250, 1_000):
+        agent.optimizer.iterations.assign(iteration)
+        rates.append(float(agent.optimizer.learning_rate))
+    expected = [1e-3, 7.5e-4, 0.0] if lr_decay else [1e-3] * 3
+    np.testing.assert_allclose(rates, expected, atol=1e-9)
+
+
 @pytest.mark.parametrize(("n_step", "threshold"), [(1, 100), (3, 50)])
 def test_learns_cartpole_well_above_random(tmp_path, n_step, threshold):
     # Random play averages ~22 on CartPole-v1. After 4,000 steps this setting (all of it pinned
@@ -215,7 +228,8 @@ def test_learns_cartpole_well_above_random(tmp_path, n_step, threshold):
     agent = small_agent(tmp_path, hidden_units=(64, 64), memory_size=10_000, batch_size=64,
                         total_steps=4_000, exploration_steps=2_000, learning_starts=500,
                         target_update=250, epsilon_min=0.02, eval_every=10_000,
-                        eval_episodes=10, n_step=n_step)
+                        eval_episodes=10, n_step=n_step, learning_rate=1e-3, lr_decay=False,
+                        grad_clip=10.0, train_frequency=2)
     agent.run()
     assert agent.evaluations[-1][2] >= threshold
 
@@ -236,7 +250,8 @@ def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
     assert atari.learning_rate == 1e-4
     assert atari.memory_size == 100_000
     assert atari.train_frequency == 2
-    assert (cartpole.n_step, atari.n_step) == (1, 3)
+    assert (cartpole.n_step, atari.n_step) == (3, 3)
+    assert (cartpole.lr_decay, atari.lr_decay) == (True, False)
     rank = resolve_flags(CARTPOLE, {"per_rank_based": True, "per_beta": 0.45}, atari=False)
     assert (rank.per_alpha, rank.per_beta) == (0.7, 0.45)
 
@@ -261,6 +276,9 @@ def test_help_lists_every_per_environment_default(capsys):
     for env_name, overrides in d3qn_agent.ENV_OVERRIDES.items():
         assert f"{env_name}: {d3qn_agent.format_overrides(overrides)}" in text
     assert "--n-step 3" in d3qn_agent.format_overrides(d3qn_agent.ENV_OVERRIDES["Acrobot-v1"])
+    # Booleans are shown as the flags that set them.
+    assert "--no-lr-decay," in d3qn_agent.format_overrides(d3qn_agent.ATARI_OVERRIDES)
+    assert explicit_flags(["--no-lr-decay"]) == {"lr_decay": False}
 
 
 @pytest.mark.parametrize("env_name", sorted(d3qn_agent.ENV_OVERRIDES))
