@@ -84,6 +84,7 @@ LOG_EVERY = 10.0  # seconds between progress lines
 SEED = 0  # seeds the learner, each actor's environment and exploration, and the replay
 MODEL_DIR = "models"  # where the .keras files go
 PLOT_DIR = "plots"  # where the learning curve goes
+TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
 ADDRESS = None  # Ray cluster to join: "auto", "host:port" or "ray://host:port"; None: local Ray
 CONNECT_TIMEOUT = 10.0  # seconds to reach --address before giving up
 ACTOR_RESTARTS = 10  # times Ray restarts a dead actor (and its run) before the run fails
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=SEED, help="random seed")
     add("--model-dir", default=MODEL_DIR, help="directory for the saved .keras models")
     add("--plot-dir", default=PLOT_DIR, help="directory for the learning curve (PNG)")
+    add("--tensorboard", nargs="?", const=True, default=TENSORBOARD, metavar="DIR",
+        help="also log to TensorBoard in DIR (the flag alone: runs/<run name>)")
     add("--address", default=ADDRESS,
         help="Ray cluster to join (auto, host:port, ray://host:port); default: RAY_ADDRESS, "
         "else a local Ray on this machine")
@@ -579,8 +582,16 @@ class Learner:
             grad_clip=config.grad_clip, ddqn=config.ddqn, dueling=config.dueling,
             hidden_units=config.hidden_units, max_episode_steps=config.max_episode_steps,
             eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
-            plot_dir=config.plot_dir)
+            plot_dir=config.plot_dir, lr_decay=False)
         name = run_name(config.env_name)
+        # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
+        # the writer checks its directory now, before any Ray starts.
+        self.tensorboard: d3qn_agent.TensorBoardWriter | None = None
+        if config.tensorboard:
+            self.tensorboard = d3qn_agent.TensorBoardWriter(
+                os.path.join(d3qn_agent.TENSORBOARD_ROOT, name) if config.tensorboard is True
+                else str(config.tensorboard))
+        self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, updates since last line
         self.model_path = os.path.join(config.model_dir, name + ".keras")
         self.last_model_path = os.path.join(config.model_dir, name + "_last.keras")
         self.plot_path = os.path.join(config.plot_dir, name + ".png")
@@ -660,7 +671,10 @@ class Learner:
                 self.env_steps = ray.get(self.replay.collected.remote())
                 self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
-            abs_errors, _ = self.agent.train_on_batch(batch, is_weights)
+            abs_errors, loss = self.agent.train_on_batch(batch, is_weights)
+            self._interval_sums[0] += loss
+            self._interval_sums[1] += float(abs_errors.mean())
+            self._interval_sums[2] += 1
             self.replay.update_priorities.remote(tree_idx, stamps, abs_errors)
             self.updates += 1
             if self.updates % config.target_update == 0:
@@ -733,7 +747,24 @@ class Learner:
               f"{self.replay_size:,}/{self.config.memory_size:,}; returns (last "
               f"{RECENT_EPISODES}): " + ", ".join(parts)
               + (f"; restarted: {', '.join(restarted)}" if restarted else ""), flush=True)
+        scalars = {"train/env_steps_per_second": (self.env_steps - last_steps) / seconds,
+                   "train/updates_per_second": (self.updates - last_updates) / seconds,
+                   "replay/size": self.replay_size}
+        loss_sum, abs_error_sum, updates = self._interval_sums
+        if updates:
+            scalars.update({"train/loss": loss_sum / updates,
+                            "train/mean_abs_td_error": abs_error_sum / updates})
+        for actor in shown_actors(self.config.num_actors):
+            if self.recent[actor]:
+                scalars[f"episode/actor_{actor}_average_score"] = float(np.mean(self.recent[actor]))
+        self.log_scalars(scalars)
+        self._interval_sums = [0.0, 0.0, 0]
         self._last_log = (now, self.env_steps, self.updates)
+
+    def log_scalars(self, scalars: dict[str, float]) -> None:
+        """Write `scalars` to TensorBoard at the env steps collected (no-op without it)."""
+        if self.tensorboard is not None:
+            self.tensorboard.write(self.env_steps, scalars)
 
     def evaluate(self) -> None:
         """Greedy evaluation with the agent's seeded episodes; save the best network."""
@@ -751,6 +782,7 @@ class Learner:
         if self.solved is None and threshold and mean >= threshold:
             self.solved = (self.env_steps, seconds)
             note += f", solved (>= {threshold:g})"
+        self.log_scalars({"eval/greedy_mean_score": mean})
         print(f"evaluation at env step {self.env_steps:,} (update {self.updates:,}, "
               f"{seconds:.0f} s): mean {mean:.1f} +/- {returns.std():.1f} over {len(returns)} "
               f"greedy episodes{note}", flush=True)
@@ -786,6 +818,8 @@ class Learner:
         "interrupted", and where things were saved)."""
         self.agent.save(self.last_model_path)
         self.save_plot()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         seconds = time.perf_counter() - self.start_time
         if ending:
             print(f"{ending} at env step {self.env_steps:,}: last network "

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray
+from test_tensorboard_and_priorities import read_events
 
 import apex
 
@@ -135,10 +136,17 @@ def test_short_run_learns_cartpole(local_ray, tmp_path):
     # changes the order in which blocks and updates interleave from run to run.
     config = small_config(tmp_path, hidden_units=[256, 256], total_steps=6_000,
                           eval_every=2_000, eval_episodes=10, batch_size=128,
-                          memory_size=10_000, learning_starts=1_000)
+                          memory_size=10_000, learning_starts=1_000, log_every=2.0,
+                          tensorboard=str(tmp_path / "tb"))
     learner = apex.Learner(config)
     learner.run()
     assert learner.best >= 150
+    # TensorBoard: every evaluation at its env step, and the progress lines' rates.
+    events = read_events(tmp_path / "tb")
+    evaluations = [(steps, mean) for steps, _, mean, _ in learner.evaluations]
+    assert [(step, pytest.approx(value)) for step, value in
+            events["eval/greedy_mean_score"]] == evaluations
+    assert {"train/updates_per_second", "train/loss", "replay/size"} <= set(events)
     assert learner.env_steps >= 6_000 and all(steps > 1_000 for steps in learner.actor_steps)
     assert 0.35 <= learner.updates / learner.env_steps <= 0.55  # paced to UPDATES_PER_STEP 0.5
     assert Path(learner.model_path).is_file() and Path(learner.last_model_path).is_file()
