@@ -124,7 +124,9 @@ ACROBOT_LUNAR_LANDER_OVERRIDES: dict[str, Any] = {  # the RL Zoo tunes both game
 }
 ENV_OVERRIDES: dict[str, dict[str, Any]] = {
     "Acrobot-v1": dict(ACROBOT_LUNAR_LANDER_OVERRIDES),
-    "LunarLander-v3": dict(ACROBOT_LUNAR_LANDER_OVERRIDES),
+    # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): screened on
+    # seeds 3 and 4, it lands better than one per 4 steps (greedy 205 vs 171) at ~3x the time.
+    "LunarLander-v3": {**ACROBOT_LUNAR_LANDER_OVERRIDES, "train_frequency": 1},
     "MountainCar-v0": {
         "total_steps": 120_000,
         "memory_size": 10_000,

@@ -9,7 +9,8 @@ the other. After training, the last network and the best evaluated one (the `.ke
 run saved) each play EPISODES greedy episodes on episode seeds that no evaluation during training
 used. Prints one row per run (last and best greedy mean, the step of the best evaluation, wall
 time) and a summary per game beside the RL Zoo's published DQN score at the same budget
-(rl-baselines3-zoo, benchmark.md). Models and logs go to a temporary directory.
+(rl-baselines3-zoo, benchmark.md). Models, plots and training logs go to --model-dir (default: a
+temporary directory, deleted at the end).
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ TARGETS = {"Acrobot-v1": -70.0, "LunarLander-v3": 200.0, "MountainCar-v0": -100.
 def train_and_score(env_name: str, seed: int, work_dir: Path) -> dict:
     """Train with the defaults, then score the last and the best saved network greedily."""
     keras.backend.clear_session()
-    agent = d3qn_agent.DQNAgent(env_name, seed=seed, model_dir=str(work_dir),
-                                plot_dir=str(work_dir))
-    with (work_dir / f"{agent.name}_seed{seed}.log").open("w") as log, \
+    run_dir = work_dir / f"seed{seed}"  # each seed's networks and plots apart
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent = d3qn_agent.DQNAgent(env_name, seed=seed, model_dir=str(run_dir), plot_dir=str(run_dir))
+    with (run_dir / f"{agent.name}.log").open("w") as log, \
             contextlib.redirect_stdout(log):
         start = time.perf_counter()
         agent.run()
@@ -69,6 +71,9 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=list(ZOO_DQN), choices=list(ZOO_DQN),
                         help="games to run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run")
+    parser.add_argument("--model-dir", default=None,
+                        help="keep the networks, plots and logs here (default: a temporary "
+                        "directory)")
     args = parser.parse_args()
 
     print(f"greedy mean over {EPISODES} episodes of the last and of the best evaluated network")
@@ -76,10 +81,15 @@ def main() -> None:
                       "best evaluated at step", "wall time (s)"]))
     print(format_row(["---"] * 7))
     results = []
-    with tempfile.TemporaryDirectory() as work_dir:
+    with contextlib.ExitStack() as stack:
+        if args.model_dir is None:
+            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        else:
+            work_dir = Path(args.model_dir)
+            work_dir.mkdir(parents=True, exist_ok=True)
         for env_name in args.envs:
             for seed in args.seeds:
-                result = train_and_score(env_name, seed, Path(work_dir))
+                result = train_and_score(env_name, seed, work_dir)
                 results.append(result)
                 print(format_row([env_name, str(seed), f"{result['steps']:,}",
                                   f"{result['last']:.1f}", f"{result['best']:.1f}",

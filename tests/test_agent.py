@@ -259,11 +259,12 @@ def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
 def test_per_environment_defaults_apply_only_to_their_game_and_give_way_to_explicit_flags():
     lunar = resolve_flags("LunarLander-v3", {}, atari=False)
     assert (lunar.total_steps, lunar.learning_rate, lunar.n_step) == (100_000, 6.3e-4, 3)
+    assert lunar.train_frequency == 1  # Acrobot shares the rest of its settings, not this one
     mountain_car = resolve_flags("MountainCar-v0", {"n_step": 1, "gamma": 0.9}, atari=False)
     assert (mountain_car.n_step, mountain_car.gamma) == (1, 0.9)
     assert mountain_car.memory_size == 10_000
     acrobot = resolve_flags("Acrobot-v1", {"seed": 4}, atari=False)
-    assert (acrobot.target_update, acrobot.seed) == (250, 4)
+    assert (acrobot.target_update, acrobot.seed, acrobot.train_frequency) == (250, 4, 4)
     cartpole = resolve_flags(CARTPOLE, {}, atari=False)
     assert cartpole.total_steps == d3qn_agent.TOTAL_STEPS
     assert cartpole.n_step == d3qn_agent.N_STEP
