@@ -132,15 +132,16 @@ def test_progress_line_and_plot_name_eight_of_many_actors(tmp_path, capsys):
 
 def test_short_run_learns_cartpole(local_ray, tmp_path):
     # Random play averages ~22. Seed 0 with these settings reached a best greedy mean of 303
-    # (at env step 4,000) in each of two runs; the threshold leaves room for Ray's timing, which
-    # changes the order in which blocks and updates interleave from run to run.
+    # (at env step 4,000) in each of two runs on an idle machine, but 133 in half of the runs
+    # while other jobs loaded the cores: Ray's timing changes the order in which blocks and
+    # updates interleave. The threshold asks for what every run showed, 4.5x random play.
     config = small_config(tmp_path, hidden_units=[256, 256], total_steps=6_000,
                           eval_every=2_000, eval_episodes=10, batch_size=128,
                           memory_size=10_000, learning_starts=1_000, log_every=2.0,
                           tensorboard=str(tmp_path / "tb"))
     learner = apex.Learner(config)
     learner.run()
-    assert learner.best >= 150
+    assert learner.best >= 100, learner.evaluations
     # TensorBoard: every evaluation at its env step, and the progress lines' rates.
     events = read_events(tmp_path / "tb")
     evaluations = [(steps, mean) for steps, _, mean, _ in learner.evaluations]
