@@ -85,8 +85,7 @@ def main() -> None:
         if args.model_dir is None:
             work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         else:
-            work_dir = Path(args.model_dir)
-            work_dir.mkdir(parents=True, exist_ok=True)
+            work_dir = Path(args.model_dir)  # train_and_score creates it with the run's folder
         for env_name in args.envs:
             for seed in args.seeds:
                 result = train_and_score(env_name, seed, work_dir)
