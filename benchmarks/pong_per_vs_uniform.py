@@ -1,0 +1,218 @@
+"""Prioritized against uniform replay on Pong: the side-by-side table and plot, from two logs.
+
+    python benchmarks/pong_per_vs_uniform.py ../pong_per/pong.log ../pong_uniform/pong.log
+
+Each log is the printed output of one `python d3qn_agent.py --env-name PongNoFrameskip-v4 ...`
+run (uniform: the same command plus `--no-per`), appended chunk after chunk when the run is
+continued with `--resume`. A resumed chunk starts again from its checkpoint, so episodes logged
+after that checkpoint appear twice; the later line is the run's history and wins.
+
+Prints one markdown table, PER beside uniform: the 100- and 50-episode means of the training
+scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches
+18, the greedy evaluations at 250k and 500k, the agent steps per second each chunk printed last
+and the wall time (each chunk's steps over that speed, summed). Then draws both 50-episode
+moving averages against agent steps to --plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
+EVALUATION_STEPS = (250_000, 500_000)  # the Atari defaults evaluate every 250,000 steps
+SOLVED_MEAN = 18.0  # the README's Pong target, a 100-episode mean
+WINDOWS = (100, 50)  # episodes in the two moving averages the table reports; the plot uses 50
+
+EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: (-?[\d.]+), .*, "
+                          r"(\d+) steps/s$")
+EVALUATION_LINE = re.compile(r"^evaluation at step (\d+): mean (-?[\d.]+) \+/- ([\d.]+) over")
+RESUME_LINE = re.compile(r"^resuming from .* at step (\d+)$")
+INTERRUPT_LINE = re.compile(r"^interrupted at step (\d+):")
+
+
+@dataclass
+class Chunk:
+    """One process's stretch of a run: where it started and ended, the last speed it printed."""
+
+    start_step: int
+    end_step: int
+    steps_per_second: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        steps = self.end_step - self.start_step
+        return steps / self.steps_per_second if steps > 0 else 0.0
+
+
+@dataclass
+class RunLog:
+    """A run's history: per episode its last step and score, the evaluations, the chunks."""
+
+    steps: np.ndarray  # agent step at which each episode ended, in episode order
+    scores: np.ndarray  # each episode's (unclipped) score
+    evaluations: dict[int, tuple[float, float]]  # step -> (mean, std) over the greedy episodes
+    chunks: list[Chunk] = field(default_factory=list)
+
+    def mean_at(self, step: int, window: int) -> float | None:
+        """Mean score of the last `window` episodes that ended by `step` (fewer at the start)."""
+        ended = int(np.searchsorted(self.steps, step, side="right"))
+        if ended == 0 or self.steps[-1] < step:
+            return None  # no episode yet, or the run has not reached `step`
+        return float(self.scores[max(0, ended - window):ended].mean())
+
+    def first_step_with_mean(self, target: float, window: int) -> int | None:
+        """The first episode-end step at which the `window`-episode mean is >= target."""
+        for ended in range(1, len(self.scores) + 1):
+            if self.scores[max(0, ended - window):ended].mean() >= target:
+                return int(self.steps[ended - 1])
+        return None
+
+    def moving_average(self, window: int) -> np.ndarray:
+        """The `window`-episode trailing mean after every episode, as d3qn_agent plots it."""
+        sums = np.cumsum(np.concatenate([[0.0], self.scores]))
+        ends = np.arange(1, len(self.scores) + 1)
+        starts = np.maximum(0, ends - window)
+        return (sums[ends] - sums[starts]) / (ends - starts)
+
+    @property
+    def last_step(self) -> int:
+        return int(self.steps[-1]) if len(self.steps) else 0
+
+    @property
+    def seconds(self) -> float:
+        return sum(chunk.seconds for chunk in self.chunks)
+
+
+def parse_log(text: str) -> RunLog:
+    """Read a d3qn_agent.py log; after a resume, the replayed lines replace the old ones."""
+    episodes: dict[int, tuple[int, float]] = {}  # episode -> (step it ended at, score)
+    evaluations: dict[int, tuple[float, float]] = {}
+    chunks: list[Chunk] = []
+    resume_step = 0
+    for line in text.splitlines():
+        if match := RESUME_LINE.match(line):
+            # What the last chunk logged after its checkpoint is replayed (or lost): drop it.
+            resume_step = int(match[1])
+            episodes = {e: ended for e, ended in episodes.items() if ended[0] <= resume_step}
+            evaluations = {s: value for s, value in evaluations.items() if s <= resume_step}
+        elif line.startswith("training on "):
+            chunks.append(Chunk(resume_step, resume_step))
+            resume_step = 0
+        elif match := EPISODE_LINE.match(line):
+            step = int(match[2])
+            episodes[int(match[1])] = (step, float(match[3]))
+            if chunks:
+                chunks[-1].end_step = step
+                chunks[-1].steps_per_second = float(match[4])
+        elif (match := INTERRUPT_LINE.match(line)) and chunks:
+            chunks[-1].end_step = int(match[1])  # Ctrl-C: the chunk ran on past its last episode
+        elif match := EVALUATION_LINE.match(line):
+            evaluations[int(match[1])] = (float(match[2]), float(match[3]))
+    if not episodes:
+        raise ValueError("no 'episode: N, step: ...' lines in the log: is it the output of "
+                         "d3qn_agent.py?")
+    order = sorted(episodes)
+    return RunLog(steps=np.array([episodes[e][0] for e in order]),
+                  scores=np.array([episodes[e][1] for e in order]),
+                  evaluations=evaluations, chunks=chunks)
+
+
+def format_mean(value: float | None) -> str:
+    """One decimal, with the typographic minus the README uses; a dash for no value."""
+    return "—" if value is None else f"{value:.1f}".replace("-", "\u2212")
+
+
+def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
+    """The side-by-side table: one row per quantity, one column per run."""
+    rows = []
+    for step in CHECKPOINTS:
+        cells = []
+        for run in runs.values():
+            if run.last_step < step:
+                cells.append(f"not reached (log ends at {run.last_step:,})")
+            else:
+                cells.append(" / ".join(format_mean(run.mean_at(step, w)) for w in WINDOWS))
+        rows.append([f"{WINDOWS[0]}- / {WINDOWS[1]}-episode mean at step {step:,}", *cells])
+    solved = []
+    for run in runs.values():
+        step = run.first_step_with_mean(SOLVED_MEAN, WINDOWS[0])
+        solved.append(f"{step:,}" if step is not None
+                      else f"not within {run.last_step:,}")
+    rows.append([f"steps to a {WINDOWS[0]}-episode mean of {SOLVED_MEAN:g}", *solved])
+    for step in EVALUATION_STEPS:
+        rows.append([f"greedy evaluation at step {step:,} (10 episodes)",
+                     *[f"{format_mean(run.evaluations[step][0])} ± {run.evaluations[step][1]:.1f}"
+                       if step in run.evaluations else "—" for run in runs.values()]])
+    rows.append(["agent steps/s, chunk by chunk",
+                 *[", ".join(f"{chunk.steps_per_second:g}" for chunk in run.chunks)
+                   for run in runs.values()]])
+    rows.append(["wall time (sum of chunks)",
+                 *[f"{run.seconds / 3600:.1f} h" for run in runs.values()]])
+    return rows
+
+
+def format_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def draw(runs: dict[str, RunLog], path: Path) -> None:
+    """Both 50-episode moving averages (and faint raw scores) against agent steps."""
+    figure, axes = plt.subplots(figsize=(9, 5))
+    for (name, run), color in zip(runs.items(), ("tab:red", "tab:blue"), strict=True):
+        axes.plot(run.steps, run.scores, ".", color=color, alpha=0.2, markersize=3)
+        axes.plot(run.steps, run.moving_average(WINDOWS[1]), color=color, linewidth=2,
+                  label=f"{name}: {WINDOWS[1]}-episode moving average")
+        if run.evaluations:
+            steps = sorted(run.evaluations)
+            axes.errorbar(steps, [run.evaluations[s][0] for s in steps],
+                          yerr=[run.evaluations[s][1] for s in steps], fmt="D", color=color,
+                          capsize=4, label=f"{name}: greedy evaluation (10 episodes)")
+    axes.set_xlabel("agent steps")
+    axes.set_ylabel("episode score")
+    axes.set_ylim(-21.5, 21.5)
+    axes.set_title("PongNoFrameskip-v4, D3QN, seed 0: prioritized vs uniform replay")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("per_log", type=Path, help="log of the prioritized run")
+    parser.add_argument("uniform_log", type=Path, help="log of the --no-per run")
+    parser.add_argument("--plot", type=Path,
+                        default=Path("plots/per_vs_uniform_PongNoFrameskip-v4.png"),
+                        help="where to draw the figure")
+    args = parser.parse_args()
+    runs = {}
+    for name, path in (("PER", args.per_log), ("uniform", args.uniform_log)):
+        if not path.is_file():
+            parser.error(f"no log file at {path}")
+        runs[name] = parse_log(path.read_text(errors="replace"))
+        chunks = ", ".join(f"{c.start_step:,}-{c.end_step:,} at {c.steps_per_second:g} steps/s"
+                           for c in runs[name].chunks)
+        print(f"{name}: {len(runs[name].scores)} episodes to step {runs[name].last_step:,}; "
+              f"chunks {chunks}")
+    print()
+    print(format_row(["", *runs]))
+    print(format_row(["---"] * (len(runs) + 1)))
+    for row in table_rows(runs):
+        print(format_row(row))
+    draw(runs, args.plot)
+    print(f"\nplot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The PER-vs-uniform Pong report reads resumed logs as the run's history."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import pong_per_vs_uniform as report
+
+# A run that logged episodes 1-3, was stopped at step 350 after its checkpoint at step 200,
+# and was resumed from that checkpoint: episodes 2 and 3 were replayed, 3 with another score.
+LOG = """\
+training on PongNoFrameskip-v4 until step 500: double DQN, dueling, uniform replay
+episode: 1, step: 100/500, score: -21, e: 0.50, average: -21.0, 10 steps/s
+episode: 2, step: 200/500, score: -19, e: 0.10, average: -20.0, 10 steps/s
+checkpoint: models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000200
+evaluation at step 250: mean -20.0 +/- 1.0 over 10 greedy episodes
+episode: 3, step: 300/500, score: -15, e: 0.01, average: -18.3, 10 steps/s
+interrupted at step 350: checkpoint models/step-0000000350, plots ...; continue with --resume
+resuming from models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000200 at step 200
+training on PongNoFrameskip-v4 until step 500: double DQN, dueling, uniform replay
+evaluation at step 250: mean -18.0 +/- 2.0 over 10 greedy episodes
+episode: 3, step: 300/500, score: -13, e: 0.01, average: -17.7, 20 steps/s
+episode: 4, step: 400/500, score: 21, e: 0.01, average: -8.0, 25 steps/s
+"""
+
+
+def test_resumed_lines_replace_the_lost_ones() -> None:
+    run = report.parse_log(LOG)
+    np.testing.assert_array_equal(run.steps, [100, 200, 300, 400])
+    np.testing.assert_array_equal(run.scores, [-21, -19, -13, 21])
+    assert run.evaluations == {250: (-18.0, 2.0)}
+    # Chunk times: 350 steps at 10 steps/s (the last speed printed), then 200 at 25 steps/s.
+    assert [(c.start_step, c.end_step) for c in run.chunks] == [(0, 350), (200, 400)]
+    assert run.seconds == pytest.approx(35 + 8)
+
+
+def test_means_and_first_step_at_a_target() -> None:
+    run = report.parse_log(LOG)
+    assert run.mean_at(250, window=2) == pytest.approx(-20.0)  # episodes 1 and 2
+    assert run.mean_at(400, window=2) == pytest.approx(4.0)  # episodes 3 and 4
+    assert run.mean_at(400, window=100) == pytest.approx(-8.0)  # all four
+    assert run.mean_at(401, window=2) is None  # past the end of the log
+    assert run.first_step_with_mean(4.0, window=2) == 400
+    assert run.first_step_with_mean(4.1, window=2) is None
+    np.testing.assert_allclose(run.moving_average(2), [-21, -20, -16, 4])
+
+
+def test_table_says_what_a_short_run_has_not_reached() -> None:
+    run = report.parse_log(LOG)
+    rows = {row[0]: row[1:] for row in report.table_rows({"PER": run, "uniform": run})}
+    assert rows["100- / 50-episode mean at step 100,000"] == ["not reached (log ends at 400)"] * 2
+    assert rows["steps to a 100-episode mean of 18"] == ["not within 400"] * 2
+
+
+def test_a_log_without_episodes_is_refused() -> None:
+    with pytest.raises(ValueError, match="no 'episode: N"):
+        report.parse_log("training on CartPole-v1 until step 10\n")
