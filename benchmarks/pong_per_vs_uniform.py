@@ -25,6 +25,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 
 CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
@@ -181,7 +182,8 @@ def draw(runs: dict[str, RunLog], path: Path) -> None:
     axes.set_ylim(-21.5, 21.5)
     axes.set_title("PongNoFrameskip-v4, D3QN, seed 0: prioritized vs uniform replay")
     axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
+    axes.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    axes.legend(loc="upper left")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
