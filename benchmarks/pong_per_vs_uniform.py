@@ -38,6 +38,7 @@ EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: (-?[\d.]+),
 EVALUATION_LINE = re.compile(r"^evaluation at step (\d+): mean (-?[\d.]+) \+/- ([\d.]+) over")
 RESUME_LINE = re.compile(r"^resuming from .* at step (\d+)$")
 INTERRUPT_LINE = re.compile(r"^interrupted at step (\d+):")
+CHECKPOINT_LINE = re.compile(r"^checkpoint: .*step-(\d+)$")
 
 
 @dataclass
@@ -61,21 +62,20 @@ class RunLog:
     steps: np.ndarray  # agent step at which each episode ended, in episode order
     scores: np.ndarray  # each episode's (unclipped) score
     evaluations: dict[int, tuple[float, float]]  # step -> (mean, std) over the greedy episodes
+    reached: int  # the last agent step the log vouches for (episode, evaluation or checkpoint)
     chunks: list[Chunk] = field(default_factory=list)
 
     def mean_at(self, step: int, window: int) -> float | None:
         """Mean score of the last `window` episodes that ended by `step` (fewer at the start)."""
         ended = int(np.searchsorted(self.steps, step, side="right"))
-        if ended == 0 or self.steps[-1] < step:
+        if ended == 0 or self.reached < step:
             return None  # no episode yet, or the run has not reached `step`
         return float(self.scores[max(0, ended - window):ended].mean())
 
     def first_step_with_mean(self, target: float, window: int) -> int | None:
         """The first episode-end step at which the `window`-episode mean is >= target."""
-        for ended in range(1, len(self.scores) + 1):
-            if self.scores[max(0, ended - window):ended].mean() >= target:
-                return int(self.steps[ended - 1])
-        return None
+        hits = np.flatnonzero(self.moving_average(window) >= target)
+        return int(self.steps[hits[0]]) if len(hits) else None
 
     def moving_average(self, window: int) -> np.ndarray:
         """The `window`-episode trailing mean after every episode, as d3qn_agent plots it."""
@@ -83,10 +83,6 @@ class RunLog:
         ends = np.arange(1, len(self.scores) + 1)
         starts = np.maximum(0, ends - window)
         return (sums[ends] - sums[starts]) / (ends - starts)
-
-    @property
-    def last_step(self) -> int:
-        return int(self.steps[-1]) if len(self.steps) else 0
 
     @property
     def seconds(self) -> float:
@@ -98,33 +94,36 @@ def parse_log(text: str) -> RunLog:
     episodes: dict[int, tuple[int, float]] = {}  # episode -> (step it ended at, score)
     evaluations: dict[int, tuple[float, float]] = {}
     chunks: list[Chunk] = []
-    resume_step = 0
+    resume_step = reached = 0
     for line in text.splitlines():
         if match := RESUME_LINE.match(line):
             # What the last chunk logged after its checkpoint is replayed (or lost): drop it.
-            resume_step = int(match[1])
+            resume_step = reached = int(match[1])
             episodes = {e: ended for e, ended in episodes.items() if ended[0] <= resume_step}
             evaluations = {s: value for s, value in evaluations.items() if s <= resume_step}
         elif line.startswith("training on "):
             chunks.append(Chunk(resume_step, resume_step))
             resume_step = 0
         elif match := EPISODE_LINE.match(line):
-            step = int(match[2])
+            step = reached = int(match[2])
             episodes[int(match[1])] = (step, float(match[3]))
             if chunks:
                 chunks[-1].end_step = step
                 chunks[-1].steps_per_second = float(match[4])
         elif (match := INTERRUPT_LINE.match(line)) and chunks:
-            chunks[-1].end_step = int(match[1])  # Ctrl-C: the chunk ran on past its last episode
+            chunks[-1].end_step = reached = int(match[1])  # Ctrl-C: past its last episode
+        elif match := CHECKPOINT_LINE.match(line):
+            reached = int(match[1])
         elif match := EVALUATION_LINE.match(line):
-            evaluations[int(match[1])] = (float(match[2]), float(match[3]))
+            reached = int(match[1])
+            evaluations[reached] = (float(match[2]), float(match[3]))
     if not episodes:
         raise ValueError("no 'episode: N, step: ...' lines in the log: is it the output of "
                          "d3qn_agent.py?")
     order = sorted(episodes)
     return RunLog(steps=np.array([episodes[e][0] for e in order]),
                   scores=np.array([episodes[e][1] for e in order]),
-                  evaluations=evaluations, chunks=chunks)
+                  evaluations=evaluations, reached=reached, chunks=chunks)
 
 
 def format_mean(value: float | None) -> str:
@@ -138,8 +137,8 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
     for step in CHECKPOINTS:
         cells = []
         for run in runs.values():
-            if run.last_step < step:
-                cells.append(f"not reached (log ends at {run.last_step:,})")
+            if run.reached < step:
+                cells.append(f"not reached (log ends at {run.reached:,})")
             else:
                 cells.append(" / ".join(format_mean(run.mean_at(step, w)) for w in WINDOWS))
         rows.append([f"{WINDOWS[0]}- / {WINDOWS[1]}-episode mean at step {step:,}", *cells])
@@ -147,7 +146,7 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
     for run in runs.values():
         step = run.first_step_with_mean(SOLVED_MEAN, WINDOWS[0])
         solved.append(f"{step:,}" if step is not None
-                      else f"not within {run.last_step:,}")
+                      else f"not within {run.reached:,}")
     rows.append([f"steps to a {WINDOWS[0]}-episode mean of {SOLVED_MEAN:g}", *solved])
     for step in EVALUATION_STEPS:
         rows.append([f"greedy evaluation at step {step:,} (10 episodes)",
@@ -205,7 +204,7 @@ def main() -> None:
         runs[name] = parse_log(path.read_text(errors="replace"))
         chunks = ", ".join(f"{c.start_step:,}-{c.end_step:,} at {c.steps_per_second:g} steps/s"
                            for c in runs[name].chunks)
-        print(f"{name}: {len(runs[name].scores)} episodes to step {runs[name].last_step:,}; "
+        print(f"{name}: {len(runs[name].scores)} episodes to step {runs[name].reached:,}; "
               f"chunks {chunks}")
     print()
     print(format_row(["", *runs]))

@@ -24,6 +24,7 @@ training on PongNoFrameskip-v4 until step 500: double DQN, dueling, uniform repl
 evaluation at step 250: mean -18.0 +/- 2.0 over 10 greedy episodes
 episode: 3, step: 300/500, score: -13, e: 0.01, average: -17.7, 20 steps/s
 episode: 4, step: 400/500, score: 21, e: 0.01, average: -8.0, 25 steps/s
+checkpoint: models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000450
 """
 
 
@@ -32,6 +33,7 @@ def test_resumed_lines_replace_the_lost_ones() -> None:
     np.testing.assert_array_equal(run.steps, [100, 200, 300, 400])
     np.testing.assert_array_equal(run.scores, [-21, -19, -13, 21])
     assert run.evaluations == {250: (-18.0, 2.0)}
+    assert run.reached == 450
     # Chunk times: 350 steps at 10 steps/s (the last speed printed), then 200 at 25 steps/s.
     assert [(c.start_step, c.end_step) for c in run.chunks] == [(0, 350), (200, 400)]
     assert run.seconds == pytest.approx(35 + 8)
@@ -42,7 +44,8 @@ def test_means_and_first_step_at_a_target() -> None:
     assert run.mean_at(250, window=2) == pytest.approx(-20.0)  # episodes 1 and 2
     assert run.mean_at(400, window=2) == pytest.approx(4.0)  # episodes 3 and 4
     assert run.mean_at(400, window=100) == pytest.approx(-8.0)  # all four
-    assert run.mean_at(401, window=2) is None  # past the end of the log
+    assert run.mean_at(450, window=2) == pytest.approx(4.0)  # reached: checkpoint at 450
+    assert run.mean_at(451, window=2) is None  # past the end of the log
     assert run.first_step_with_mean(4.0, window=2) == 400
     assert run.first_step_with_mean(4.1, window=2) is None
     np.testing.assert_allclose(run.moving_average(2), [-21, -20, -16, 4])
@@ -51,8 +54,8 @@ def test_means_and_first_step_at_a_target() -> None:
 def test_table_says_what_a_short_run_has_not_reached() -> None:
     run = report.parse_log(LOG)
     rows = {row[0]: row[1:] for row in report.table_rows({"PER": run, "uniform": run})}
-    assert rows["100- / 50-episode mean at step 100,000"] == ["not reached (log ends at 400)"] * 2
-    assert rows["steps to a 100-episode mean of 18"] == ["not within 400"] * 2
+    assert rows["100- / 50-episode mean at step 100,000"] == ["not reached (log ends at 450)"] * 2
+    assert rows["steps to a 100-episode mean of 18"] == ["not within 450"] * 2
 
 
 def test_a_log_without_episodes_is_refused() -> None:
