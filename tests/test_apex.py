@@ -7,6 +7,7 @@ actor, the replay and the learner in this process, without Ray.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,12 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
             learner.fetch_status()
             killed_at.append(learner.actor_steps[0])
             ray.kill(learner.actors[0], no_restart=False)
+            # Wait for Ray's restart to reach the replay: on busy cores the other actor could
+            # otherwise collect the whole budget before the new process has started.
+            deadline = time.monotonic() + 300
+            while learner.starts[0] < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                learner.fetch_status()
 
     learner.evaluate = evaluate_then_kill_actor_0
     learner.run()
