@@ -41,6 +41,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from markdown_table import format_row
+
 import d3qn_agent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,10 +165,6 @@ def train_sb3(seed: int, total_steps: int) -> dict:
     wall = time.perf_counter() - start
     return result_of(SB3, seed, callback.steps, callback.means, wall, callback.seconds,
                      total_steps)
-
-
-def format_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def format_held(held: float | None) -> str:

@@ -30,6 +30,8 @@ import keras
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from markdown_table import format_row
+
 import d3qn_agent
 
 EPISODES = 20  # greedy episodes that score each saved network after training
@@ -60,10 +62,6 @@ def train_and_score(env_name: str, seed: int, work_dir: Path) -> dict:
         scores[which] = float(agent.evaluate(EPISODES).mean())
     return {"env": env_name, "seed": seed, "steps": agent.step, "wall": wall,
             "best_step": best_step, **scores}
-
-
-def format_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
+from markdown_table import format_row
 
 CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
 EVALUATION_STEPS = (250_000, 500_000)  # the Atari defaults evaluate every 250,000 steps
@@ -158,10 +159,6 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
     rows.append(["wall time (sum of chunks)",
                  *[f"{run.seconds / 3600:.1f} h" for run in runs.values()]])
     return rows
-
-
-def format_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def draw(runs: dict[str, RunLog], path: Path) -> None:
