@@ -6,6 +6,7 @@ Each log is the printed output of one `python d3qn_agent.py --env-name PongNoFra
 run (uniform: the same command plus `--no-per`), appended chunk after chunk when the run is
 continued with `--resume`. A resumed chunk starts again from its checkpoint, so episodes logged
 after that checkpoint appear twice; the later line is the run's history and wins.
+The README's two runs are committed as benchmarks/logs/pong_per.log and pong_uniform.log.
 
 Prints one markdown table, PER beside uniform: the 100- and 50-episode means of the training
 scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches

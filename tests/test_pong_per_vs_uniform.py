@@ -61,3 +61,14 @@ def test_table_says_what_a_short_run_has_not_reached() -> None:
 def test_a_log_without_episodes_is_refused() -> None:
     with pytest.raises(ValueError, match="no 'episode: N"):
         report.parse_log("training on CartPole-v1 until step 10\n")
+
+
+@pytest.mark.parametrize("name", ["pong_per.log", "pong_uniform.log"])
+def test_committed_pong_logs_hold_the_whole_run(name: str) -> None:
+    """The README's table is redrawn from these logs: each runs to 500,000 with both evaluations
+    and names only repository-relative paths."""
+    text = (Path(report.__file__).parent / "logs" / name).read_text()
+    run = report.parse_log(text)
+    assert run.reached == 500_000
+    assert sorted(run.evaluations) == [250_000, 500_000]
+    assert not [word for word in text.split() if word.startswith("/")]
