@@ -9,35 +9,59 @@ The tutorial's two classes, rewritten for speed and correctness:
   transitions ordered by |delta|.
 
 Next to them, `UniformMemory` has the same interface with plain uniform sampling, so the agent can
-switch between the two with one flag, and `TransitionStorage` keeps the transitions themselves in
-typed numpy arrays (the Atari frame store in `atari_wrappers.py` is a drop-in replacement).
+switch between the two with one flag. Both memories keep the transitions themselves in a storage
+from `replay_storage.py` (`TransitionStorage` unless given another, such as the Atari
+`FrameStackStorage`), and tell an optional observer (`ReplayObserver`, such as
+`priority_figure.ReplayStatistics`) of every store and sample.
 
 Every batch operation takes whole numpy arrays: there is no Python loop per sampled transition.
+
+Tutorial -> this file. The code uses the names on the right; the hyperparameters are `Memory`'s
+constructor arguments, with the tutorial's values as defaults, instead of class constants:
+
+    PER_e                                  -> Memory.epsilon
+    PER_a                                  -> Memory.alpha
+    PER_b                                  -> Memory.beta
+    PER_b_increment_per_sampling           -> Memory.beta_increment
+    absolute_error_upper                   -> Memory.abs_err_upper
+    SumTree.add / update / get_leaf / total_priority / data_pointer / tree / data    (kept)
+    Memory.store / sample / batch_update                                              (kept)
+
+`SumTree.tree` numbers its nodes as the tutorial draws them (root 0, children 2i+1 and 2i+2), so
+tree indices, such as the tree_idx that `sample` returns, mean the same in both.
+
+What changed behind the kept names:
+
+- `SumTree.update` recomputes every sum above the leaf from its two children instead of adding
+  the change to it, so rounding errors never accumulate; `update_batch` sets a batch in one call.
+- `SumTree.get_leaf` never returns an empty leaf, and a value on the boundary of two leaves
+  selects the later one; `find` searches a whole batch of values in one compiled call.
+- `Memory.store`: the highest priority ever given is kept as priorities change, O(1), instead of
+  a scan of all the leaves, O(N).
+- `Memory.sample`: the stratified sampling is vectorized (one value per segment, all drawn at
+  once); it returns the importance-sampling weights too, as (tree_idx, batch, is_weights), with
+  the batch as arrays; slots not filled yet are never sampled.
+- `Memory.batch_update`: the tutorial's priority formula over the whole batch at once; slots that
+  no longer hold a transition (a frame store's overwritten frames) are skipped.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numba
 import numpy as np
 
-FIELDS = ("state", "action", "reward", "next_state", "done")
-NO_SLOTS = np.zeros(0, dtype=np.int64)
-# Replay statistics bin a transition's age (transitions stored after it) by powers of two:
-# bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
-AGE_BINS = 40
-AGE_BIN_LOW = 2.0 ** np.arange(AGE_BINS) - 1.0  # first age in each bin
-AGE_BIN_HIGH = 2.0 ** np.arange(1, AGE_BINS + 1) - 1.0  # first age past each bin
-
-
-def check_capacity(capacity: Any) -> int:
-    """Return `capacity` as an int, or raise ValueError unless it is a positive integer."""
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
-    return int(capacity)
+from replay_storage import (
+    NO_SLOTS,
+    TransitionStorage,
+    check_block,
+    check_capacity,
+    check_saved_value,
+    require,
+)
 
 
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
@@ -69,8 +93,9 @@ def _check_non_negative(name: str, values: np.ndarray) -> None:
 class SumTree:
     """Sum tree over `capacity` priorities, in one float64 array `tree` of 2*capacity - 1 nodes.
 
-    Node i has children 2i+1 and 2i+2, the leaves are the last `capacity` nodes and are filled left
-    to right, each inner node holds the sum of its two children, so the root holds the total::
+    Node i has children 2i+1 and 2i+2 and parent (i-1)//2, the leaves are the last `capacity`
+    nodes and are filled left to right, each inner node holds the sum of its two children, so the
+    root holds the total::
 
                   0            <- total_priority
                 /   \\
@@ -79,35 +104,32 @@ class SumTree:
             3   4   5   6      <- leaves (capacity = 4): data index = tree index - (capacity - 1)
 
     `data` holds one payload per leaf for the tutorial's `add`/`get_leaf` API; `Memory` keeps its
-    transitions in typed arrays instead and uses only the priorities.
+    transitions in a storage instead and uses only the priorities.
 
     The walks up and down the tree are the tutorial's loops, compiled with numba and run over a
     whole batch per call, so a batch costs one call instead of a Python loop per transition.
     After a leaf changes, every node above it is recomputed as the sum of its two children (not
     shifted by the change), so rounding errors never accumulate, however many updates. A second
-    tree of the same shape holds the minimum of each subtree (empty leaves count as +inf), which
-    makes `min_priority`, needed for the importance-sampling weights, O(1).
+    array of the same shape and numbering, `mins`, holds the minimum of each subtree (empty leaves
+    count as +inf), which makes `min_priority`, needed for the importance-sampling weights, O(1).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = check_capacity(capacity)
-        # One spare slot in front: counted from 1, node j has children 2j, 2j + 1 and parent j // 2.
-        # `tree` is the tutorial's 0-based view of the same memory.
-        self._sums = np.zeros(2 * self.capacity)
-        self._mins = np.full(2 * self.capacity, np.inf)
-        self.tree = self._sums[1:]
+        self.tree = np.zeros(2 * self.capacity - 1)
+        self.mins = np.full(2 * self.capacity - 1, np.inf)
         self.data = np.full(self.capacity, None, dtype=object)
         self.data_pointer = 0
 
     @property
     def total_priority(self) -> float:
         """Sum of all priorities (the root node). O(1)."""
-        return float(self._sums[1])
+        return float(self.tree[0])
 
     @property
     def min_priority(self) -> float:
         """Smallest non-zero leaf priority, +inf while every leaf is zero. O(1)."""
-        return float(self._mins[1])
+        return float(self.mins[0])
 
     def add(self, priority: float, data: Any) -> None:
         """Write `data` with `priority` at the next leaf (the oldest, once full). O(log n)."""
@@ -126,7 +148,7 @@ class SumTree:
             )
         if not 0 <= priority < np.inf:
             raise ValueError(f"priority must be finite and >= 0, got {priority!r}")
-        _set_leaf(self._sums, self._mins, int(tree_index) + 1, float(priority))
+        _set_leaf(self.tree, self.mins, int(tree_index), float(priority))
 
     def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set many leaf priorities, in order: a leaf named twice keeps its last. O(k log n).
@@ -141,7 +163,7 @@ class SumTree:
 
     def _set_leaves(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
         """`update_batch` for arguments already checked."""
-        _set_leaves(self._sums, self._mins, leaves + 1, np.ascontiguousarray(priorities))
+        _set_leaves(self.tree, self.mins, leaves, np.ascontiguousarray(priorities))
 
     def get_leaf(self, v: float) -> tuple[int, float, Any]:
         """Leaf at cumulative priority v in [0, total]: (tree index, priority, data). O(log n)."""
@@ -162,38 +184,38 @@ class SumTree:
         """Tree indices of the leaves at cumulative priorities `values` (no payload). O(k log n)."""
         values = np.asarray(values, dtype=np.float64).ravel()
         _check_non_negative("value", values)
-        if not self._sums[1] > 0:
-            raise ValueError(f"cannot search an empty sum tree (total priority {self._sums[1]!r})")
-        return _find_leaves(self._sums, self.capacity, values) - 1
+        if not self.tree[0] > 0:
+            raise ValueError(f"cannot search an empty sum tree (total priority {self.tree[0]!r})")
+        return _find_leaves(self.tree, self.capacity, values)
 
 
 @numba.njit(cache=True)
 def _set_leaf(sums, mins, node, priority):  # pragma: no cover (compiled)
-    """Write `priority` at heap leaf `node`, then recompute the sums and minima above it."""
+    """Write `priority` at leaf `node`, then recompute the sums and minima of the nodes above."""
     sums[node] = priority
     mins[node] = priority if priority > 0 else np.inf
-    node //= 2
-    while node >= 1:
-        sums[node] = sums[2 * node] + sums[2 * node + 1]
-        mins[node] = min(mins[2 * node], mins[2 * node + 1])
-        node //= 2
+    while node > 0:
+        node = (node - 1) // 2
+        left = 2 * node + 1
+        sums[node] = sums[left] + sums[left + 1]
+        mins[node] = min(mins[left], mins[left + 1])
 
 
 @numba.njit(cache=True)
-def _set_leaves(sums, mins, heap_leaves, priorities):  # pragma: no cover (compiled)
-    for k in range(heap_leaves.size):
-        _set_leaf(sums, mins, heap_leaves[k], priorities[k])
+def _set_leaves(sums, mins, leaves, priorities):  # pragma: no cover (compiled)
+    for k in range(leaves.size):
+        _set_leaf(sums, mins, leaves[k], priorities[k])
 
 
 @numba.njit(cache=True)
 def _find_leaves(sums, capacity, values):  # pragma: no cover (compiled)
-    """Heap indices (from 1) of the leaves at cumulative priorities `values`."""
+    """Tree indices of the leaves at cumulative priorities `values`."""
     leaves = np.empty(values.size, dtype=np.int64)
     for k in range(values.size):
         v = values[k]
-        node = 1
-        while node < capacity:  # inner nodes are 1 .. capacity - 1
-            left = 2 * node
+        node = 0
+        while node < capacity - 1:  # inner nodes are 0 .. capacity - 2
+            left = 2 * node + 1
             # Go right when v is past the left subtree, unless the right one is empty: then v
             # overshot the total (a value at the end, or rounding), and the last leaf is left.
             # Every node visited so has a positive sum, so the leaf found is never empty.
@@ -206,263 +228,26 @@ def _find_leaves(sums, capacity, values):  # pragma: no cover (compiled)
     return leaves
 
 
-class TransitionStorage:
-    """The transitions themselves: one row per transition in five typed numpy arrays.
+class ReplayObserver(Protocol):
+    """What a replay memory tells its observer, such as `priority_figure.ReplayStatistics`.
 
-    The arrays are allocated on the first `add`, with the shapes and dtypes of that first
-    experience, so a CartPole state stays float32 and an Atari frame stack stays uint8. Slots are
-    reused in ring order once the storage is full. `FrameStackStorage` in `atari_wrappers.py`
-    offers the same methods for image stacks that share frames.
+    The memory calls these as it stores and samples, with storage slots (a slot is its leaf's
+    tree index - (capacity - 1)), and ignores what they return: observing changes nothing in the
+    memory, so a seeded run is the same with or without an observer.
     """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = check_capacity(capacity)
-        self.holds_transition = np.zeros(self.capacity, dtype=bool)
-        self.written = 0  # slots written at least once
-        self.write_pointer = 0
-        self.fields: tuple[np.ndarray, ...] | None = None
-
-    def __len__(self) -> int:
-        return self.written
-
-    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one (state, action, reward, next_state, done). O(1).
-
-        Returns the slot that now holds it and the slots that stopped holding a transition
-        (always none here: a slot is only ever overwritten by a new transition).
-        """
-        experience = _check_experience(experience)
-        if self.fields is None:
-            self.fields = tuple(
-                np.zeros((self.capacity, *np.shape(value)), dtype=np.asarray(value).dtype)
-                for value in experience
-            )
-        # Check every field before writing any, so a bad experience leaves the slot intact.
-        for name, field, value in zip(FIELDS, self.fields, experience, strict=True):
-            if np.shape(value) != field.shape[1:]:
-                raise ValueError(
-                    f"{name} has shape {np.shape(value)}, but the memory holds {field.shape[1:]}"
-                )
-        slot = self.write_pointer
-        for field, value in zip(self.fields, experience, strict=True):
-            field[slot] = value
-        self.holds_transition[slot] = True
-        self.write_pointer = (slot + 1) % self.capacity
-        self.written = min(self.written + 1, self.capacity)
-        return slot, NO_SLOTS
-
-    def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Store k transitions at once, as `add` would one after the other. O(k), no Python loop.
-
-        `transitions` is (states, actions, rewards, next_states, dones), each with leading
-        dimension k (1 <= k <= capacity), in the order they happened. Returns the k slots that now
-        hold them, in that order (ring order, wrapping past the end, so the oldest transitions
-        are overwritten), and the slots that stopped holding a transition (none here, as for
-        `add`). A malformed block raises ValueError and leaves the storage unchanged.
-        """
-        columns = _check_block(transitions, self.capacity)
-        if self.fields is None:
-            self.fields = tuple(
-                np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
-                for column in columns
-            )
-        for name, field, column in zip(FIELDS, self.fields, columns, strict=True):
-            if column.shape[1:] != field.shape[1:]:
-                raise ValueError(
-                    f"{name} has shape {column.shape[1:]}, but the memory holds {field.shape[1:]}"
-                )
-        k = len(columns[0])
-        slots = (self.write_pointer + np.arange(k)) % self.capacity
-        for field, column in zip(self.fields, columns, strict=True):
-            field[slots] = column
-        self.holds_transition[slots] = True
-        self.write_pointer = int((self.write_pointer + k) % self.capacity)
-        self.written = min(self.written + k, self.capacity)
-        return slots, NO_SLOTS
-
-    def get(
-        self, slots: np.ndarray, last_slots: np.ndarray | None = None
-    ) -> tuple[np.ndarray, ...]:
-        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots).
-
-        With `last_slots`, next_states are those of the transitions in `last_slots` instead (the
-        end of an n-step chain that starts at `slots`).
-        """
-        states, actions, rewards, next_states, dones = self.fields
-        ends = slots if last_slots is None else last_slots
-        return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
-
-    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rewards and done flags stored in `slots`."""
-        return self.fields[2][slots], self.fields[4][slots]
-
-    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
-
-        True when slot+1 was written after slot (it is not the oldest row, across the write
-        pointer) and its state is slot's next_state. Cost O(len(slots) * state size).
-        """
-        following = (slots + 1) % self.capacity
-        states, next_states = self.fields[0], self.fields[3]
-        same = states[following] == next_states[slots]
-        same = same.all(axis=tuple(range(1, same.ndim)))
-        return same & self.holds_transition[following] & (following != self.write_pointer)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to rebuild this storage, as plain arrays (the written rows only)."""
-        arrays = {
-            "capacity": np.array(self.capacity),
-            "written": np.array(self.written),
-            "write_pointer": np.array(self.write_pointer),
-        }
-        for name, field in zip(FIELDS, self.fields or (), strict=False):
-            arrays[name] = field[: self.written]
-        return arrays
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
-        require(arrays, ("capacity", "written", "write_pointer"), "transition storage")
-        check_saved_value(arrays, "capacity", self.capacity)
-        written = int(arrays["written"])
-        if not 0 <= written <= self.capacity:
-            raise ValueError(f"saved written={written} is outside 0..{self.capacity}")
-        self.fields = None
-        if written:
-            require(arrays, FIELDS, "transition storage")
-            rows = [np.asarray(arrays[name]) for name in FIELDS]
-            if any(len(row) != written for row in rows):
-                raise ValueError(f"saved fields do not all have {written} rows")
-            self.fields = tuple(
-                np.zeros((self.capacity, *row.shape[1:]), dtype=row.dtype) for row in rows
-            )
-            for field, row in zip(self.fields, rows, strict=True):
-                field[:written] = row
-        self.written = written
-        self.write_pointer = int(arrays["write_pointer"]) % self.capacity
-        self.holds_transition[:] = np.arange(self.capacity) < written
-
-
-def age_bins(ages: np.ndarray) -> np.ndarray:
-    """The `AGE_BINS` bin of each age (int >= 0): floor(log2(age + 1)), capped at the last."""
-    _, exponents = np.frexp(np.asarray(ages, dtype=np.float64) + 1.0)  # x = m 2^e, m in [0.5, 1)
-    return np.minimum(exponents - 1, AGE_BINS - 1)
-
-
-class ReplayStatistics:
-    """Who gets replayed, for the priority figure: counts per slot and replays by age.
-
-    `replay_counts[slot]`: draws of the transition now in `slot`; `stored_at[slot]`: its index in
-    store order, so its age is `stores - 1 - stored_at[slot]` (0 = the newest). Per age bin, over
-    all samples: `replays_by_age` (draws measured), `exposure_by_age` (transitions of that age in
-    the memory, summed over the samples) and `uniform_replays_by_age`, the draws uniform replay
-    would have made in expectation (batch size x share of the memory in that bin). Replays per
-    transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
-    store, and no random numbers, so tracking does not change a run.
-
-    With a frame store, where a few slots hold no transition, the memory's length counts them too,
-    so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.replay_counts = np.zeros(capacity, dtype=np.int64)
-        self.stored_at = np.zeros(capacity, dtype=np.int64)
-        self.stores = 0
-        self.replays_by_age = np.zeros(AGE_BINS, dtype=np.int64)
-        self.exposure_by_age = np.zeros(AGE_BINS)
-        self.uniform_replays_by_age = np.zeros(AGE_BINS)
 
     def note_store(self, slot: int) -> None:
-        """A new transition went into `slot`. O(1)."""
-        self.stored_at[slot] = self.stores
-        self.replay_counts[slot] = 0
-        self.stores += 1
+        """A new transition went into `slot` (`store`)."""
 
     def note_stores(self, slots: np.ndarray) -> None:
-        """New transitions went into `slots`, in store order (a block). O(len(slots))."""
-        self.stored_at[slots] = self.stores + np.arange(len(slots))
-        self.replay_counts[slots] = 0
-        self.stores += len(slots)
+        """New transitions went into `slots`, oldest first (`Memory.store_block`)."""
 
     def note_sample(self, slots: np.ndarray, size: int) -> None:
-        """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
-        np.add.at(self.replay_counts, slots, 1)
-        ages = self.stores - 1 - self.stored_at[slots]
-        self.replays_by_age += np.bincount(age_bins(ages), minlength=AGE_BINS)
-        # The memory holds one transition of each age 0 .. size - 1.
-        in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
-        self.exposure_by_age += in_memory
-        self.uniform_replays_by_age += in_memory * (len(slots) / size)
-
-    def ages(self, slots: np.ndarray) -> np.ndarray:
-        """Age of the transitions in `slots`: transitions stored after each one."""
-        return self.stores - 1 - self.stored_at[slots]
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The counters as plain arrays, keys prefixed "stats."."""
-        return {
-            "stats.replay_counts": self.replay_counts,
-            "stats.stored_at": self.stored_at,
-            "stats.stores": np.array(self.stores),
-            "stats.replays_by_age": self.replays_by_age,
-            "stats.exposure_by_age": self.exposure_by_age,
-            "stats.uniform_replays_by_age": self.uniform_replays_by_age,
-        }
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray], size: int) -> None:
-        """Restore `state_dict`'s arrays. A checkpoint from before the statistics existed (no
-        "stats." keys) starts them afresh: no replays yet, the `size` transitions already in the
-        memory counted as the oldest. ValueError if a saved array has the wrong shape."""
-        if "stats.stores" not in arrays:
-            for counter in (self.replay_counts, self.stored_at, self.replays_by_age,
-                            self.exposure_by_age, self.uniform_replays_by_age):
-                counter[:] = 0
-            self.stores = size
-            return
-        require(arrays, list(self.state_dict()), "replay statistics")
-        for key, value in self.state_dict().items():
-            if key == "stats.stores":
-                continue
-            saved = np.asarray(arrays[key])
-            if saved.shape != value.shape:
-                raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
-            value[:] = saved
-        self.stores = int(arrays["stats.stores"])
-
-
-def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
-    """ValueError naming the keys of a saved `what` that `arrays` lacks."""
-    missing = [key for key in keys if key not in arrays]
-    if missing:
-        raise ValueError(f"saved {what} lacks {missing}")
-
-
-def check_saved_value(arrays: dict[str, np.ndarray], key: str, expected: Any) -> None:
-    """ValueError unless the saved `key` equals `expected` (e.g. the capacity)."""
-    saved = arrays[key].item()
-    if saved != expected:
-        raise ValueError(f"saved {key} is {saved!r}, but this memory has {expected!r}")
-
-
-def _check_experience(experience: Any) -> Sequence:
-    if not isinstance(experience, Sequence) or len(experience) != len(FIELDS):
-        raise ValueError(f"experience must be a tuple {FIELDS}, got {experience!r:.200}")
-    return experience
-
-
-def _check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
-    """The five columns of a block of transitions as arrays of one length k in 1..capacity."""
-    columns = [np.asarray(column) for column in _check_experience(transitions)]
-    lengths = [len(column) if column.ndim else 0 for column in columns]
-    if len(set(lengths)) != 1:
-        raise ValueError(f"the block's {FIELDS} have different lengths {lengths}")
-    if not 1 <= lengths[0] <= capacity:
-        raise ValueError(f"a block must hold 1..{capacity} transitions (the capacity), "
-                         f"got {lengths[0]}")
-    return columns
+        """`slots` were drawn, repeats included, from a memory of `size` transitions (`sample`)."""
 
 
 class ReplayMemory:
-    """What both memories share: the storage, the random generator, and their checkpoints."""
+    """What both memories share: the storage, the random generator, the observer, checkpoints."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
 
@@ -473,7 +258,7 @@ class ReplayMemory:
         rng: np.random.Generator | int | None,
         n_step: int = 1,
         gamma: float = 0.99,
-        track_replays: bool = False,
+        observer: ReplayObserver | None = None,
     ) -> None:
         self.capacity = check_capacity(capacity)
         if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
@@ -488,20 +273,18 @@ class ReplayMemory:
                 f"{self.capacity}"
             )
         self.rng = as_generator(rng)
-        # Replay statistics for the priority figure, or None (the Blind Cliffwalk draws one
-        # transition per update, where their ~20 us per sample would dominate).
-        self.stats = ReplayStatistics(self.capacity) if track_replays else None
+        self.observer = observer
 
     def __len__(self) -> int:
         return len(self.storage)
 
     def _note_store(self, slot: int) -> None:
-        if self.stats is not None:
-            self.stats.note_store(slot)
+        if self.observer is not None:
+            self.observer.note_store(slot)
 
     def _note_sample(self, slots: np.ndarray) -> None:
-        if self.stats is not None:
-            self.stats.note_sample(slots, len(self))
+        if self.observer is not None:
+            self.observer.note_sample(slots, len(self))
 
     def held_slots(self) -> np.ndarray:
         """The slots that hold a transition. O(capacity)."""
@@ -539,16 +322,22 @@ class ReplayMemory:
         return states, actions, returns, next_states, dones, discounts
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The whole memory as plain numpy arrays (for `np.savez`, loadable without pickle)."""
+        """The whole memory as plain numpy arrays (for `np.savez`, loadable without pickle).
+
+        The observer is not part of it: whoever made the observer saves it (the replay statistics
+        have their own `state_dict`).
+        """
         arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
         arrays["kind"] = np.array(self.kind)
         arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
-        if self.stats is not None:
-            arrays.update(self.stats.state_dict())
         return arrays
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what `state_dict` returned. ValueError naming what does not fit."""
+        """Restore what `state_dict` returned. ValueError naming what does not fit.
+
+        Keys it does not know are ignored, such as the "stats.*" replay statistics that older
+        checkpoints saved with the memory.
+        """
         self._check_kind(arrays)
         require(arrays, ("rng",), "replay memory")
         prefix = "storage."
@@ -559,8 +348,6 @@ class ReplayMemory:
             self.rng.bit_generator.state = json.loads(arrays["rng"].item())
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
-        if self.stats is not None:
-            self.stats.load_state_dict(arrays, len(self))
 
     def _check_kind(self, arrays: dict[str, np.ndarray]) -> None:
         require(arrays, ("kind",), "replay memory")
@@ -583,9 +370,9 @@ class UniformMemory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
-        track_replays: bool = False,
+        observer: ReplayObserver | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, track_replays)
+        super().__init__(capacity, storage, rng, n_step, gamma, observer)
 
     def store(self, experience: tuple) -> None:
         """Add one (state, action, reward, next_state, done) transition. O(1)."""
@@ -664,9 +451,28 @@ class Memory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
-        track_replays: bool = False,
+        observer: ReplayObserver | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, track_replays)
+        """An empty memory of `capacity` slots; ValueError naming an argument out of range.
+
+        Args:
+            capacity: transitions held; once full, each new one overwrites the oldest.
+            alpha: the tutorial's PER_a: how much the priorities shape sampling, 0 being uniform.
+            beta: the tutorial's PER_b: the importance-sampling exponent at the start.
+            beta_increment: the tutorial's PER_b_increment_per_sampling: added to beta at every
+                `sample`, until beta reaches 1.
+            epsilon: the tutorial's PER_e: added to every |delta|, so that no transition's
+                priority is 0 (proportional variant).
+            abs_err_upper: the tutorial's absolute_error_upper: |delta| + epsilon is clipped to
+                it (proportional variant).
+            rank_based: p = 1 / rank instead of the proportional priorities.
+            storage: where the transitions live (`replay_storage`), with this capacity;
+                default a new `TransitionStorage`.
+            rng: the random generator of the strata, or its seed.
+            n_step, gamma: the sampled batch holds n-step returns (see `n_step_batch`).
+            observer: told of every store and sample (`ReplayObserver`), or None.
+        """
+        super().__init__(capacity, storage, rng, n_step, gamma, observer)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -700,80 +506,6 @@ class Memory(ReplayMemory):
         if freed.size:
             self.tree.update_batch(freed + (self.capacity - 1), 0.0)
         self.tree.update(slot + self.capacity - 1, self.max_priority)
-
-    def store_block(
-        self, transitions: Sequence[Any], abs_errors: np.ndarray, context: int = 0
-    ) -> np.ndarray:
-        """Add k consecutive transitions with the priorities their sender computed; return the
-        k slots that hold them. O(k log N).
-
-        For distributed replay (Ape-X, `apex.py`): an actor computes the |TD errors| of its own
-        transitions, so they enter with a measured priority instead of the maximum. `transitions`
-        is (states, actions, rewards, next_states, dones) with leading dimension k, in the order
-        they happened; `abs_errors` are the |TD errors| of the first k - `context`, turned into
-        priorities as `batch_update` does. The last `context` transitions are stored only so
-        that the n-step chains of the others run through to their end (the sender sends them
-        again at the head of its next block): they get priority 0 and are never sampled.
-
-        Bad input (lengths, shapes, NaN, infinite or negative errors) raises ValueError and
-        changes nothing. The storage takes the block in one vectorized write when it has
-        `add_block`; `FrameStackStorage`, which must see each transition to share its frames,
-        takes it one `add` at a time, and a transition it rejects raises after the ones before
-        it were stored (with their priorities).
-        """
-        columns = _check_block(transitions, self.capacity)
-        k = len(columns[0])
-        if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
-                0 <= context < k):
-            raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
-                             f"got {context!r}")
-        errors = np.asarray(abs_errors, dtype=np.float64).ravel()
-        if errors.size != k - context:
-            raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
-                             f"{context} of context (expected {k - context})")
-        _check_non_negative("absolute TD error", errors)
-        if self.rank_based:
-            # |delta| decides the rank; -inf marks a slot that is never ranked nor sampled.
-            values = np.concatenate([errors, np.full(context, -np.inf)])
-        else:
-            values = np.concatenate([
-                np.minimum(errors + self.epsilon, self.abs_err_upper) ** self.alpha,
-                np.zeros(context),
-            ])
-        # (slots, new values) in the order they were written: freed slots, then the new ones.
-        writes: list[tuple[np.ndarray, np.ndarray]] = []
-        try:
-            if hasattr(self.storage, "add_block"):
-                slots, freed = self.storage.add_block(columns)
-                writes += [(freed, self._empty_value(len(freed))), (slots, values)]
-            else:
-                for i, experience in enumerate(zip(*columns, strict=True)):
-                    slot, freed = self.storage.add(experience)
-                    writes += [(freed, self._empty_value(len(freed))),
-                               (np.array([slot]), values[i:i + 1])]
-        finally:
-            if writes:
-                self._write_priorities(writes)
-        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
-
-    def _empty_value(self, n: int) -> np.ndarray:
-        """What n slots that no longer hold a transition get: priority 0, or rank-based -inf."""
-        return np.full(n, -np.inf if self.rank_based else 0.0)
-
-    def _write_priorities(self, writes: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Apply `store_block`'s writes in order (a slot written twice keeps its last value)."""
-        slots = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
-        values = np.concatenate([values for _, values in writes])
-        if self.stats is not None:
-            self.stats.note_stores(np.concatenate([slots for slots, _ in writes[1::2]]))
-        if not self.rank_based:
-            self.tree._set_leaves(slots + (self.capacity - 1), values)  # in order: last wins
-            self.max_priority = max(self.max_priority, float(values.max(initial=0.0)))
-            return
-        _, last = np.unique(slots[::-1], return_index=True)  # last occurrence of each slot
-        keep = len(slots) - 1 - last
-        self._abs_errors[slots[keep]] = values[keep]
-        self._mark_stale(slots[keep])
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """Draw n transitions by priority: (tree_idx, batch, is_weights).
@@ -837,8 +569,8 @@ class Memory(ReplayMemory):
             arrays["ranked_slots"] = self._ranked_slots
             arrays["ranked_keys"] = self._ranked_keys
         else:
-            arrays["tree.sums"] = self.tree._sums
-            arrays["tree.mins"] = self.tree._mins
+            arrays["tree.sums"] = self.tree.tree
+            arrays["tree.mins"] = self.tree.mins
             arrays["max_priority"] = np.array(self.max_priority)
         return arrays
 
@@ -855,15 +587,92 @@ class Memory(ReplayMemory):
         super().load_state_dict(arrays)
         self.beta = float(arrays["beta"])
         if self.rank_based:
-            self._abs_errors = _saved_array(arrays, "abs_errors", (self.capacity,))
+            self._abs_errors = _saved_array("abs_errors", arrays["abs_errors"], (self.capacity,))
             self._ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
             self._ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
             self._stale_slots.clear()
         else:
-            shape = self.tree._sums.shape
-            self.tree._sums[:] = _saved_array(arrays, "tree.sums", shape)
-            self.tree._mins[:] = _saved_array(arrays, "tree.mins", shape)
+            self.tree.tree[:] = _saved_tree(arrays, "tree.sums", self.capacity)
+            self.tree.mins[:] = _saved_tree(arrays, "tree.mins", self.capacity)
             self.max_priority = float(arrays["max_priority"])
+
+    # Block insertion, for Ape-X (apex.py) ---------------------------------------------------
+    # apex.py's shared replay stores whole blocks with priorities its actors computed; the
+    # agent itself uses only store, sample and batch_update above.
+
+    def store_block(
+        self, transitions: Sequence[Any], abs_errors: np.ndarray, context: int = 0
+    ) -> np.ndarray:
+        """Add k consecutive transitions with the priorities their sender computed; return the
+        k slots that hold them. O(k log N).
+
+        For distributed replay (Ape-X, `apex.py`): an actor computes the |TD errors| of its own
+        transitions, so they enter with a measured priority instead of the maximum. `transitions`
+        is (states, actions, rewards, next_states, dones) with leading dimension k, in the order
+        they happened; `abs_errors` are the |TD errors| of the first k - `context`, turned into
+        priorities as `batch_update` does. The last `context` transitions are stored only so
+        that the n-step chains of the others run through to their end (the sender sends them
+        again at the head of its next block): they get priority 0 and are never sampled.
+
+        Bad input (lengths, shapes, NaN, infinite or negative errors) raises ValueError and
+        changes nothing. The storage takes the block in one vectorized write when it has
+        `add_block`; `FrameStackStorage`, which must see each transition to share its frames,
+        takes it one `add` at a time, and a transition it rejects raises after the ones before
+        it were stored (with their priorities).
+        """
+        columns = check_block(transitions, self.capacity)
+        k = len(columns[0])
+        if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
+                0 <= context < k):
+            raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
+                             f"got {context!r}")
+        errors = np.asarray(abs_errors, dtype=np.float64).ravel()
+        if errors.size != k - context:
+            raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
+                             f"{context} of context (expected {k - context})")
+        _check_non_negative("absolute TD error", errors)
+        if self.rank_based:
+            # |delta| decides the rank; -inf marks a slot that is never ranked nor sampled.
+            values = np.concatenate([errors, np.full(context, -np.inf)])
+        else:
+            values = np.concatenate([
+                np.minimum(errors + self.epsilon, self.abs_err_upper) ** self.alpha,
+                np.zeros(context),
+            ])
+        # (slots, new values) in the order they were written: freed slots, then the new ones.
+        writes: list[tuple[np.ndarray, np.ndarray]] = []
+        try:
+            if hasattr(self.storage, "add_block"):
+                slots, freed = self.storage.add_block(columns)
+                writes += [(freed, self._empty_value(len(freed))), (slots, values)]
+            else:
+                for i, experience in enumerate(zip(*columns, strict=True)):
+                    slot, freed = self.storage.add(experience)
+                    writes += [(freed, self._empty_value(len(freed))),
+                               (np.array([slot]), values[i:i + 1])]
+        finally:
+            if writes:
+                self._write_priorities(writes)
+        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
+
+    def _empty_value(self, n: int) -> np.ndarray:
+        """What n slots that no longer hold a transition get: priority 0, or rank-based -inf."""
+        return np.full(n, -np.inf if self.rank_based else 0.0)
+
+    def _write_priorities(self, writes: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Apply `store_block`'s writes in order (a slot written twice keeps its last value)."""
+        slots = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
+        values = np.concatenate([values for _, values in writes])
+        if self.observer is not None:
+            self.observer.note_stores(np.concatenate([slots for slots, _ in writes[1::2]]))
+        if not self.rank_based:
+            self.tree._set_leaves(slots + (self.capacity - 1), values)  # in order: last wins
+            self.max_priority = max(self.max_priority, float(values.max(initial=0.0)))
+            return
+        _, last = np.unique(slots[::-1], return_index=True)  # last occurrence of each slot
+        keep = len(slots) - 1 - last
+        self._abs_errors[slots[keep]] = values[keep]
+        self._mark_stale(slots[keep])
 
     # Rank-based variant ---------------------------------------------------------------------
 
@@ -910,11 +719,24 @@ class Memory(ReplayMemory):
         return self._ranked_slots[ranks], is_weights
 
 
-def _saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
-    array = np.array(arrays[key], dtype=np.float64)
+def _saved_array(key: str, saved: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`saved`, the checkpoint's `key`, as a float64 array; ValueError unless it has `shape`."""
+    array = np.array(saved, dtype=np.float64)
     if array.shape != shape:
         raise ValueError(f"saved {key} has shape {array.shape}, expected {shape}")
     return array
+
+
+def _saved_tree(arrays: dict[str, np.ndarray], key: str, capacity: int) -> np.ndarray:
+    """The checkpoint's sum or min tree `key`: 2*capacity - 1 nodes, numbered as `SumTree` does.
+
+    Checkpoints from before the tree was counted from 0 hold 2*capacity elements, a never-used one
+    in front of the root; it is dropped.
+    """
+    nodes = np.asarray(arrays[key])
+    if nodes.shape == (2 * capacity,):
+        nodes = nodes[1:]
+    return _saved_array(key, nodes, (2 * capacity - 1,))
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:

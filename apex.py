@@ -11,7 +11,7 @@ Three parts, built from this repository's own pieces:
            eps_i = EPSILON ** (1 + EPSILON_ALPHA * i / (N - 1)). Each keeps a local copy of the
            online and target networks, assembles the N_STEP-step returns of its transitions in
            a small local `PER.UniformMemory`, computes their |TD errors| with the learner's own
-           `d3qn_agent.batch_td_errors`, and sends them in blocks of BLOCK_SIZE, with those
+           `d3qn_agent.td_errors`, and sends them in blocks of BLOCK_SIZE, with those
            priorities, to the replay. Every WEIGHT_SYNC_EVERY env steps it pulls fresh weights.
   replay   one Ray actor holding a `PER.Memory` (with `FrameStackStorage` for Atari ids):
            `store_block` inserts a block with its priorities, `sample` serves prioritized
@@ -30,25 +30,29 @@ import argparse
 import logging
 import math
 import os
+import signal
 import socket
 import sys
-import textwrap
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+# TensorFlow prints several start-up lines about CUDA and oneDNN on import; keep its warnings.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 import numpy as np
 import ray
+import tensorflow as tf
 from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import checkpoint
-import d3qn_agent
-from d3qn_agent import DQNAgent, OurModel, batch_td_errors, episode_seed
+import settings
+from d3qn_agent import DQNAgent, OurModel, episode_seed, make_env, td_errors
 from PER import Memory, UniformMemory
-
-tf = d3qn_agent.tf  # TensorFlow, imported by d3qn_agent after quieting its start-up lines
+from replay_storage import FrameStackStorage
+from reporting import TensorBoardWriter, tensorboard_dir
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: NUM_ACTORS -> --num-actors, and so on.
@@ -91,16 +95,6 @@ ACTOR_RESTARTS = 10  # times Ray restarts a dead actor (and its run) before the 
 ACTOR_CPUS = 1.0  # Ray CPUs reserved per actor (the local Ray gets enough logical CPUs for all)
 OBJECT_STORE_MB = 500  # size of the local Ray's shared-memory object store
 
-# Atari ids take d3qn_agent.py's Atari values for the flags the two scripts share; its target
-# period (env steps) and train frequency become learner updates at the same data rate.
-_D3QN_ATARI = d3qn_agent.ATARI_OVERRIDES
-ATARI_OVERRIDES: dict[str, Any] = {
-    **{name: _D3QN_ATARI[name] for name in ("total_steps", "memory_size", "batch_size",
-                                            "learning_rate", "learning_starts", "n_step",
-                                            "eval_every", "eval_episodes")},
-    "target_update": _D3QN_ATARI["target_update"] // _D3QN_ATARI["train_frequency"],
-    "updates_per_step": 1.0 / _D3QN_ATARI["train_frequency"],
-}
 ROOT = Path(__file__).resolve().parent
 # A cluster's workers get the repository through Ray's working_dir upload, without these.
 UPLOAD_EXCLUDES = [".git", "models", "plots", "runs", "__pycache__", ".pytest_cache"]
@@ -110,111 +104,16 @@ LOCAL_START_ATTEMPTS = 3  # tries to start the local Ray
 IDLE_SLEEP = 0.005  # seconds a paced learner or actor waits before asking again
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags; each one's default is the constant of the same name above."""
-    parser = argparse.ArgumentParser(
-        prog="apex.py",
-        description="Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
-        formatter_class=d3qn_agent.HelpFormatter,
-        epilog="Defaults that change unless given explicitly:\n" + textwrap.fill(
-            "Atari ids: " + d3qn_agent.format_overrides(ATARI_OVERRIDES), width=88,
-            subsequent_indent="  ", break_on_hyphens=False),
-    )
-    add = parser.add_argument
-    boolean = argparse.BooleanOptionalAction
-    add("--env-name", default=ENV_NAME, help="gymnasium environment id (discrete actions)")
-    add("--num-actors", type=int, default=NUM_ACTORS, help="Ray actors collecting experience")
-    add("--total-steps", type=int, default=TOTAL_STEPS,
-        help="budget in env steps collected by all actors")
-    add("--epsilon", type=float, default=EPSILON, help="base exploration rate of the schedule")
-    add("--epsilon-alpha", type=float, default=EPSILON_ALPHA,
-        help="spread of the exploration schedule over the actors")
-    add("--block-size", type=int, default=BLOCK_SIZE,
-        help="transitions per block an actor sends to the replay")
-    add("--weight-sync-every", type=int, default=WEIGHT_SYNC_EVERY,
-        help="env steps between an actor's weight pulls")
-    add("--publish-every", type=int, default=PUBLISH_EVERY,
-        help="learner updates between weight publications")
-    add("--updates-per-step", type=float, default=UPDATES_PER_STEP,
-        help="learner updates per env step collected, held by pacing (0: no pacing)")
-    add("--memory-size", type=int, default=MEMORY_SIZE, help="replay capacity (transitions)")
-    add("--batch-size", type=int, default=BATCH_SIZE, help="transitions per learner update")
-    add("--learning-starts", type=int, default=LEARNING_STARTS,
-        help="transitions in the replay before the first update")
-    add("--target-update", type=int, default=TARGET_UPDATE,
-        help="learner updates between target-network copies")
-    add("--n-step", type=int, default=N_STEP, help="rewards summed per TD target")
-    add("--gamma", type=float, default=GAMMA, help="discount factor")
-    add("--learning-rate", type=float, default=LEARNING_RATE, help="Adam learning rate")
-    add("--grad-clip", type=float, default=GRAD_CLIP, help="max global gradient norm")
-    add("--per-alpha", type=float, default=PER_ALPHA, help="priority exponent alpha")
-    add("--per-beta", type=float, default=PER_BETA, help="importance-sampling exponent beta")
-    add("--hidden-units", type=int, nargs="+", default=HIDDEN_UNITS,
-        help="hidden layer sizes of the MLP for vector observations")
-    add("--dueling", action=boolean, default=DUELING, help="dueling network head")
-    add("--ddqn", action=boolean, default=DDQN, help="double DQN target")
-    add("--max-episode-steps", type=int, default=MAX_EPISODE_STEPS,
-        help="time limit per episode; None keeps the env's own")
-    add("--eval-every", type=int, default=EVAL_EVERY,
-        help="env steps collected between greedy evaluations")
-    add("--eval-episodes", type=int, default=EVAL_EPISODES, help="episodes per evaluation")
-    add("--stop-when-solved", action=boolean, default=STOP_WHEN_SOLVED,
-        help="stop at the first evaluation that reaches the env's reward threshold")
-    add("--log-every", type=float, default=LOG_EVERY, help="seconds between progress lines")
-    add("--seed", type=int, default=SEED, help="random seed")
-    add("--model-dir", default=MODEL_DIR, help="directory for the saved .keras models")
-    add("--plot-dir", default=PLOT_DIR, help="directory for the learning curve (PNG)")
-    add("--tensorboard", nargs="?", const=True, default=TENSORBOARD, metavar="DIR",
-        help="also log to TensorBoard in DIR (the flag alone: runs/<run name>)")
-    add("--address", default=ADDRESS,
-        help="Ray cluster to join (auto, host:port, ray://host:port); default: RAY_ADDRESS, "
-        "else a local Ray on this machine")
-    add("--connect-timeout", type=float, default=CONNECT_TIMEOUT,
-        help="seconds to reach --address before giving up")
-    add("--actor-restarts", type=int, default=ACTOR_RESTARTS,
-        help="times Ray restarts a dead actor before the run fails")
-    add("--actor-cpus", type=float, default=ACTOR_CPUS, help="Ray CPUs reserved per actor")
-    add("--object-store-mb", type=int, default=OBJECT_STORE_MB,
-        help="object store size of the local Ray (MB)")
-    return parser
-
-
-def resolve_config(flags: dict[str, Any]) -> argparse.Namespace:
-    """The defaults, the Atari overrides (for an Atari id) and the explicit `flags`, in that
-    order, checked. Raises ValueError naming the first flag whose value cannot work."""
-    settings = vars(build_parser().parse_args([]))
-    unknown = sorted(set(flags) - set(settings))
-    if unknown:
-        raise ValueError(f"unknown flag(s) {unknown}")
-    if d3qn_agent.is_atari_env(flags.get("env_name", settings["env_name"])):
-        settings.update(ATARI_OVERRIDES)
-    settings.update(flags)
-    settings["hidden_units"] = tuple(settings["hidden_units"])
-    config = argparse.Namespace(**settings)
-    rules = [
-        (("num_actors", "total_steps", "block_size", "weight_sync_every", "publish_every",
-          "memory_size", "batch_size", "target_update", "n_step", "eval_every", "eval_episodes"),
-         lambda value: value >= 1, ">= 1"),
-        (("learning_rate", "grad_clip", "log_every", "connect_timeout", "actor_cpus",
-          "object_store_mb"), lambda value: value > 0, "> 0"),
-        (("epsilon", "gamma", "per_alpha", "per_beta"), lambda value: 0 <= value <= 1,
-         "in [0, 1]"),
-        (("epsilon_alpha", "updates_per_step", "learning_starts", "actor_restarts"),
-         lambda value: value >= 0,
-         ">= 0"),
-    ]
-    for names, valid, what in rules:
-        for name in names:
-            value = getattr(config, name)
-            if not valid(value):
-                raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {value}")
+def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
+    """The flags above (as edited), the Atari preset for the flags left as shipped and the
+    explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
+    ValueError naming the first flag whose value cannot work."""
+    config, notes = settings.resolve(sys.modules[__name__], settings.APEX_FLAGS,
+                                     settings.apex_presets, flags)
     if config.block_size + config.n_step - 1 > config.memory_size:
-        raise ValueError(f"--memory-size ({config.memory_size}) must hold a block and its "
+        raise ValueError(f"MEMORY_SIZE ({config.memory_size}) must hold a block and its "
                          f"n-step context ({config.block_size + config.n_step - 1})")
-    if config.batch_size > config.memory_size:
-        raise ValueError(f"--batch-size ({config.batch_size}) must not exceed --memory-size "
-                         f"({config.memory_size})")
-    return config
+    return config, notes
 
 
 def actor_epsilon(index: int, num_actors: int, epsilon: float, alpha: float) -> float:
@@ -261,8 +160,7 @@ class Actor:
         self.replay = ray.get_actor(replay_name) if replay_name else None
         self.epsilon = actor_epsilon(index, config.num_actors, config.epsilon,
                                      config.epsilon_alpha)
-        self.env = d3qn_agent.make_env(config.env_name, config.max_episode_steps,
-                                       d3qn_agent.is_atari_env(config.env_name))
+        self.env = make_env(config.env_name, config.max_episode_steps)
         state_shape = tuple(self.env.observation_space.shape)
         self.action_size = int(self.env.action_space.n)
         self.model = OurModel(state_shape, self.action_size, config.dueling, config.hidden_units)
@@ -291,8 +189,8 @@ class Actor:
         def abs_td_errors(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
                           next_states: tf.Tensor, dones: tf.Tensor,
                           discounts: tf.Tensor) -> tf.Tensor:
-            return tf.abs(batch_td_errors(model, target_model, states, actions, rewards,
-                                          next_states, dones, discounts, double))
+            batch = (states, actions, rewards, next_states, dones, discounts)
+            return tf.abs(td_errors(model, target_model, batch, double))
 
         states = tf.TensorSpec((None, *state_shape), dtype)
         vector = tf.TensorSpec((None,), tf.float32)
@@ -412,11 +310,7 @@ class Replay:
 
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
-        storage = None
-        if len(state_shape) == 3:
-            from atari_wrappers import FrameStackStorage
-
-            storage = FrameStackStorage(config.memory_size)
+        storage = FrameStackStorage(config.memory_size) if len(state_shape) == 3 else None
         self.memory = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
                              beta_increment=0.0, storage=storage,
                              rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,
@@ -586,11 +480,8 @@ class Learner:
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.
-        self.tensorboard: d3qn_agent.TensorBoardWriter | None = None
-        if config.tensorboard:
-            self.tensorboard = d3qn_agent.TensorBoardWriter(
-                os.path.join(d3qn_agent.TENSORBOARD_ROOT, name) if config.tensorboard is True
-                else str(config.tensorboard))
+        directory = tensorboard_dir(config.tensorboard, name)
+        self.tensorboard = TensorBoardWriter(directory) if directory else None
         self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, updates since last line
         self.model_path = os.path.join(config.model_dir, name + ".keras")
         self.last_model_path = os.path.join(config.model_dir, name + "_last.keras")
@@ -862,14 +753,26 @@ class Learner:
             figure.savefig(temporary, dpi=100)
 
 
+def interrupt(signum: int, frame: Any) -> None:
+    """Signal handler: raise KeyboardInterrupt naming the signal, as Ctrl-C does."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point. Bad flags, an unknown environment or an unreachable cluster
     print one `error:` line and return 2 (before any actor starts); an actor failing for good
-    returns 1; Ctrl-C stops every actor, saves the network and the plot, and returns 0."""
+    returns 1; Ctrl-C or SIGTERM stops every actor, saves the network and the plot, and
+    returns 0."""
     argv = sys.argv[1:] if argv is None else argv
-    flags = d3qn_agent.explicit_flags(argv, build_parser())
+    parser = settings.build_parser(
+        sys.modules[__name__], settings.APEX_FLAGS,
+        "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
+        [("Atari ids", settings.APEX_ATARI_PRESET)])
+    flags = settings.explicit_flags(argv, parser)
     try:
-        config = resolve_config(flags)
+        config, notes = resolve_config(flags)
+        if notes:
+            print(f"settings: {', '.join(notes)}", flush=True)
         address = config.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             check_reachable(address, config.connect_timeout)
@@ -878,11 +781,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    for number in checkpoint.STOP_SIGNALS:
+        signal.signal(number, interrupt)
     try:
         learner.run()
         return 0
-    except KeyboardInterrupt:
-        learner.finish("interrupted")
+    except KeyboardInterrupt as interruption:
+        learner.finish(f"interrupted by {interruption.args[0] if interruption.args else 'SIGINT'}")
         return 0
     except (RuntimeError, ray.exceptions.RayError) as error:
         learner.finish("stopped by an error")

@@ -1,4 +1,12 @@
-"""Crash-safe checkpoint directories: written whole or not at all, the last few kept.
+"""Checkpoints of a training run: crash-safe directories, a whole agent in them, and stopping on
+a signal with one written.
+
+`save_agent(agent)` / `load_agent(agent)` write and restore everything a `d3qn_agent.DQNAgent`
+needs to continue exactly (`--checkpoint-every`, `--resume`); `stop_requests()` turns Ctrl-C
+(SIGINT) and SIGTERM (`kill`, `docker stop`, a cluster scheduler before preemption) into a
+request the training loop sees after its current step, so the run can save and exit cleanly.
+
+Directories, written whole or not at all, the last few kept:
 
 A checkpoint is a directory `step-<N>` under a root such as
 `models/DDQN_CartPole-v1_Dueling_PER.checkpoints/`. It is first written as `.tmp-step-<N>`, its
@@ -14,9 +22,11 @@ Nothing here unpickles: JSON for counters, `.npz` read with `allow_pickle=False`
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
+import signal
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +36,168 @@ import numpy as np
 
 PREFIX = "step-"
 TEMPORARY_PREFIX = ".tmp-"
+LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest:
+    """Set by a stop signal: `requested` is True and `signal_name` says which ("SIGTERM")."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[StopRequest]:
+    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest` instead of ending the
+    process; the previous handlers come back on exit. (Only the main thread can do this.)"""
+    request = StopRequest()
+    previous = {number: signal.signal(number, request) for number in STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextlib.contextmanager
+def saved_on(error_type: type[Exception], agent: Any) -> Iterator[None]:
+    """If the block raises `error_type`, save a checkpoint of `agent` (its last good state) and
+    raise the error again with the checkpoint's path added to its message."""
+    try:
+        yield
+    except error_type as error:
+        raise error_type(f"{error}. Last good state saved to {save_agent(agent)}") from error
+
+
+def save_agent(agent: Any) -> str:
+    """Write everything needed to continue `agent`'s run to a new checkpoint; return its path.
+
+    Online and target weights (Keras `.weights.h5`), the optimizer's variables, the replay
+    memory and the priority figure's counters (`.npz`), counters, scores, the random generators
+    and the actions of the episode in progress (JSON). Written atomically; the last two are kept.
+    """
+    def write(directory: Path) -> None:
+        agent.model.save_weights(directory / "online.weights.h5")
+        agent.target_model.save_weights(directory / "target.weights.h5")
+        write_arrays(directory / "optimizer.npz", {
+            str(i): variable.numpy() for i, variable in enumerate(agent.optimizer.variables)})
+        write_arrays(directory / "memory.npz", {
+            **agent.MEMORY.state_dict(), **agent.priority_figure.statistics.state_dict()})
+        write_json(directory / "progress.json", {
+            "fingerprint": fingerprint(agent),
+            "step": agent.step,
+            "episode": agent.episode,
+            "epsilon": agent.epsilon,
+            "scores": agent.scores,
+            "average": agent.average,
+            "evaluations": agent.evaluations,
+            "best_evaluation": agent.best_evaluation,
+            "steps_to_solve": agent.steps_to_solve,
+            "rng": agent.rng.bit_generator.state,
+            "episode_actions": agent.episode_actions,
+            "episode_score": agent.episode_score,
+            "state_sha256": state_digest(agent.state),
+            **agent.priority_figure.progress(),
+        })
+
+    if agent.state is None:
+        agent.start_episode()
+    return str(write_checkpoint(agent.checkpoint_root, agent.step, write))
+
+
+def state_digest(state: np.ndarray) -> str:
+    """SHA-256 of an observation: a resumed episode must reproduce it exactly."""
+    return hashlib.sha256(np.ascontiguousarray(state)).hexdigest()
+
+
+def fingerprint(agent: Any) -> dict[str, Any]:
+    """What a checkpoint must share with `agent` to be loaded into it."""
+    config = agent.config
+    return {
+        "env_name": config.env_name,
+        "observation_shape": list(agent.state_shape),
+        "actions": agent.action_size,
+        "dueling": config.dueling,
+        "hidden_units": list(config.hidden_units) if len(agent.state_shape) == 1 else None,
+        "memory": agent.MEMORY.kind,
+        "memory_size": config.memory_size,
+    }
+
+
+def load_agent(agent: Any, where: str = LATEST) -> str:
+    """Continue `agent`'s run from a checkpoint: the newest of its run, or the `step-*`
+    directory given. Returns the checkpoint's path.
+
+    Raises ValueError naming the file and what is wrong if there is no checkpoint, it was made
+    for another environment, network or memory, or a file is missing or corrupt. Nothing on
+    disk is written.
+    """
+    directory = latest_checkpoint(agent.checkpoint_root) if where == LATEST else Path(where)
+    progress_file = directory / "progress.json"
+    progress = read_json(progress_file)
+    saved, current = progress.get("fingerprint"), fingerprint(agent)
+    if not isinstance(saved, dict) or saved.keys() != current.keys():
+        raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid fingerprint")
+    differences = [f"{key}={saved[key]!r} (this run: {current[key]!r})"
+                   for key in current if saved[key] != current[key]]
+    if differences:
+        raise ValueError(f"checkpoint {directory} was made for another setup: "
+                         + ", ".join(differences))
+    optimizer_arrays = read_arrays(directory / "optimizer.npz")
+    memory_arrays = read_arrays(directory / "memory.npz")
+    for network, file in ((agent.model, "online.weights.h5"),
+                          (agent.target_model, "target.weights.h5")):
+        try:
+            network.load_weights(directory / file)
+        except Exception as error:  # Keras raises several types for a bad weights file
+            raise ValueError(f"checkpoint file {directory / file} is missing or does not "
+                             f"fit the network: {error}") from error
+    variables = agent.optimizer.variables
+    if sorted(optimizer_arrays, key=int) != [str(i) for i in range(len(variables))] or any(
+            optimizer_arrays[str(i)].shape != tuple(v.shape) for i, v in enumerate(variables)):
+        raise ValueError(f"checkpoint file {directory / 'optimizer.npz'} does not fit the "
+                         "optimizer")
+    for i, variable in enumerate(variables):
+        variable.assign(optimizer_arrays[str(i)])
+    try:
+        agent.MEMORY.load_state_dict(memory_arrays)
+        agent.priority_figure.statistics.load_state_dict(memory_arrays, len(agent.MEMORY))
+    except ValueError as error:
+        raise ValueError(f"checkpoint file {directory / 'memory.npz'}: {error}") from error
+    try:
+        restore_progress(agent, progress)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"checkpoint file {progress_file} is corrupt: {error!r}") from error
+    return str(directory)
+
+
+def restore_progress(agent: Any, progress: dict[str, Any]) -> None:
+    """Counters, scores and generators from progress.json; then replay the open episode."""
+    agent.step = int(progress["step"])
+    agent.episode = int(progress["episode"])
+    agent.epsilon = float(progress["epsilon"])
+    agent.scores = [float(score) for score in progress["scores"]]
+    agent.average = [float(average) for average in progress["average"]]
+    agent.evaluations = [(int(a), int(b), float(c)) for a, b, c in progress["evaluations"]]
+    agent.best_evaluation = float(progress["best_evaluation"])
+    agent.steps_to_solve = progress["steps_to_solve"]
+    agent.rng.bit_generator.state = progress["rng"]
+    # Rebuild the episode in progress: same seed, same actions, same observation.
+    agent.start_episode()
+    for action in progress["episode_actions"]:
+        agent.state, *_ = agent.env.step(int(action))
+    agent.episode_actions = [int(action) for action in progress["episode_actions"]]
+    agent.episode_score = float(progress["episode_score"])
+    agent.priority_figure.restore_progress(progress)
+    if state_digest(agent.state) != progress["state_sha256"]:
+        raise ValueError("replaying the episode in progress did not reproduce its observation "
+                         "(is the environment deterministic under a seed?)")
 
 
 def write_checkpoint(

@@ -3,10 +3,10 @@
     python benchmarks/bench_checkpoint.py                  # Pong, 100,000-transition replay
     python benchmarks/bench_checkpoint.py --memory-size 20000
 
-Builds the Pong agent with the Atari defaults, fills its prioritized replay (FrameStackStorage)
-to capacity with real Pong frames from random play through the agent's own loop, then times
-`save_checkpoint` and `load_checkpoint` (which includes replaying the episode in progress) and
-prints the size of each file. Everything goes to a temporary directory.
+Builds the Pong agent with the Atari defaults, fills its prioritized replay (PER.Memory over a
+replay_storage.FrameStackStorage) to capacity with real Pong frames from random play through the
+agent's own loop, then times `save_checkpoint` and `load_checkpoint` (which includes replaying the
+episode in progress) and prints the size of each file. Everything goes to a temporary directory.
 """
 
 from __future__ import annotations

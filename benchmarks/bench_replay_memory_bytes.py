@@ -23,7 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import PER
-from atari_wrappers import FrameStackStorage, make_env
+from atari_wrappers import make_env
+from replay_storage import FrameStackStorage
 
 # Hyperparameters (each overridable from the command line).
 ENV_ID = "PongNoFrameskip-v4"  # the ALE game whose frames fill the storage

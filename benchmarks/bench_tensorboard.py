@@ -7,9 +7,10 @@ Costs: short CartPole runs with d3qn_agent.py's defaults (TOTAL_STEPS 3,000: 1,0
 random play, then 2,000 steps with 1,000 gradient steps), without TensorBoard, with it (a write
 every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradient step, one
 after the other, the order repeated; prints the median seconds per env step. Then `Memory.sample`
-on a full 50,000-slot memory with and without `track_replays` (the counters behind the priority
-figure). `--draw DIR` instead draws the scalars of the event files in DIR (e.g. the default run
-with --tensorboard) to plots/tensorboard_<run name>.png, the figure in the README.
+on a full 50,000-slot memory with and without a `priority_figure.ReplayStatistics` observer (the
+counters behind the priority figure). `--draw DIR` instead draws the scalars of the event files in
+DIR (e.g. the default run with --tensorboard) to plots/tensorboard_<run name>.png, the figure in
+the README.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from matplotlib.figure import Figure
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import d3qn_agent
 from PER import Memory
+from priority_figure import ReplayStatistics
 
 VARIANTS = {  # label -> flags
     "no TensorBoard": {},
@@ -58,9 +60,10 @@ def seconds_per_step(flags: dict, total_steps: int, work_dir: Path) -> float:
     return (time.perf_counter() - start) / total_steps
 
 
-def sample_cost(track: bool, repeats: int = 2_000) -> float:
-    """Median microseconds of `Memory.sample(128)` on a full 50,000-slot CartPole memory."""
-    memory = Memory(50_000, rng=0, track_replays=track)
+def sample_cost(observed: bool, repeats: int = 2_000) -> float:
+    """Median microseconds of `Memory.sample(128)` on a full 50,000-slot CartPole memory, with a
+    `ReplayStatistics` observer or without one."""
+    memory = Memory(50_000, rng=0, observer=ReplayStatistics(50_000) if observed else None)
     state = np.zeros(4, np.float32)
     for _ in range(50_000):
         memory.store((state, 0, 1.0, state, False))
@@ -119,9 +122,9 @@ def main() -> None:
     for label, values in timings.items():
         median = statistics.median(values)
         print(f"| {label} | {1e3 * median:.3f} | {100 * (median / base - 1):+.1f}% |")
-    untracked, tracked = sample_cost(False), sample_cost(True)
-    print(f"\nMemory.sample(128), 50,000 slots: {untracked:.1f} us without replay statistics, "
-          f"{tracked:.1f} us with them (+{tracked - untracked:.1f} us per gradient step)")
+    alone, observed = sample_cost(False), sample_cost(True)
+    print(f"\nMemory.sample(128), 50,000 slots: {alone:.1f} us without replay statistics, "
+          f"{observed:.1f} us with them as observer (+{observed - alone:.1f} us per gradient step)")
 
 
 if __name__ == "__main__":

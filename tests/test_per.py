@@ -5,16 +5,8 @@ import io
 import numpy as np
 import pytest
 
-from atari_wrappers import FrameStackStorage
-from PER import (
-    AGE_BINS,
-    Memory,
-    ReplayStatistics,
-    SumTree,
-    TransitionStorage,
-    UniformMemory,
-    age_bins,
-)
+from PER import Memory, SumTree, UniformMemory
+from replay_storage import FrameStackStorage, TransitionStorage
 
 
 def filled_tree(priorities: list[float]) -> SumTree:
@@ -36,15 +28,44 @@ def filled_memory(n: int, **kwargs) -> Memory:
     return memory
 
 
+def with_each_memory_kind(capacity: int) -> pytest.MarkDecorator:
+    """Run the test once per kind of memory: its argument `make(observer)` builds one of
+    `capacity` slots."""
+    return pytest.mark.parametrize("make", [
+        lambda observer: UniformMemory(capacity, rng=1, observer=observer),
+        lambda observer: Memory(capacity, rng=1, observer=observer),
+        lambda observer: Memory(capacity, rng=1, rank_based=True, observer=observer),
+    ], ids=["uniform", "proportional", "rank"])
+
+
+class RecordingObserver:
+    """An observer that records what the memory tells it: ("store", slot), ("stores", slots),
+    ("sample", slots, size), in call order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def note_store(self, slot: int) -> None:
+        self.calls.append(("store", slot))
+
+    def note_stores(self, slots: np.ndarray) -> None:
+        self.calls.append(("stores", slots.tolist()))
+
+    def note_sample(self, slots: np.ndarray, size: int) -> None:
+        self.calls.append(("sample", slots.tolist(), size))
+
+
 # SumTree on trees small enough to check by hand -------------------------------------------------
 
 
 def test_capacity_4_node_sums():
+    # Node i has children 2i+1 and 2i+2; the leaves are nodes 3..6, as the docstring draws them.
     #        10
     #      3    7
     #     1 2  3 4
     tree = filled_tree([1, 2, 3, 4])
     np.testing.assert_array_equal(tree.tree, [10, 3, 7, 1, 2, 3, 4])
+    np.testing.assert_array_equal(tree.mins, [1, 1, 3, 1, 2, 3, 4])
     assert tree.total_priority == 10
     assert tree.min_priority == 1
 
@@ -66,6 +87,7 @@ def test_capacity_5_uneven_tree():
     #     4 5
     tree = filled_tree([1, 2, 3, 4, 5])
     np.testing.assert_array_equal(tree.tree, [15, 10, 5, 9, 1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(tree.mins, [1, 1, 2, 4, 1, 2, 3, 4, 5])
     # Left to right the leaves are 7, 8, 4, 5, 6 with ranges [0,4) [4,9) [9,10) [10,12) [12,15].
     expected = {0.0: 7, 3.999: 7, 4.0: 8, 8.999: 8, 9.0: 4, 9.5: 4, 10.0: 5, 12.0: 6, 15.0: 6}
     for value, leaf in expected.items():
@@ -308,6 +330,27 @@ def test_rank_based_new_transitions_rank_first():
     np.testing.assert_array_equal(memory._ranked_slots[1:], [3, 2, 1, 0])
 
 
+def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
+    memory = filled_memory(4, capacity=8)
+    memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.09, 0.24, 0.49]))
+    slots, probabilities = memory.sampling_probabilities()
+    np.testing.assert_array_equal(slots, [0, 1, 2, 3])
+    priorities = np.array([0.01, 0.1, 0.25, 0.5]) ** 0.6  # (|delta| + 0.01)^alpha
+    np.testing.assert_allclose(probabilities, priorities / priorities.sum())
+    ranked = Memory(8, rank_based=True, rng=0)
+    for i in range(4):
+        ranked.store(experience(i))
+    ranked.batch_update(np.array([7, 8, 9, 10]), np.array([0.3, 0.1, 0.4, 0.2]))
+    slots, probabilities = ranked.sampling_probabilities()
+    np.testing.assert_array_equal(slots, [2, 0, 3, 1])  # largest |delta| first
+    expected = np.arange(1, 5) ** -0.6  # P(rank j) proportional to j^-alpha
+    np.testing.assert_allclose(probabilities, expected / expected.sum())
+    uniform = UniformMemory(8)
+    for i in range(3):
+        uniform.store(experience(i))
+    np.testing.assert_allclose(uniform.sampling_probabilities()[1], [1 / 3] * 3)
+
+
 def test_memory_bad_input_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="empty memory"):
         Memory(4).sample(2)
@@ -355,6 +398,20 @@ def test_seeded_memories_repeat():
     first, second = filled_memory(50, rng=5), filled_memory(50, rng=5)
     for _ in range(3):
         np.testing.assert_array_equal(first.sample(8)[0], second.sample(8)[0])
+
+
+@with_each_memory_kind(4)
+def test_observer_is_told_of_every_store_and_sample(make):
+    observer = RecordingObserver()
+    memory = make(observer)
+    for i in range(5):  # the fifth overwrites slot 0
+        memory.store(experience(i))
+    with pytest.raises(ValueError, match="experience"):
+        memory.store((1, 2, 3))  # rejected: nothing stored, nothing told
+    tree_idx, _, _ = memory.sample(6)
+    memory.batch_update(tree_idx, np.full(6, 0.5))  # priorities are not the observer's business
+    stores = [("store", slot) for slot in (0, 1, 2, 3, 0)]
+    assert observer.calls == [*stores, ("sample", (tree_idx - 3).tolist(), 4)]
 
 
 def test_storage_capacity_must_match():
@@ -411,135 +468,37 @@ def test_load_state_dict_rejects_a_mismatch():
         Memory(8).load_state_dict(arrays)
 
 
-# Replay statistics (the priority figure's inputs) -----------------------------------------------
+def test_checkpoints_of_the_tree_counted_from_one_still_load():
+    # The tree used to count its nodes from 1, after a spare element that stayed 0 in the sums
+    # and +inf in the minima: 2 * capacity elements, the root at 1. Here priorities 1, 2, 3, 4.
+    arrays = save_and_load(filled_memory(4).state_dict())
+    arrays["tree.sums"] = np.array([0.0, 10, 3, 7, 1, 2, 3, 4])
+    arrays["tree.mins"] = np.array([np.inf, 1, 1, 3, 1, 2, 3, 4])
+    memory = Memory(4, alpha=0.6, rng=0)
+    memory.load_state_dict(arrays)
+    np.testing.assert_array_equal(memory.tree.tree, [10, 3, 7, 1, 2, 3, 4])
+    np.testing.assert_array_equal(memory.tree.mins, [1, 1, 3, 1, 2, 3, 4])
+    assert memory.tree.get_leaf(6.0) == (6, 4.0, None)
+    memory.batch_update(np.array([6]), np.array([0.0]))  # leaf 6 gets 0.01^0.6, the sums follow
+    assert memory.tree.total_priority == pytest.approx(6 + 0.01**0.6)
+    arrays["tree.sums"] = np.zeros(9)
+    with pytest.raises(ValueError, match=r"saved tree.sums has shape \(9,\), expected \(7,\)"):
+        Memory(4).load_state_dict(arrays)
 
 
-def test_age_bins_are_powers_of_two_by_hand():
-    ages = np.array([0, 1, 2, 3, 6, 7, 14, 15, 2**50])
-    np.testing.assert_array_equal(age_bins(ages), [0, 1, 1, 2, 2, 3, 3, 4, AGE_BINS - 1])
-
-
-def test_replay_statistics_by_hand():
-    stats = ReplayStatistics(4)
-    for slot in (0, 1, 2):
-        stats.note_store(slot)
-    # Three transitions, the newest in slot 2 (age 0), the oldest in slot 0 (age 2).
-    stats.note_sample(np.array([2, 2, 0]), size=3)
-    np.testing.assert_array_equal(stats.replay_counts, [1, 0, 2, 0])
-    np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2])), [2, 1, 0])
-    np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 0])  # ages 0 | 1-2 | 3-6
-    # One transition of age 0 and two of ages 1-2 were in the memory; uniform replay draws
-    # 3 / 3 = 1 per transition.
-    np.testing.assert_array_equal(stats.exposure_by_age[:3], [1, 2, 0])
-    np.testing.assert_array_equal(stats.uniform_replays_by_age[:3], [1, 2, 0])
-    assert stats.replays_by_age.sum() == 3 and stats.exposure_by_age.sum() == 3
-    # A fourth transition, then one that overwrites slot 0: its count starts again.
-    stats.note_store(3)
-    stats.note_store(0)
-    assert stats.stores == 5
-    np.testing.assert_array_equal(stats.replay_counts, [0, 0, 2, 0])
-    np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2, 3])), [0, 3, 2, 1])
-    stats.note_sample(np.array([1, 1]), size=4)  # age 3, memory of 4: ages 0 | 1-2 | 3
-    np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 2])
-    np.testing.assert_array_equal(stats.exposure_by_age[:3], [2, 4, 1])
-    np.testing.assert_allclose(stats.uniform_replays_by_age[:3], [1.5, 3.0, 0.5])
-
-
-@pytest.mark.parametrize("make", [
-    lambda: UniformMemory(64, rng=1, track_replays=True),
-    lambda: Memory(64, rng=1, track_replays=True),
-    lambda: Memory(64, rng=1, rank_based=True, track_replays=True),
-], ids=["uniform", "proportional", "rank"])
-def test_memories_count_every_draw(make):
-    memory = make()
-    for i in range(100):  # wraps around
-        memory.store(experience(i))
-    draws = 0
-    for _ in range(50):
-        tree_idx, _, _ = memory.sample(8)
-        draws += 8
-        memory.batch_update(tree_idx, np.full(8, 0.5))
-    stats = memory.stats
-    assert stats.stores == 100
-    assert stats.replay_counts.sum() <= draws  # draws of overwritten transitions are forgotten
-    assert stats.replays_by_age.sum() == draws
-    assert stats.uniform_replays_by_age.sum() == pytest.approx(draws)
-    assert stats.exposure_by_age.sum() == 50 * 64
-    assert stats.ages(memory.held_slots()).max() == 63
-
-
-def test_uniform_memory_replays_every_age_at_the_uniform_rate():
-    memory = UniformMemory(256, rng=3, track_replays=True)
-    for i in range(256):
-        memory.store(experience(i))
-    for _ in range(400):
-        memory.sample(64)
-    stats = memory.stats
-    old = slice(4, 8)  # ages 15 .. 254: 16 to 128 transitions per bin, 1,600 draws or more
-    np.testing.assert_allclose(stats.replays_by_age[old], stats.uniform_replays_by_age[old],
-                               rtol=0.1)
-    np.testing.assert_allclose(stats.uniform_replays_by_age[old] / stats.exposure_by_age[old],
-                               64 / 256)
-
-
-def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
-    memory = Memory(256, rng=3, track_replays=True)
-    for i in range(1024):
-        memory.store(experience(i))
-        tree_idx, _, _ = memory.sample(4)
-        memory.batch_update(tree_idx, np.full(4, 1e-3))  # replayed ones lose their priority
-    stats = memory.stats
-    rate = stats.replays_by_age / np.maximum(stats.exposure_by_age, 1)
-    uniform_rate = stats.uniform_replays_by_age / np.maximum(stats.exposure_by_age, 1)
-    # The newest transition has priority 1 against ~0.067 for the replayed ones: a share of
-    # about 1 / (1 + 255 * 0.067) = 5.5% of each draw once the memory is full, ~14 times
-    # uniform replay's 1/256 (less while it fills: 7.9 times over the whole run).
-    assert rate[0] > 5 * uniform_rate[0]
-    assert rate[6] < uniform_rate[6]  # ages 63 .. 126: replayed already, so below uniform
-
-
-def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
-    memory = filled_memory(4, capacity=8)
-    memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.09, 0.24, 0.49]))
-    slots, probabilities = memory.sampling_probabilities()
-    np.testing.assert_array_equal(slots, [0, 1, 2, 3])
-    priorities = np.array([0.01, 0.1, 0.25, 0.5]) ** 0.6  # (|delta| + 0.01)^alpha
-    np.testing.assert_allclose(probabilities, priorities / priorities.sum())
-    ranked = Memory(8, rank_based=True, rng=0)
-    for i in range(4):
-        ranked.store(experience(i))
-    ranked.batch_update(np.array([7, 8, 9, 10]), np.array([0.3, 0.1, 0.4, 0.2]))
-    slots, probabilities = ranked.sampling_probabilities()
-    np.testing.assert_array_equal(slots, [2, 0, 3, 1])  # largest |delta| first
-    expected = np.arange(1, 5) ** -0.6  # P(rank j) proportional to j^-alpha
-    np.testing.assert_allclose(probabilities, expected / expected.sum())
-    uniform = UniformMemory(8)
-    for i in range(3):
-        uniform.store(experience(i))
-    np.testing.assert_allclose(uniform.sampling_probabilities()[1], [1 / 3] * 3)
-
-
-def test_replay_statistics_survive_a_checkpoint_and_old_checkpoints_load():
-    memory = Memory(16, rng=0, track_replays=True)
-    for i in range(20):
-        memory.store(experience(i))
-        memory.sample(4)
+@pytest.mark.parametrize("rank_based", [False, True])
+def test_state_dict_leaves_the_observer_out_and_old_replay_statistics_are_ignored(rank_based):
+    memory = filled_memory(6, capacity=8, rank_based=rank_based, observer=RecordingObserver())
+    memory.sample(4)
     arrays = save_and_load(memory.state_dict())
-    restored = Memory(16, rng=0, track_replays=True)
+    assert [key for key in arrays if key.startswith("stats.")] == []
+    # Older checkpoints saved the replay statistics in the memory's file, as "stats.*" keys.
+    arrays["stats.stores"] = np.array(6)
+    arrays["stats.replay_counts"] = np.zeros(3, dtype=np.int64)  # of no use to the memory
+    restored = Memory(8, rank_based=rank_based)
     restored.load_state_dict(arrays)
-    for key, value in memory.stats.state_dict().items():
-        np.testing.assert_array_equal(restored.stats.state_dict()[key], value)
-    # A checkpoint written before the statistics existed: counters start at zero and the
-    # transitions already stored count as the oldest.
-    old = {key: value for key, value in arrays.items() if not key.startswith("stats.")}
-    fresh = Memory(16, rng=0, track_replays=True)
-    fresh.load_state_dict(old)
-    assert fresh.stats.stores == 16 and fresh.stats.replay_counts.sum() == 0
-    fresh.store(experience(99))
-    assert fresh.stats.ages(fresh.held_slots()).tolist().count(0) == 1
-    bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
-    with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
-        Memory(16, track_replays=True).load_state_dict(bad)
+    for _ in range(3):
+        np.testing.assert_array_equal(restored.sample(4)[0], memory.sample(4)[0])
 
 
 # Blocks with their own priorities (Ape-X actors, apex.py) ---------------------------------------
@@ -578,23 +537,24 @@ def test_store_block_matches_store_then_batch_update():
         stepped.store(row)
     stepped.batch_update(np.arange(15, 21), errors)
     np.testing.assert_array_equal(blocked.tree.tree, stepped.tree.tree)
-    np.testing.assert_array_equal(blocked.tree._mins, stepped.tree._mins)
+    np.testing.assert_array_equal(blocked.tree.mins, stepped.tree.mins)
     (got_idx, _, got_weights), (idx, _, weights) = blocked.sample(8), stepped.sample(8)
     np.testing.assert_array_equal(got_idx, idx)
     np.testing.assert_array_equal(got_weights, weights)
 
 
 def test_store_block_wraps_around_and_evicts_the_oldest():
-    memory = Memory(8, rng=0, track_replays=True)
+    observer = RecordingObserver()
+    memory = Memory(8, rng=0, observer=observer)
     memory.store_block(block(0, 6), np.full(6, 0.5))
-    slots = memory.store_block(block(100, 5), np.full(5, 2.0))
+    slots = memory.store_block(block(100, 5), np.full(4, 2.0), context=1)
     np.testing.assert_array_equal(slots, [6, 7, 0, 1, 2])
     states = memory.storage.fields[0][:, 0]
     np.testing.assert_array_equal(states, [102, 103, 104, 3, 4, 5, 100, 101])
-    assert memory.stats.stores == 11
-    np.testing.assert_array_equal(memory.stats.ages(np.array([2, 3, 6])), [0, 7, 4])
-    # |delta| = 2 is clipped to abs_err_upper = 1 before the power alpha = 0.6.
-    np.testing.assert_allclose(memory.tree.tree[7:], [1.0] * 3 + [0.51**0.6] * 3 + [1.0] * 2)
+    # One call per block, its slots oldest first, the context included (it was stored).
+    assert observer.calls == [("stores", [0, 1, 2, 3, 4, 5]), ("stores", [6, 7, 0, 1, 2])]
+    # |delta| = 2 is clipped to abs_err_upper = 1 before the power alpha = 0.6; context gets 0.
+    np.testing.assert_allclose(memory.tree.tree[7:], [1.0, 1.0, 0.0] + [0.51**0.6] * 3 + [1.0] * 2)
 
 
 def test_rank_based_store_block_ranks_by_the_given_errors_without_the_context():
@@ -608,11 +568,14 @@ def test_rank_based_store_block_ranks_by_the_given_errors_without_the_context():
 
 def test_store_block_through_a_frame_store_rebuilds_the_stacks():
     storage = FrameStackStorage(16)
-    memory = Memory(16, storage=storage, rng=0)
+    observer = RecordingObserver()
+    memory = Memory(16, storage=storage, rng=0, observer=observer)
     frames = np.arange(1, 8, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
     stacks = np.stack([np.stack(frames[i:i + 2], axis=-1) for i in range(6)])  # (6, 2, 2, 2)
     transitions = (stacks[:5], np.arange(5), np.ones(5), stacks[1:], np.zeros(5, bool))
     slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
+    # The frame store takes the block one transition at a time; the observer still hears once.
+    assert observer.calls == [("stores", slots.tolist())]
     _, (states, actions, _, next_states, _, _), _ = memory.sample(100)
     assert len(slots) == 5 and set(actions) == {0, 1, 2, 3}
     np.testing.assert_array_equal(states, stacks[actions])

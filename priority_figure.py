@@ -1,0 +1,286 @@
+"""What the priority figure shows: who gets replayed, and at what age, beside uniform replay.
+
+Besides the sampling probabilities, the importance-sampling weights and beta, the figure shows how
+often a transition is replayed as a function of its age (the transitions stored after it): a
+prioritized memory replays a new transition soon, since it enters with the highest priority so
+far, and one whose error has shrunk rarely, while uniform replay draws every age at one rate.
+
+`ReplayStatistics` counts those replays while the agent trains, per slot and per age bin
+(`AGE_BINS` powers of two, see `age_bins`), together with the draws uniform replay would have
+made. It watches a replay memory as its observer, `Memory(capacity,
+observer=ReplayStatistics(capacity))`, and the memory tells it of every store and sample. Its
+counters are plain numpy arrays (`state_dict`), saved next to the memory's own in a checkpoint.
+
+`PriorityFigure` holds those statistics for a training run, with the IS weights of the last
+batches and beta over the run, and draws the four panels (`draw_priority_figure`) at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+import checkpoint
+from replay_storage import require
+
+# Replay statistics bin a transition's age (transitions stored after it) by powers of two:
+# bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
+AGE_BINS = 40
+AGE_BIN_LOW = 2.0 ** np.arange(AGE_BINS) - 1.0  # first age in each bin
+AGE_BIN_HIGH = 2.0 ** np.arange(1, AGE_BINS + 1) - 1.0  # first age past each bin
+
+
+def age_bins(ages: np.ndarray) -> np.ndarray:
+    """The `AGE_BINS` bin of each age (int >= 0): floor(log2(age + 1)), capped at the last."""
+    _, exponents = np.frexp(np.asarray(ages, dtype=np.float64) + 1.0)  # x = m 2^e, m in [0.5, 1)
+    return np.minimum(exponents - 1, AGE_BINS - 1)
+
+
+class ReplayStatistics:
+    """Who gets replayed, for the priority figure: counts per slot and replays by age.
+
+    `replay_counts[slot]`: draws of the transition now in `slot`; `stored_at[slot]`: its index in
+    store order, so its age is `stores - 1 - stored_at[slot]` (0 = the newest). Per age bin, over
+    all samples: `replays_by_age` (draws measured), `exposure_by_age` (transitions of that age in
+    the memory, summed over the samples) and `uniform_replays_by_age`, the draws uniform replay
+    would have made in expectation (batch size x share of the memory in that bin). Replays per
+    transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
+    store, and no random numbers, so tracking does not change a run.
+
+    It is a replay memory's observer (`PER.ReplayObserver`): the memory calls `note_store` and
+    `note_stores` as it stores transitions and `note_sample` as it samples them.
+
+    With a frame store, where a few slots hold no transition, the memory's length counts them too,
+    so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.replay_counts = np.zeros(capacity, dtype=np.int64)
+        self.stored_at = np.zeros(capacity, dtype=np.int64)
+        self.stores = 0
+        self.replays_by_age = np.zeros(AGE_BINS, dtype=np.int64)
+        self.exposure_by_age = np.zeros(AGE_BINS)
+        self.uniform_replays_by_age = np.zeros(AGE_BINS)
+
+    def note_store(self, slot: int) -> None:
+        """A new transition went into `slot`. O(1)."""
+        self.stored_at[slot] = self.stores
+        self.replay_counts[slot] = 0
+        self.stores += 1
+
+    def note_stores(self, slots: np.ndarray) -> None:
+        """New transitions went into `slots`, in store order (a block). O(len(slots))."""
+        self.stored_at[slots] = self.stores + np.arange(len(slots))
+        self.replay_counts[slots] = 0
+        self.stores += len(slots)
+
+    def note_sample(self, slots: np.ndarray, size: int) -> None:
+        """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
+        np.add.at(self.replay_counts, slots, 1)
+        ages = self.stores - 1 - self.stored_at[slots]
+        self.replays_by_age += np.bincount(age_bins(ages), minlength=AGE_BINS)
+        # The memory holds one transition of each age 0 .. size - 1.
+        in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        self.exposure_by_age += in_memory
+        self.uniform_replays_by_age += in_memory * (len(slots) / size)
+
+    def ages(self, slots: np.ndarray) -> np.ndarray:
+        """Age of the transitions in `slots`: transitions stored after each one."""
+        return self.stores - 1 - self.stored_at[slots]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The counters as plain arrays, keys prefixed "stats."."""
+        return {
+            "stats.replay_counts": self.replay_counts,
+            "stats.stored_at": self.stored_at,
+            "stats.stores": np.array(self.stores),
+            "stats.replays_by_age": self.replays_by_age,
+            "stats.exposure_by_age": self.exposure_by_age,
+            "stats.uniform_replays_by_age": self.uniform_replays_by_age,
+        }
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """Restore `state_dict`'s arrays. A checkpoint from before the statistics existed (no
+        "stats." keys) starts them afresh: no replays yet, the `size` transitions already in the
+        memory counted as the oldest. ValueError if a saved array has the wrong shape."""
+        if "stats.stores" not in arrays:
+            for counter in (self.replay_counts, self.stored_at, self.replays_by_age,
+                            self.exposure_by_age, self.uniform_replays_by_age):
+                counter[:] = 0
+            self.stores = size
+            return
+        require(arrays, list(self.state_dict()), "replay statistics")
+        for key, value in self.state_dict().items():
+            if key == "stats.stores":
+                continue
+            saved = np.asarray(arrays[key])
+            if saved.shape != value.shape:
+                raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
+            value[:] = saved
+        self.stores = int(arrays["stats.stores"])
+
+
+PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
+RECENT_BATCHES = 20  # batches whose IS weights the figure shows
+
+
+class PriorityFigure:
+    """What the priority figure shows, gathered during a run, and the figure itself.
+
+    `statistics` is the replay memory's observer (who gets replayed, by age); `note_batch` keeps
+    the IS weights of the last RECENT_BATCHES batches and, every PRIORITY_HISTORY_EVERY gradient
+    steps, a point (env step, beta, smallest and mean IS weight); `draw` saves the four panels.
+    """
+
+    def __init__(self, capacity: int, batch_size: int) -> None:
+        self.statistics = ReplayStatistics(capacity)
+        self.history: list[tuple[int, float, float, float]] = []
+        self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
+        self.recent_batches = 0  # batches written to recent_is_weights (a ring)
+
+    def note_batch(self, step: int, gradient_step: int, beta: float,
+                   is_weights: np.ndarray) -> None:
+        """Keep a sampled batch's IS weights (taken at env step `step`). O(batch)."""
+        self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = is_weights
+        self.recent_batches += 1
+        if gradient_step % PRIORITY_HISTORY_EVERY == 0:
+            self.history.append((step, beta, float(is_weights.min()), float(is_weights.mean())))
+
+    def draw(self, path: str, memory: Any, title: str) -> None:
+        """Save the figure of `memory` to `path` (~0.3 s); nothing before the first batch."""
+        if not self.recent_batches:
+            return
+        recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
+        draw_priority_figure(path, priority_figure_data(memory, self.statistics), self.history,
+                             recent, title)
+
+    def progress(self) -> dict[str, Any]:
+        """The history and recent weights as JSON values, for a checkpoint's progress.json."""
+        return {"priority_history": self.history,
+                "recent_is_weights": self.recent_is_weights.tolist(),
+                "recent_batches": self.recent_batches}
+
+    def restore_progress(self, progress: dict[str, Any]) -> None:
+        """Take back what `progress` gave; checkpoints from before the figure start afresh."""
+        self.history = [(int(a), float(b), float(c), float(d))
+                        for a, b, c, d in progress.get("priority_history", [])]
+        if "recent_is_weights" in progress:
+            self.recent_is_weights[:] = np.asarray(progress["recent_is_weights"], np.float32)
+        self.recent_batches = int(progress.get("recent_batches", 0))
+
+
+def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
+    """What the priority figure shows about `memory` (a PER `Memory` or `UniformMemory`), whose
+    observer `stats` has been.
+
+    relative_probabilities: N * P(i) of every transition held, 1 being uniform replay's chance;
+    floor: N * P(i) of a transition with |delta| = 0, (epsilon)^alpha / total * N, and epsilon
+    (proportional PER; None otherwise); age_low, age_high: the age bins (transitions stored
+    since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
+    step at those ages, measured and uniform replay's expectation. Cost O(capacity).
+    """
+    _, probabilities = memory.sampling_probabilities()
+    size = len(probabilities)
+    floor = epsilon = None
+    if memory.kind == "proportional" and memory.tree.total_priority > 0:
+        floor = memory.epsilon**memory.alpha / memory.tree.total_priority * size
+        epsilon = memory.epsilon
+    seen = stats.exposure_by_age > 0
+    return {
+        "relative_probabilities": probabilities * size,
+        "floor": floor,
+        "epsilon": epsilon,
+        "age_low": AGE_BIN_LOW[seen],
+        "age_high": AGE_BIN_HIGH[seen],
+        "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
+        "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen],
+    }
+
+
+def draw_priority_figure(
+    path: str,
+    data: dict[str, Any],
+    history: list[tuple[int, float, float, float]],
+    recent_is_weights: np.ndarray,
+    title: str,
+) -> None:
+    """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s).
+
+    `data` from `priority_figure_data`; `history` (env step, beta, smallest and mean IS weight of
+    a batch) over the run; `recent_is_weights` the IS weights of the last batches.
+    """
+    figure = Figure(figsize=(13, 8.5), layout="constrained")
+    figure.suptitle(title, fontsize=11)
+    (probability_axes, weight_axes), (beta_axes, age_axes) = figure.subplots(2, 2)
+
+    relative = data["relative_probabilities"]
+    low, high = relative.min(initial=1.0), relative.max(initial=1.0)
+    edges = np.geomspace(low * 0.999, high * 1.001, 41) if high > low * 1.01 else \
+        np.array([low * 0.9, high * 1.1])
+    counts, _ = np.histogram(relative, edges)
+    mass, _ = np.histogram(relative, edges, weights=relative)
+    probability_axes.stairs(100 * counts / max(counts.sum(), 1), edges, fill=True, alpha=0.4,
+                            color="tab:gray", label="share of the transitions")
+    probability_axes.stairs(100 * mass / max(mass.sum(), 1e-300), edges, color="tab:red",
+                            linewidth=2, label="share of the sampling probability they hold")
+    probability_axes.axvline(1.0, color="black", linestyle="--", label="uniform replay (1)")
+    if data["floor"] is not None:
+        probability_axes.axvline(data["floor"], color="tab:blue", linestyle=":",
+                                 label=f"|δ| = 0: only ε = {data['epsilon']:g} left")
+    probability_axes.set_xscale("log")
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+             if edges[0] <= t <= edges[-1]]
+    probability_axes.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    probability_axes.xaxis.set_minor_formatter(NullFormatter())
+    probability_axes.set_xlabel("N·P(i): a transition's sampling probability relative to uniform")
+    probability_axes.set_ylabel("% (per bin)")
+    probability_axes.set_title(f"Priorities of the {len(relative):,} transitions in the memory "
+                               "at the end\nmost are replayed less often than uniform replay "
+                               "would, a few much more", fontsize=10)
+    probability_axes.legend(fontsize=8)
+
+    weights = recent_is_weights.ravel()
+    weight_axes.hist(weights, bins=np.linspace(0.0, 1.0, 41), color="tab:purple", alpha=0.7)
+    beta = history[-1][1] if history else float("nan")
+    weight_axes.set_xlim(0.0, 1.02)
+    weight_axes.set_xlabel("importance-sampling weight w_i = (N·P(i))^-β / max_j w_j")
+    weight_axes.set_ylabel("samples")
+    weight_axes.set_title(f"IS weights of the last {len(recent_is_weights)} batches (β = "
+                          f"{beta:.2f})\nthe most often replayed transitions count the least "
+                          "in the loss", fontsize=10)
+
+    if history:
+        steps, betas, smallest, mean = (np.array(column) for column in zip(*history, strict=True))
+        beta_axes.plot(steps, betas, color="black", label="β (annealed to 1)")
+        beta_axes.plot(steps, mean, color="tab:purple", alpha=0.8, label="mean IS weight")
+        beta_axes.plot(steps, smallest, color="tab:purple", alpha=0.4, linewidth=0.8,
+                       label="smallest IS weight in the batch")
+        beta_axes.legend(fontsize=8, loc="center right")
+    beta_axes.set_ylim(0.0, 1.05)
+    beta_axes.set_xlabel("environment step")
+    beta_axes.set_title("β over the run\nas β grows to 1, the IS weights undo more of the "
+                        "sampling bias", fontsize=10)
+    beta_axes.grid(alpha=0.3)
+
+    if len(data["age_low"]):
+        # Measured over uniform replay's expectation, so the memory's growth during the run
+        # (which changes every transition's uniform chance) cancels out.
+        age_edges = np.append(data["age_low"], data["age_high"][-1]) + 1.0
+        ratio = data["replay_rate"] / np.maximum(data["uniform_rate"], 1e-300)
+        age_axes.stairs(ratio, age_edges, baseline=None, color="tab:red", linewidth=2,
+                        label="measured")
+        age_axes.axhline(1.0, color="black", linestyle="--", label="uniform replay")
+        age_axes.set_xscale("log")
+        age_axes.set_ylim(0.0, max(1.5, 1.1 * ratio.max()))
+        age_axes.legend(fontsize=8)
+    age_axes.set_xlabel("age + 1 (transitions stored after it, log bins)")
+    age_axes.set_ylabel("replays relative to uniform replay")
+    age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
+                       "top priority: replayed soon, later less often", fontsize=10)
+    age_axes.grid(alpha=0.3, which="both")
+    with checkpoint.atomic_file(path) as temporary:
+        figure.savefig(temporary, dpi=90)
+

@@ -1,0 +1,481 @@
+"""Replay storages: where a replay memory keeps the transitions themselves.
+
+PER.py's memories keep priorities and sampling apart from the transitions, which live in a
+storage with this interface:
+
+- `capacity`, `written` (slots written at least once) and `holds_transition` (bool per slot: the
+  slot holds a complete transition that may be sampled); `len()` is the number that do.
+- `add(experience) -> (slot, freed)`: store one (state, action, reward, next_state, done) and
+  return its slot and the slots that stopped holding a transition because of it.
+- `get(slots, last_slots=None)`, `rewards_and_dones(slots)`, `next_in_episode(slots)`: what
+  `ReplayMemory.n_step_batch` reads.
+- `state_dict()` / `load_state_dict(arrays)`: the storage as plain numpy arrays, for checkpoints.
+- optionally `add_block(transitions) -> (slots, freed)`: k transitions in one vectorized write.
+
+Two storages implement it:
+
+- `TransitionStorage`: one row per transition in five typed arrays (CartPole and any other
+  vector observation; the default).
+- `FrameStackStorage`: for stacked Atari frames (`atari_wrappers.make_env`'s observations), each
+  84x84 frame kept once and the stacks rebuilt when sampled (~7 KB per transition instead of
+  ~56 KB for a uint8 state + next state pair).
+
+PER.py's `Memory` and `UniformMemory` take either through `storage=`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+FIELDS = ("state", "action", "reward", "next_state", "done")
+NO_SLOTS = np.zeros(0, dtype=np.int64)
+
+
+def check_capacity(capacity: Any, minimum: int = 1) -> int:
+    """Return `capacity` as an int, or raise ValueError unless it is an integer >= `minimum`."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or (
+            capacity < minimum):
+        raise ValueError(f"capacity must be an integer >= {minimum}, got {capacity!r}")
+    return int(capacity)
+
+
+def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
+    """ValueError naming the keys of a saved `what` that `arrays` lacks."""
+    missing = [key for key in keys if key not in arrays]
+    if missing:
+        raise ValueError(f"saved {what} lacks {missing}")
+
+
+def check_saved_value(arrays: dict[str, np.ndarray], key: str, expected: Any) -> None:
+    """ValueError unless the saved `key` equals `expected` (e.g. the capacity)."""
+    saved = arrays[key].item()
+    if saved != expected:
+        raise ValueError(f"saved {key} is {saved!r}, but this memory has {expected!r}")
+
+
+def check_experience(experience: Any) -> Sequence:
+    """`experience` itself, or ValueError unless it is a sequence of the five `FIELDS`."""
+    if not isinstance(experience, Sequence) or len(experience) != len(FIELDS):
+        raise ValueError(f"experience must be a tuple {FIELDS}, got {experience!r:.200}")
+    return experience
+
+
+def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
+    """The five columns of a block of transitions as arrays of one length k in 1..capacity."""
+    columns = [np.asarray(column) for column in check_experience(transitions)]
+    lengths = [len(column) if column.ndim else 0 for column in columns]
+    if len(set(lengths)) != 1:
+        raise ValueError(f"the block's {FIELDS} have different lengths {lengths}")
+    if not 1 <= lengths[0] <= capacity:
+        raise ValueError(f"a block must hold 1..{capacity} transitions (the capacity), "
+                         f"got {lengths[0]}")
+    return columns
+
+
+class TransitionStorage:
+    """The transitions themselves: one row per transition in five typed numpy arrays.
+
+    The arrays are allocated on the first `add`, with the shapes and dtypes of that first
+    experience, so a CartPole state stays float32 and an Atari frame stack stays uint8. Slots are
+    reused in ring order once the storage is full. `FrameStackStorage` below offers the same
+    methods for image stacks that share frames.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = check_capacity(capacity)
+        self.holds_transition = np.zeros(self.capacity, dtype=bool)
+        self.written = 0  # slots written at least once
+        self.write_pointer = 0
+        self.fields: tuple[np.ndarray, ...] | None = None
+
+    def __len__(self) -> int:
+        return self.written
+
+    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
+        """Store one (state, action, reward, next_state, done). O(1).
+
+        Returns the slot that now holds it and the slots that stopped holding a transition
+        (always none here: a slot is only ever overwritten by a new transition).
+        """
+        experience = check_experience(experience)
+        if self.fields is None:
+            self.fields = tuple(
+                np.zeros((self.capacity, *np.shape(value)), dtype=np.asarray(value).dtype)
+                for value in experience
+            )
+        # Check every field before writing any, so a bad experience leaves the slot intact.
+        for name, field, value in zip(FIELDS, self.fields, experience, strict=True):
+            if np.shape(value) != field.shape[1:]:
+                raise ValueError(
+                    f"{name} has shape {np.shape(value)}, but the memory holds {field.shape[1:]}"
+                )
+        slot = self.write_pointer
+        for field, value in zip(self.fields, experience, strict=True):
+            field[slot] = value
+        self.holds_transition[slot] = True
+        self.write_pointer = (slot + 1) % self.capacity
+        self.written = min(self.written + 1, self.capacity)
+        return slot, NO_SLOTS
+
+    def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Store k transitions at once, as `add` would one after the other. O(k), no Python loop.
+
+        `transitions` is (states, actions, rewards, next_states, dones), each with leading
+        dimension k (1 <= k <= capacity), in the order they happened. Returns the k slots that now
+        hold them, in that order (ring order, wrapping past the end, so the oldest transitions
+        are overwritten), and the slots that stopped holding a transition (none here, as for
+        `add`). A malformed block raises ValueError and leaves the storage unchanged.
+        """
+        columns = check_block(transitions, self.capacity)
+        if self.fields is None:
+            self.fields = tuple(
+                np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
+                for column in columns
+            )
+        for name, field, column in zip(FIELDS, self.fields, columns, strict=True):
+            if column.shape[1:] != field.shape[1:]:
+                raise ValueError(
+                    f"{name} has shape {column.shape[1:]}, but the memory holds {field.shape[1:]}"
+                )
+        k = len(columns[0])
+        slots = (self.write_pointer + np.arange(k)) % self.capacity
+        for field, column in zip(self.fields, columns, strict=True):
+            field[slots] = column
+        self.holds_transition[slots] = True
+        self.write_pointer = int((self.write_pointer + k) % self.capacity)
+        self.written = min(self.written + k, self.capacity)
+        return slots, NO_SLOTS
+
+    def get(
+        self, slots: np.ndarray, last_slots: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots).
+
+        With `last_slots`, next_states are those of the transitions in `last_slots` instead (the
+        end of an n-step chain that starts at `slots`).
+        """
+        states, actions, rewards, next_states, dones = self.fields
+        ends = slots if last_slots is None else last_slots
+        return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
+
+    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards and done flags stored in `slots`."""
+        return self.fields[2][slots], self.fields[4][slots]
+
+    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
+        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
+
+        True when slot+1 was written after slot (it is not the oldest row, across the write
+        pointer) and its state is slot's next_state. Cost O(len(slots) * state size).
+        """
+        following = (slots + 1) % self.capacity
+        states, next_states = self.fields[0], self.fields[3]
+        same = states[following] == next_states[slots]
+        same = same.all(axis=tuple(range(1, same.ndim)))
+        return same & self.holds_transition[following] & (following != self.write_pointer)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to rebuild this storage, as plain arrays (the written rows only)."""
+        arrays = {
+            "capacity": np.array(self.capacity),
+            "written": np.array(self.written),
+            "write_pointer": np.array(self.write_pointer),
+        }
+        for name, field in zip(FIELDS, self.fields or (), strict=False):
+            arrays[name] = field[: self.written]
+        return arrays
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
+        require(arrays, ("capacity", "written", "write_pointer"), "transition storage")
+        check_saved_value(arrays, "capacity", self.capacity)
+        written = int(arrays["written"])
+        if not 0 <= written <= self.capacity:
+            raise ValueError(f"saved written={written} is outside 0..{self.capacity}")
+        self.fields = None
+        if written:
+            require(arrays, FIELDS, "transition storage")
+            rows = [np.asarray(arrays[name]) for name in FIELDS]
+            if any(len(row) != written for row in rows):
+                raise ValueError(f"saved fields do not all have {written} rows")
+            self.fields = tuple(
+                np.zeros((self.capacity, *row.shape[1:]), dtype=row.dtype) for row in rows
+            )
+            for field, row in zip(self.fields, rows, strict=True):
+                field[:written] = row
+        self.written = written
+        self.write_pointer = int(arrays["write_pointer"]) % self.capacity
+        self.holds_transition[:] = np.arange(self.capacity) < written
+
+
+class FrameStackStorage:
+    """Replay storage for stacked frames that keeps every frame once, as uint8.
+
+    A ring of `capacity` slots. Each slot holds one frame (the newest frame of some observation)
+    and the action, reward and done of the transition that starts at that observation. The stack
+    of slot k is the frames of slots k-S+1 .. k (S = stack size, mod capacity); its next state is
+    the stack of slot k+1. With S = 4, one episode written from slot 10 on looks like:
+
+        slot:     10   11   12   13   14   15   ...  13+T  14+T
+        frame:    p0   p1   p2   o0   o1   o2   ...  oT-1  oT
+        holds:    -    -    -    t0   t1   t2   ...  tT-1   -
+                  '-- prefix --'                          '-- last next state
+
+    where o0 is the newest frame of the reset observation, p0..p2 are its three older frames
+    (whatever `FrameStackObservation` padded with), t_i is the transition from observation i to
+    i+1, and transition t_i reads slots 10+i .. 14+i. An `add` whose state equals the previous
+    next_state (same episode) writes one slot; any other `add` (a new episode, or anything else)
+    writes all S frames of the state and the newest frame of next_state, S+1 slots. Every stored
+    observation's frames are therefore literally in the ring: padding at episode starts comes
+    back exactly, and no frame of an earlier episode can leak into a stack. This needs next_state
+    to be state shifted by one frame, as frame stacking produces; `add` checks it.
+
+    Writing slot w overwrites a frame that the transitions of slots w .. w+S-1 read; `add` reports
+    those that held one as freed. Overhead: S slots per episode hold no transition, so
+    `capacity` slots hold about capacity * T / (T + S) transitions for episodes of T steps.
+
+    Memory: per slot, one frame (84 * 84 = 7,056 bytes) plus action (int64), reward (float32),
+    done and holds_transition (bool): 7,070 bytes. The frame ring is allocated on the first `add`
+    with np.zeros, so slots not yet written take no physical memory on Linux.
+    Time: `add` compares about two stacks and copies 1 or S+1 frames (~60-90 us for 84x84x4 on
+    this project's 2-core CPU); `get` copies 2S frames per slot (~1.5 ms for 32 slots).
+    """
+
+    def __init__(self, capacity: int, stack_axis: int = -1) -> None:
+        """Make an empty storage of `capacity` slots; `stack_axis` is the states' stacking axis."""
+        # Two slots at least: one stack of one frame plus its next frame.
+        self.capacity = check_capacity(capacity, minimum=2)
+        if isinstance(stack_axis, bool) or not isinstance(stack_axis, int | np.integer):
+            raise ValueError(f"stack_axis must be an int, got {stack_axis!r}")
+        self.stack_axis = int(stack_axis)
+        self.holds_transition = np.zeros(self.capacity, dtype=bool)
+        self.written = 0
+        self.actions = np.zeros(self.capacity, dtype=np.int64)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.dones = np.zeros(self.capacity, dtype=bool)
+        # Set by the first add (or load_state_dict), once the states' shape is known:
+        self.frames: np.ndarray | None = None  # (capacity, *frame_shape) uint8
+        self.state_shape: tuple[int, ...] | None = None
+        self._frames_first: tuple[int, ...] = ()  # transpose order: stacking axis first
+        self._next_slot = 0  # the slot the next frame is written to
+        self._pending_slot = -1  # slot of the last next_state's newest frame (-1: none)
+        self._pending_stack: np.ndarray | None = None  # copy of that next_state, to compare
+        self._count = 0  # slots that hold a transition, kept so len() is O(1)
+
+    def __len__(self) -> int:
+        """Number of slots that hold a complete transition."""
+        return self._count
+
+    @property
+    def stack_size(self) -> int:
+        """Frames per stacked state (0 before the first add)."""
+        return 0 if self.state_shape is None else self.state_shape[self.stack_axis]
+
+    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
+        """Store one (state, action, reward, next_state, done) transition.
+
+        States are uint8 stacks, e.g. (84, 84, 4) with `stack_axis=-1`, and next_state must be
+        state shifted by one frame. Returns the slot that now holds this transition and an int64
+        array of the slots that stopped holding a transition because of this write (never the
+        returned slot). Raises ValueError for a malformed experience, leaving the storage as it was.
+        """
+        state, action, reward, next_state, done = self._checked(experience)
+        state_frames = state.transpose(self._frames_first)  # views, stacking axis first
+        next_frames = next_state.transpose(self._frames_first)
+        if self._pending_stack is not None and np.array_equal(self._pending_stack, state):
+            slot = self._pending_slot  # same episode: the state's frames are in the ring
+            freed = self._write([next_frames[-1]])
+        else:
+            slot = (self._next_slot + self.stack_size - 1) % self.capacity
+            freed = self._write([*state_frames, next_frames[-1]])
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.dones[slot] = done
+        self.holds_transition[slot] = True
+        self._count += 1
+        self._pending_slot = (slot + 1) % self.capacity
+        self._pending_stack = next_state.copy()
+        return slot, freed[freed != slot]
+
+    def get(
+        self, slots: np.ndarray, last_slots: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """Return (states, actions, rewards, next_states, dones) of `slots`, leading dim len(slots).
+
+        States are rebuilt from the ring exactly as they were added. With `last_slots`, next_states
+        are those of the transitions in `last_slots` (the end of an n-step chain from `slots`).
+        Every slot must hold a transition (see `holds_transition`); others raise ValueError.
+        """
+        slots = self._checked_slots(slots)
+        ends = slots if last_slots is None else self._checked_slots(last_slots)
+        if ends.shape != slots.shape:
+            raise ValueError(f"last_slots has shape {ends.shape}, slots {slots.shape}")
+        return (
+            self._stacks(slots),
+            self.actions[slots],
+            self.rewards[slots],
+            self._stacks((ends + 1) % self.capacity),
+            self.dones[slots],
+        )
+
+    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards and done flags stored in `slots`."""
+        return self.rewards[slots], self.dones[slots]
+
+    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
+        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
+
+        A new episode starts S+1 slots on, and overwriting slot+1 breaks slot's transition, so for
+        a slot that holds a transition this is just whether slot+1 holds one. O(len(slots)).
+        """
+        return self.holds_transition[(slots + 1) % self.capacity]
+
+    def _checked_slots(self, slots: Any) -> np.ndarray:
+        """`slots` as an int array of slots that hold transitions, or ValueError naming them."""
+        slots = np.asarray(slots)
+        if slots.ndim != 1 or not np.issubdtype(slots.dtype, np.integer):
+            raise ValueError(f"slots must be a 1-d integer array, got {slots.dtype} {slots.shape}")
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"slots must be in [0, {self.capacity}), got {slots}")
+        missing = slots[~self.holds_transition[slots]]
+        if missing.size:
+            raise ValueError(f"slots {missing} hold no transition")
+        if self.frames is None:  # nothing added yet, so slots is empty
+            raise ValueError("get() on an empty FrameStackStorage")
+        return slots
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return the storage as plain numpy arrays (for np.savez); only written slots' frames."""
+        shape = () if self.state_shape is None else self.state_shape
+        frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
+        return {
+            "capacity": np.array(self.capacity),
+            "stack_axis": np.array(self.stack_axis),
+            "state_shape": np.array(shape, dtype=np.int64),
+            "next_slot": np.array(self._next_slot),
+            "pending_slot": np.array(self._pending_slot),
+            "written": np.array(self.written),
+            "frames": frames,
+            "actions": self.actions.copy(),
+            "rewards": self.rewards.copy(),
+            "dones": self.dones.copy(),
+            "holds_transition": self.holds_transition.copy(),
+        }
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what `state_dict` returned; the capacity must match this storage's."""
+        require(arrays, ("capacity", "stack_axis", "state_shape", "next_slot", "pending_slot",
+                         "written", "frames", "actions", "rewards", "dones", "holds_transition"),
+                "frame stack storage")
+        check_saved_value(arrays, "capacity", self.capacity)
+        written = int(arrays["written"])
+        shape = tuple(int(n) for n in arrays["state_shape"])
+        frames = np.asarray(arrays["frames"])
+        if not 0 <= written <= self.capacity or (shape and frames.shape[0] != written):
+            raise ValueError(f"saved written={written} does not match frames {frames.shape}")
+        self.stack_axis = int(arrays["stack_axis"])
+        self.frames, self.state_shape, self._pending_stack = None, None, None
+        if shape:
+            self._allocate(shape)
+            self.frames[:written] = frames
+        self.written = written
+        self._next_slot = int(arrays["next_slot"])
+        self._pending_slot = int(arrays["pending_slot"])
+        if self._pending_slot >= 0:
+            self._pending_stack = self._stacks(np.array([self._pending_slot]))[0]
+        self.actions[:] = arrays["actions"]
+        self.rewards[:] = arrays["rewards"]
+        self.dones[:] = arrays["dones"]
+        self.holds_transition[:] = arrays["holds_transition"]
+        self._count = int(self.holds_transition.sum())
+
+    def _checked(self, experience: tuple) -> tuple[np.ndarray, int, float, np.ndarray, bool]:
+        """Validate one experience (ValueError naming the bad field); allocate on the first one."""
+        state, action, reward, next_state, done = check_experience(experience)
+        state, next_state = np.asarray(state), np.asarray(next_state)
+        for name, value in (("state", state), ("next_state", next_state)):
+            if value.dtype != np.uint8:
+                raise ValueError(f"{name} must be uint8 stacked frames, got dtype {value.dtype}")
+        shape = state.shape if self.state_shape is None else self.state_shape
+        for name, value in (("state", state), ("next_state", next_state)):
+            if value.shape != shape:
+                raise ValueError(f"{name} shape {value.shape} != expected {shape}")
+        if self.state_shape is None:
+            if state.ndim < 2 or not -state.ndim <= self.stack_axis < state.ndim:
+                raise ValueError(f"state shape {shape} has no stacking axis {self.stack_axis}")
+            if self.capacity < shape[self.stack_axis] + 1:
+                raise ValueError(
+                    f"capacity {self.capacity} cannot hold one stack of "
+                    f"{shape[self.stack_axis]} frames plus its next frame"
+                )
+        action = np.asarray(action)
+        if action.ndim != 0 or not np.issubdtype(action.dtype, np.integer):
+            raise ValueError(f"action must be an integer scalar, got {action!r}")
+        reward = np.asarray(reward)
+        is_number = reward.ndim == 0 and np.issubdtype(reward.dtype, np.number)
+        if not is_number or not np.isfinite(reward):
+            raise ValueError(f"reward must be a finite number, got {reward!r}")
+        done = np.asarray(done)
+        if done.ndim != 0 or not (done.dtype == bool or np.issubdtype(done.dtype, np.number)):
+            raise ValueError(f"done must be a bool scalar, got {done!r}")
+        if not self._is_shifted(state, next_state):
+            raise ValueError(
+                "next_state must be state shifted by one frame along the stacking axis "
+                f"{self.stack_axis} (as frame stacking produces)"
+            )
+        if self.state_shape is None:
+            self._allocate(shape)
+        return state, int(action), float(reward), next_state, bool(done)
+
+    def _allocate(self, state_shape: tuple[int, ...]) -> None:
+        """Allocate the frame ring (np.zeros: pages are only backed by memory once written)."""
+        self.state_shape = tuple(state_shape)
+        self._frames_first = self._stack_axis_first(len(state_shape))
+        frame_shape = [state_shape[axis] for axis in self._frames_first[1:]]
+        self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+
+    def _stack_axis_first(self, ndim: int) -> tuple[int, ...]:
+        """Axis order that puts the stacking axis of an `ndim`-dim state first."""
+        axis = self.stack_axis % ndim
+        return (axis, *(i for i in range(ndim) if i != axis))
+
+    def _is_shifted(self, state: np.ndarray, next_state: np.ndarray) -> bool:
+        """True if next_state's frames 0..S-2 equal state's frames 1..S-1."""
+        order = self._stack_axis_first(state.ndim)
+        state_frames, next_frames = state.transpose(order), next_state.transpose(order)
+        # Contiguous copies first: comparing strided views directly is several times slower.
+        newer = np.empty((len(state_frames) - 1, *state_frames.shape[1:]), dtype=np.uint8)
+        older = np.empty_like(newer)
+        for i in range(len(newer)):
+            newer[i] = state_frames[i + 1]
+            older[i] = next_frames[i]
+        return np.array_equal(newer, older)
+
+    def _stacks(self, slots: np.ndarray) -> np.ndarray:
+        """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
+        stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
+        by_frame = stacks.transpose(0, *(axis + 1 for axis in self._frames_first))
+        # One gather per frame position: much faster than gathering all and transposing.
+        for position in range(self.stack_size):
+            by_frame[:, position] = self.frames[(slots + position - self.stack_size + 1)
+                                                % self.capacity]
+        return stacks
+
+    def _write(self, frames: list[np.ndarray]) -> np.ndarray:
+        """Write `frames` to the next slots; return the slots whose transitions this broke."""
+        start = self._next_slot
+        # A transition reads S slots back and one ahead, so writing slot w breaks those of
+        # slots w .. w+S-1.
+        span = min(len(frames) + self.stack_size - 1, self.capacity)
+        readers = (start + np.arange(span)) % self.capacity
+        broken = readers[self.holds_transition[readers]]
+        self.holds_transition[broken] = False
+        self._count -= broken.size
+        for offset, frame in enumerate(frames):
+            self.frames[(start + offset) % self.capacity] = frame
+        self._next_slot = (start + len(frames)) % self.capacity
+        self.written = min(self.written + len(frames), self.capacity)
+        return broken.astype(np.int64)

@@ -1,0 +1,129 @@
+"""Tests for priority_figure.py: the replay statistics by hand, then watching real memories."""
+
+import numpy as np
+import pytest
+from test_per import block, experience, save_and_load, with_each_memory_kind
+
+from PER import Memory, UniformMemory
+from priority_figure import AGE_BINS, ReplayStatistics, age_bins
+
+
+def test_age_bins_are_powers_of_two_by_hand():
+    ages = np.array([0, 1, 2, 3, 6, 7, 14, 15, 2**50])
+    np.testing.assert_array_equal(age_bins(ages), [0, 1, 1, 2, 2, 3, 3, 4, AGE_BINS - 1])
+
+
+def test_replay_statistics_by_hand():
+    stats = ReplayStatistics(4)
+    for slot in (0, 1, 2):
+        stats.note_store(slot)
+    # Three transitions, the newest in slot 2 (age 0), the oldest in slot 0 (age 2).
+    stats.note_sample(np.array([2, 2, 0]), size=3)
+    np.testing.assert_array_equal(stats.replay_counts, [1, 0, 2, 0])
+    np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2])), [2, 1, 0])
+    np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 0])  # ages 0 | 1-2 | 3-6
+    # One transition of age 0 and two of ages 1-2 were in the memory; uniform replay draws
+    # 3 / 3 = 1 per transition.
+    np.testing.assert_array_equal(stats.exposure_by_age[:3], [1, 2, 0])
+    np.testing.assert_array_equal(stats.uniform_replays_by_age[:3], [1, 2, 0])
+    assert stats.replays_by_age.sum() == 3 and stats.exposure_by_age.sum() == 3
+    # A fourth transition, then one that overwrites slot 0: its count starts again.
+    stats.note_store(3)
+    stats.note_store(0)
+    assert stats.stores == 5
+    np.testing.assert_array_equal(stats.replay_counts, [0, 0, 2, 0])
+    np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2, 3])), [0, 3, 2, 1])
+    stats.note_sample(np.array([1, 1]), size=4)  # age 3, memory of 4: ages 0 | 1-2 | 3
+    np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 2])
+    np.testing.assert_array_equal(stats.exposure_by_age[:3], [2, 4, 1])
+    np.testing.assert_allclose(stats.uniform_replays_by_age[:3], [1.5, 3.0, 0.5])
+
+
+def test_blocks_count_as_stores_oldest_first():
+    stats = ReplayStatistics(8)
+    memory = Memory(8, rng=0, observer=stats)
+    memory.store_block(block(0, 6), np.full(6, 0.5))
+    memory.store_block(block(100, 5), np.full(5, 2.0))  # into slots 6, 7, 0, 1, 2
+    assert stats.stores == 11
+    np.testing.assert_array_equal(stats.ages(np.array([2, 3, 6])), [0, 7, 4])
+
+
+@with_each_memory_kind(64)
+def test_memories_count_every_draw_and_draw_as_without_statistics(make):
+    stats = ReplayStatistics(64)
+    memory, unwatched = make(stats), make(None)
+    for i in range(100):  # wraps around
+        memory.store(experience(i))
+        unwatched.store(experience(i))
+    draws = 0
+    for _ in range(50):
+        tree_idx, _, _ = memory.sample(8)
+        np.testing.assert_array_equal(tree_idx, unwatched.sample(8)[0])
+        draws += 8
+        memory.batch_update(tree_idx, np.full(8, 0.5))
+        unwatched.batch_update(tree_idx, np.full(8, 0.5))
+    assert stats.stores == 100
+    assert stats.replay_counts.sum() <= draws  # draws of overwritten transitions are forgotten
+    assert stats.replays_by_age.sum() == draws
+    assert stats.uniform_replays_by_age.sum() == pytest.approx(draws)
+    assert stats.exposure_by_age.sum() == 50 * 64
+    assert stats.ages(memory.held_slots()).max() == 63
+
+
+def test_uniform_memory_replays_every_age_at_the_uniform_rate():
+    stats = ReplayStatistics(256)
+    memory = UniformMemory(256, rng=3, observer=stats)
+    for i in range(256):
+        memory.store(experience(i))
+    for _ in range(400):
+        memory.sample(64)
+    old = slice(4, 8)  # ages 15 .. 254: 16 to 128 transitions per bin, 1,600 draws or more
+    np.testing.assert_allclose(stats.replays_by_age[old], stats.uniform_replays_by_age[old],
+                               rtol=0.1)
+    np.testing.assert_allclose(stats.uniform_replays_by_age[old] / stats.exposure_by_age[old],
+                               64 / 256)
+
+
+def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
+    stats = ReplayStatistics(256)
+    memory = Memory(256, rng=3, observer=stats)
+    for i in range(1024):
+        memory.store(experience(i))
+        tree_idx, _, _ = memory.sample(4)
+        memory.batch_update(tree_idx, np.full(4, 1e-3))  # replayed ones lose their priority
+    rate = stats.replays_by_age / np.maximum(stats.exposure_by_age, 1)
+    uniform_rate = stats.uniform_replays_by_age / np.maximum(stats.exposure_by_age, 1)
+    # The newest transition has priority 1 against ~0.067 for the replayed ones: a share of
+    # about 1 / (1 + 255 * 0.067) = 5.5% of each draw once the memory is full, ~14 times
+    # uniform replay's 1/256 (less while it fills: 7.9 times over the whole run).
+    assert rate[0] > 5 * uniform_rate[0]
+    assert rate[6] < uniform_rate[6]  # ages 63 .. 126: replayed already, so below uniform
+
+
+def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkpoints_load():
+    stats = ReplayStatistics(16)
+    memory = Memory(16, rng=0, observer=stats)
+    for i in range(20):
+        memory.store(experience(i))
+        memory.sample(4)
+    # The memory's arrays and the statistics' ("stats.*") in one file, as the agent saves them.
+    arrays = save_and_load({**memory.state_dict(), **stats.state_dict()})
+    restored_stats = ReplayStatistics(16)
+    restored = Memory(16, rng=0, observer=restored_stats)
+    restored.load_state_dict(arrays)
+    restored_stats.load_state_dict(arrays, len(restored))
+    for key, value in stats.state_dict().items():
+        np.testing.assert_array_equal(restored_stats.state_dict()[key], value)
+    # A checkpoint written before the statistics existed: counters start at zero and the
+    # transitions already stored count as the oldest.
+    old = {key: value for key, value in arrays.items() if not key.startswith("stats.")}
+    fresh_stats = ReplayStatistics(16)
+    fresh = Memory(16, rng=0, observer=fresh_stats)
+    fresh.load_state_dict(old)
+    fresh_stats.load_state_dict(old, len(fresh))
+    assert fresh_stats.stores == 16 and fresh_stats.replay_counts.sum() == 0
+    fresh.store(experience(99))
+    assert fresh_stats.ages(fresh.held_slots()).tolist().count(0) == 1
+    bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
+    with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
+        ReplayStatistics(16).load_state_dict(bad, 16)

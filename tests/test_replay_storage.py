@@ -1,0 +1,322 @@
+"""Tests for replay_storage.py: FrameStackStorage on random and real Atari episodes, alone and
+inside PER.py's memories (TransitionStorage is tested through the memories, in test_per.py)."""
+
+from __future__ import annotations
+
+import io
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.wrappers import FrameStackObservation
+
+import PER
+from atari_wrappers import ChannelsLast, make_env
+from replay_storage import FrameStackStorage
+
+PONG = "PongNoFrameskip-v4"
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+# --- FrameStackStorage
+
+
+class RandomEpisodesEnv(gymnasium.Env):
+    """Distinct random frames and short random episodes that end terminated or truncated."""
+
+    def __init__(self, max_length: int = 9) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 255, FRAME_SHAPE, np.uint8)
+        self.action_space = gymnasium.spaces.Discrete(6)
+        self.max_length = max_length
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.remaining = int(self.np_random.integers(1, self.max_length + 1))
+        return self._frame(), {}
+
+    def step(self, action):
+        self.remaining -= 1
+        ended = self.remaining == 0
+        terminated = ended and bool(self.np_random.integers(2))
+        reward = float(self.np_random.integers(-1, 2))
+        return self._frame(), reward, terminated, ended and not terminated, {}
+
+    def _frame(self) -> np.ndarray:
+        return self.np_random.integers(0, 256, FRAME_SHAPE, dtype=np.uint8)
+
+
+def collect(env: gymnasium.Env, steps: int, seed: int) -> list[tuple]:
+    """(state, action, reward, next_state, terminated, episode_start) for each step of a run."""
+    rng = np.random.default_rng(seed)
+    transitions = []
+    obs, _ = env.reset(seed=seed)
+    episode_start = True
+    for _ in range(steps):
+        action = int(rng.integers(env.action_space.n))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        transitions.append((obs, action, reward, next_obs, terminated, episode_start))
+        episode_start = terminated or truncated
+        obs = env.reset()[0] if episode_start else next_obs
+    return transitions
+
+
+def fill_and_check(storage: FrameStackStorage, transitions: list[tuple]) -> dict[int, int]:
+    """Add every transition, checking the storage against a plain list of full stacks.
+
+    Returns {slot: index into transitions} of what the storage holds at the end. Checks, after
+    every add: freed slots held a transition, exactly the expected transitions are held (those
+    whose frames are among the last `capacity` frames written: one frame per step of an episode,
+    four more at its start), and each held slot returns exactly the stacks that were added.
+    """
+    held: dict[int, int] = {}
+    frames_written = 0
+    first_frame = []  # index of the oldest frame each transition reads, in write order
+    for index, (state, action, reward, next_state, done, episode_start) in enumerate(transitions):
+        slot, freed = storage.add((state, action, reward, next_state, done))
+        assert freed.dtype == np.int64 and slot not in freed
+        for freed_slot in freed.tolist():
+            assert freed_slot in held, f"slot {freed_slot} was freed but held nothing"
+            del held[freed_slot]
+        held[slot] = index
+        if episode_start:
+            first_frame.append(frames_written)
+            frames_written += STACK + 1
+        else:
+            first_frame.append(frames_written - STACK)
+            frames_written += 1
+        oldest_kept = frames_written - storage.capacity
+        expected = {i for i in range(index + 1) if first_frame[i] >= oldest_kept}
+        assert set(held.values()) == expected
+        assert sorted(held) == np.flatnonzero(storage.holds_transition).tolist()
+        assert len(storage) == len(held)
+        assert storage.written == min(frames_written, storage.capacity)
+        if index % 7 == 0 or index == len(transitions) - 1:
+            assert_storage_matches(storage, held, transitions)
+    return held
+
+
+def assert_storage_matches(storage, held: dict[int, int], transitions: list[tuple]) -> None:
+    """get() every held slot and compare with the full stacks that were added."""
+    slots = np.array(sorted(held), dtype=np.int64)
+    states, actions, rewards, next_states, dones = storage.get(slots)
+    assert states.dtype == np.uint8 and next_states.dtype == np.uint8
+    for row, slot in enumerate(slots.tolist()):
+        state, action, reward, next_state, done, _ = transitions[held[slot]]
+        np.testing.assert_array_equal(states[row], state)
+        np.testing.assert_array_equal(next_states[row], next_state)
+        assert (actions[row], rewards[row], dones[row]) == (action, reward, done)
+
+
+@pytest.mark.parametrize("padding_type", ["reset", "zero"])
+def test_storage_returns_the_added_stacks_across_episodes_and_wrap_around(padding_type):
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK, padding_type=padding_type))
+    transitions = collect(env, steps=400, seed=1)
+    starts = sum(t[5] for t in transitions)
+    storage = FrameStackStorage(capacity=37)
+    held = fill_and_check(storage, transitions)
+    assert starts > 40 and storage.written == 37  # many episodes, wrapped many times
+    assert any(transitions[i][4] for i in held.values())  # terminated ones are held too
+    assert storage.get(np.array([], dtype=np.int64))[0].shape == (0, 84, 84, STACK)
+
+
+def test_storage_with_stack_axis_first():
+    env = FrameStackObservation(RandomEpisodesEnv(), STACK)
+    transitions = collect(env, steps=120, seed=2)
+    fill_and_check(FrameStackStorage(capacity=23, stack_axis=0), transitions)
+
+
+def test_storage_at_the_smallest_capacity_keeps_the_last_transition():
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    held = fill_and_check(FrameStackStorage(capacity=STACK + 1), collect(env, steps=60, seed=3))
+    assert list(held.values()) == [59]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "keywords"),
+    [
+        (PONG, {"max_episode_steps": 40}),  # truncated episodes
+        ("ALE/Breakout-v5", {"terminal_on_life_loss": True}),  # terminated episodes
+    ],
+)
+def test_storage_with_the_real_env(env_id, keywords):
+    env = make_env(env_id, **keywords)
+    transitions = collect(env, steps=250, seed=4)
+    env.close()
+    assert sum(t[5] for t in transitions) >= 3
+    storage = FrameStackStorage(capacity=61)
+    fill_and_check(storage, transitions)
+
+
+def test_state_dict_round_trip_through_npz():
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    transitions = collect(env, steps=80, seed=5)
+    storage = FrameStackStorage(capacity=29)
+    held = fill_and_check(storage, transitions[:50])
+    buffer = io.BytesIO()
+    np.savez(buffer, **storage.state_dict())
+    buffer.seek(0)
+    restored = FrameStackStorage(capacity=29)
+    with np.load(buffer) as arrays:
+        restored.load_state_dict(dict(arrays))
+    assert len(restored) == len(storage) and restored.written == storage.written
+    assert_storage_matches(restored, held, transitions)
+    # Both go on identically, including recognising the pending next state as a continuation.
+    for state, action, reward, next_state, done, _ in transitions[50:]:
+        experience = (state, action, reward, next_state, done)
+        (slot_a, freed_a), (slot_b, freed_b) = storage.add(experience), restored.add(experience)
+        assert slot_a == slot_b
+        np.testing.assert_array_equal(freed_a, freed_b)
+    np.testing.assert_array_equal(storage.holds_transition, restored.holds_transition)
+
+
+def test_state_dict_of_an_empty_storage_round_trips():
+    restored = FrameStackStorage(capacity=10)
+    restored.load_state_dict(FrameStackStorage(capacity=10).state_dict())
+    assert len(restored) == 0 and restored.written == 0
+
+
+def good_experience() -> tuple:
+    """A valid transition: frames filled with 0..4, next_state is state shifted by one frame."""
+    frames = np.broadcast_to(np.arange(STACK + 1, dtype=np.uint8), (84, 84, STACK + 1))
+    return frames[..., :-1].copy(), 1, 0.0, frames[..., 1:].copy(), False
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (0, np.zeros((84, 84, STACK), np.float32), "uint8"),
+        (3, np.zeros((84, 84, STACK + 1), np.uint8), "shape"),
+        (1, 1.5, "action"),
+        (2, float("nan"), "reward"),
+        (4, np.array([True, False]), "done"),
+        (3, np.zeros((84, 84, STACK), np.uint8), "shifted"),
+    ],
+)
+def test_add_rejects_bad_experiences(field, value, message):
+    experience = list(good_experience())
+    experience[field] = value
+    with pytest.raises(ValueError, match=message):
+        FrameStackStorage(capacity=10).add(tuple(experience))
+
+
+def test_a_rejected_experience_leaves_the_storage_unchanged():
+    storage = FrameStackStorage(capacity=10)
+    state, action, reward, _, done = good_experience()
+    with pytest.raises(ValueError, match="shifted"):
+        storage.add((state, action, reward, state, done))
+    assert storage.state_shape is None and storage.written == 0 and len(storage) == 0
+    slot, _ = storage.add(good_experience())
+    with pytest.raises(ValueError, match="shifted"):
+        storage.add((state, action, reward, state, done))
+    assert storage.written == STACK + 1 and len(storage) == 1
+    np.testing.assert_array_equal(storage.get(np.array([slot]))[3][0], good_experience()[3])
+
+
+def test_later_experiences_must_keep_the_first_shape():
+    storage = FrameStackStorage(capacity=10)
+    storage.add(good_experience())
+    small = np.zeros((42, 42, STACK), np.uint8)
+    with pytest.raises(ValueError, match="shape"):
+        storage.add((small, 0, 0.0, small, False))
+
+
+def test_capacity_must_fit_one_stack_and_its_next_frame():
+    with pytest.raises(ValueError, match="capacity 4"):
+        FrameStackStorage(capacity=4).add(good_experience())
+    for capacity in (1, 2.0, True):
+        with pytest.raises(ValueError, match=f"capacity must be an integer >= 2, got {capacity}"):
+            FrameStackStorage(capacity=capacity)
+
+
+def test_get_refuses_slots_without_a_transition():
+    storage = FrameStackStorage(capacity=10)
+    slot, _ = storage.add(good_experience())
+    with pytest.raises(ValueError, match="hold no transition"):
+        storage.get(np.array([slot + 1]))
+    with pytest.raises(ValueError, match="slots must be in"):
+        storage.get(np.array([10]))
+
+
+def test_load_state_dict_refuses_another_capacity_and_names_missing_arrays():
+    arrays = FrameStackStorage(capacity=10).state_dict()
+    with pytest.raises(ValueError, match="saved capacity is 10, but this memory has 11"):
+        FrameStackStorage(capacity=11).load_state_dict(arrays)
+    del arrays["frames"], arrays["dones"]
+    with pytest.raises(ValueError, match=r"saved frame stack storage lacks \['frames', 'dones'\]"):
+        FrameStackStorage(capacity=10).load_state_dict(arrays)
+
+
+# --- FrameStackStorage inside PER.py's memories
+
+
+class RecordingStorage(FrameStackStorage):
+    """FrameStackStorage that remembers what its last add returned, for the test's bookkeeping."""
+
+    def add(self, experience):
+        self.last_add = super().add(experience)
+        return self.last_add
+
+
+def make_memory(kind: str, storage: FrameStackStorage, n_step: int = 1, gamma: float = 0.99):
+    returns = {"n_step": n_step, "gamma": gamma}
+    if kind == "uniform":
+        return PER.UniformMemory(storage.capacity, storage=storage, rng=0, **returns)
+    return PER.Memory(storage.capacity, rank_based=kind == "rank", storage=storage, rng=0,
+                      **returns)
+
+
+def n_step_reference(transitions: list[tuple], start: int, held: set[int], n_step: int,
+                     gamma: float) -> tuple[float, np.ndarray, bool, float]:
+    """(return, next_state, done, discount) of the n-step chain from transitions[start].
+
+    Written from the definition: follow the run's own transition list while the episode goes on
+    and the next transition is still held, for at most n_step transitions.
+    """
+    total, index = 0.0, start
+    for k in range(n_step):
+        _, _, reward, next_state, done, _ = transitions[index]
+        total += gamma**k * reward
+        following = index + 1
+        if (done or k == n_step - 1 or following == len(transitions)
+                or transitions[following][5] or following not in held):
+            return total, next_state, done, gamma ** (k + 1)
+        index = following
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
+def test_memories_sample_only_complete_correct_transitions(kind, n_step):
+    env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
+    transitions = collect(env, steps=300, seed=6)
+    storage = RecordingStorage(capacity=37)
+    gamma = 0.9
+    memory = make_memory(kind, storage, n_step, gamma)
+    errors_rng = np.random.default_rng(7)
+    held: dict[int, int] = {}
+    for index, (state, action, reward, next_state, done, _) in enumerate(transitions):
+        memory.store((state, action, reward, next_state, done))
+        slot, freed = storage.last_add
+        for freed_slot in freed.tolist():
+            del held[freed_slot]
+        held[slot] = index
+        assert len(memory) == len(held)
+        tree_idx, batch, is_weights = memory.sample(16)
+        slots = tree_idx - (memory.capacity - 1)
+        assert all(slot in held for slot in slots.tolist()), "sampled a freed or empty slot"
+        states, actions, rewards, next_states, dones, discounts = batch
+        assert states.shape == next_states.shape == (16, 84, 84, STACK)
+        assert is_weights.dtype == np.float32 and np.all((is_weights > 0) & (is_weights <= 1))
+        held_indices = set(held.values())
+        for row, slot in enumerate(slots.tolist()):
+            state, action, *_ = transitions[held[slot]]
+            n_step_return, next_state, done, discount = n_step_reference(
+                transitions, held[slot], held_indices, n_step, gamma)
+            np.testing.assert_array_equal(states[row], state)
+            np.testing.assert_array_equal(next_states[row], next_state)
+            assert (actions[row], dones[row]) == (action, done)
+            assert rewards[row] == pytest.approx(n_step_return, rel=1e-6)
+            assert discounts[row] == pytest.approx(discount, rel=1e-6)
+        # Large errors make stale priorities matter: a freed slot left with one would be drawn.
+        memory.batch_update(tree_idx, errors_rng.uniform(0, 5, size=16))

@@ -1,0 +1,168 @@
+"""Tests for settings.py: a flag edited at the top of d3qn_agent.py (or apex.py) is obeyed like the
+same flag on the command line, presets fill in only the flags left as shipped, and the run says
+which values a preset set.
+
+The tests edit the scripts' constants as a reader edits the file (monkeypatch.setattr on the
+module); one test edits a copy of d3qn_agent.py itself and reads what the run prints and uses.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import apex
+import d3qn_agent
+import settings
+from d3qn_agent import DQNAgent, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve(**given):
+    """d3qn_agent.py's settings for these command-line flags, with the file's constants as they
+    are now (the test may have edited them)."""
+    return settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, given)
+
+
+# --- the shipped tables agree with the scripts ---------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "table"), [(d3qn_agent, settings.D3QN_FLAGS),
+                                               (apex, settings.APEX_FLAGS)],
+                         ids=["d3qn_agent", "apex"])
+def test_every_flag_is_in_the_flag_block_with_its_shipped_value_and_a_comment(script, table):
+    comments = settings.flag_comments(script)
+    for name, flag in table.items():
+        value = getattr(script, name.upper())
+        assert value == flag.shipped, (
+            f"{name.upper()} is {value!r} in {script.__name__}.py but settings.py records "
+            f"{flag.shipped!r} as shipped: if you edited the flag block to try a setting, this "
+            "is expected; if you changed a default, change it in settings.py too")
+        assert comments.get(name), f"{name.upper()} has no comment to serve as its --help"
+
+
+def test_the_flag_block_holds_only_flags():
+    assert set(settings.flag_comments(d3qn_agent)) == set(settings.D3QN_FLAGS)
+
+
+# --- an edit at the top is obeyed, for each kind of preset --------------------------------
+
+
+def test_shipped_values_run_cartpole_with_no_preset_and_no_note():
+    config, notes = resolve()
+    assert (config.env_name, config.n_step, config.learning_rate) == ("CartPole-v1", 3, 1e-3)
+    assert notes == []
+
+
+def test_a_game_preset_fills_in_only_the_flags_left_as_shipped(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "Acrobot-v1")
+    monkeypatch.setattr(d3qn_agent, "N_STEP", 1)
+    config, notes = resolve()
+    assert config.n_step == 1  # the edit, not the preset's 3
+    assert (config.learning_rate, config.target_update) == (6.3e-4, 250)  # the preset's
+    assert "learning_rate 0.00063 (Acrobot-v1 preset)" in notes
+    assert "n_step 1 (N_STEP at the top of d3qn_agent.py; the Acrobot-v1 preset has 3)" in notes
+
+
+def test_the_rank_based_preset_gives_way_to_an_edited_alpha(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "PER_RANK_BASED", True)
+    monkeypatch.setattr(d3qn_agent, "PER_ALPHA", 0.5)
+    config, notes = resolve()
+    assert (config.per_alpha, config.per_beta) == (0.5, 0.5)
+    assert "per_beta 0.5 (rank-based preset)" in notes
+
+
+def test_the_atari_preset_gives_way_to_an_edited_batch_size(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
+    monkeypatch.setattr(d3qn_agent, "BATCH_SIZE", 64)
+    config, notes = resolve()
+    assert (config.batch_size, config.learning_rate, config.lr_decay) == (64, 1e-4, False)
+    assert "lr_decay False (Atari preset)" in notes
+    assert any(note.startswith("batch_size 64 (BATCH_SIZE at the top") for note in notes)
+
+
+def test_the_command_line_wins_over_an_edit_and_says_so(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "N_STEP", 1)
+    config, notes = resolve(env_name="MountainCar-v0", n_step=2)
+    assert (config.n_step, config.gamma) == (2, 0.98)
+    assert "n_step 2 (--n-step; the MountainCar-v0 preset has 3)" in notes
+
+
+def test_the_agent_uses_the_edited_values(monkeypatch, tmp_path):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "Acrobot-v1")
+    monkeypatch.setattr(d3qn_agent, "N_STEP", 1)
+    monkeypatch.setattr(d3qn_agent, "HIDDEN_UNITS", [8])  # a list is read as a tuple
+    agent = DQNAgent(model_dir=str(tmp_path), plot_dir=str(tmp_path))
+    assert (agent.env_name, agent.MEMORY.n_step, agent.config.hidden_units) == (
+        "Acrobot-v1", 1, (8,))
+    assert agent.MEMORY.capacity == 50_000  # the preset's, equal to the shipped value
+
+
+def test_an_edit_out_of_range_names_the_constant_and_the_flag(monkeypatch, capsys):
+    monkeypatch.setattr(d3qn_agent, "GAMMA", 1.5)
+    assert main(["--hidden-units", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: GAMMA (--gamma) must be in [0, 1], got 1.5")
+
+
+def test_help_shows_the_comments_the_edited_defaults_and_the_presets(monkeypatch, capsys):
+    monkeypatch.setattr(d3qn_agent, "BATCH_SIZE", 64)
+    with pytest.raises(SystemExit):
+        settings.explicit_flags(["--help"], settings.d3qn_parser(d3qn_agent))
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--batch-size BATCH_SIZE transitions per gradient step (default: 64)" in text
+    for env_name, preset in settings.GAME_PRESETS.items():
+        assert f"{env_name}: {settings.format_preset(preset)}" in text
+    assert "--no-lr-decay," in settings.format_preset(settings.ATARI_PRESET)
+
+
+def test_only_explicit_flags_are_returned():
+    parser = settings.d3qn_parser(d3qn_agent)
+    assert settings.explicit_flags(["--no-per", "--seed", "3"], parser) == {
+        "use_per": False, "seed": 3}
+    assert settings.explicit_flags([], parser) == {}
+
+
+def test_unknown_keyword_flag_is_a_value_error():
+    with pytest.raises(ValueError, match=r"unknown flag\(s\) \['n_steps'\]"):
+        resolve(n_steps=3)
+
+
+def test_apex_obeys_an_edit_over_its_atari_preset(monkeypatch):
+    monkeypatch.setattr(apex, "ENV_NAME", "PongNoFrameskip-v4")
+    monkeypatch.setattr(apex, "BATCH_SIZE", 64)
+    config, notes = apex.resolve_config({})
+    assert (config.batch_size, config.learning_rate) == (64, 1e-4)
+    assert "learning_rate 0.0001 (Atari preset)" in notes
+
+
+# --- the promise end to end: edit the file, run it ------------------------------------------
+
+
+def test_an_edited_copy_of_the_file_runs_with_its_edits_and_announces_the_preset(tmp_path):
+    source = (ROOT / "d3qn_agent.py").read_text()
+    edits = {'ENV_NAME = "CartPole-v1"': 'ENV_NAME = "Acrobot-v1"', "N_STEP = 3": "N_STEP = 1",
+             "TOTAL_STEPS = 50_000": "TOTAL_STEPS = 300",
+             "HIDDEN_UNITS = (256, 256)": "HIDDEN_UNITS = (16,)"}
+    for old, new in edits.items():
+        assert source.count(f"\n{old}  #") == 1, old
+        source = source.replace(f"\n{old}  #", f"\n{new}  #")
+    script = tmp_path / "d3qn_agent.py"
+    script.write_text(source)
+    command = [sys.executable, str(script), "--learning-starts", "100", "--eval-every", "300",
+               "--eval-episodes", "1", "--model-dir", str(tmp_path), "--plot-dir", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("training on Acrobot-v1 until step 300: double DQN, dueling, "
+                               "proportional PER, target copy every 250 steps")  # no n-step
+    assert lines[1].startswith("settings: total_steps 300 (TOTAL_STEPS at the top of "
+                               "d3qn_agent.py; the Acrobot-v1 preset has 100000)")
+    assert "n_step 1 (N_STEP at the top of d3qn_agent.py; the Acrobot-v1 preset has 3)" in lines[1]
+    assert "learning_rate 0.00063 (Acrobot-v1 preset)" in lines[1]
+    assert lines[-1].startswith("done: 300 steps")
