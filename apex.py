@@ -144,7 +144,7 @@ class Actor:
 
     `collect_block` plays until a block is ready and returns it with the |TD errors| of its
     transitions, computed with the local networks exactly as the learner's train step computes
-    them (`batch_td_errors` on `PER`'s n-step batch). `run` (the Ray method) sends blocks to the
+    them (`td_errors` on `PER`'s n-step batch). `run` (the Ray method) sends blocks to the
     replay until it answers stop, pulling fresh weights every WEIGHT_SYNC_EVERY env steps; it
     keeps one block in flight, so a slow replay slows the actor instead of queueing blocks.
 

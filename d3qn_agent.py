@@ -298,8 +298,7 @@ class DQNAgent:
         self.report = TrainingReport(self)
 
     def update_target_model(self) -> None:
-        """Hard copy online -> target, or a soft update with TAU when SOFT_UPDATE is on:
-        target <- TAU * online + (1 - TAU) * target (one compiled graph either way)."""
+        """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target."""
         tau = self.config.tau if self.config.soft_update else 1.0
         self._blend_target(tf.constant(tau, tf.float32))
 
@@ -309,7 +308,7 @@ class DQNAgent:
         self.MEMORY.store((state, action, reward, next_state, done))
 
     def act(self, state: np.ndarray) -> int:
-        """Epsilon-greedy action for one state, with epsilon from the current step."""
+        """Epsilon-greedy action for one state (a compiled forward pass when greedy)."""
         self.epsilon = self.epsilon_at(self.step)
         if self.rng.random() < self.epsilon:
             return int(self.rng.integers(self.action_size))
@@ -326,8 +325,7 @@ class DQNAgent:
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
     def replay(self) -> float:
-        """Sample a batch, take one gradient step on it, and give the new |TD errors| back to
-        the memory as priorities; return the loss."""
+        """Sample a batch, take a gradient step on it, give the |TD errors| back as priorities."""
         tree_idx, batch, is_weights = self.MEMORY.sample(self.config.batch_size)
         abs_errors, loss = self.train_on_batch(batch, is_weights)
         self.MEMORY.batch_update(tree_idx, abs_errors)
@@ -380,10 +378,8 @@ class DQNAgent:
     def load(self, name: str) -> None:
         """Load a `.keras` file saved by `save` into the online and target networks.
 
-        The architecture comes from the file (flags like HIDDEN_UNITS need not match); the
-        optimizer starts afresh. Raises ValueError if the file is missing, unreadable, or made
-        for another environment.
-        """
+        The architecture comes from the file (HIDDEN_UNITS need not match); the optimizer starts
+        afresh. ValueError if the file is missing, unreadable, or for another environment."""
         if not os.path.isfile(name):
             raise ValueError(f"no saved model at {name!r}; train first (python d3qn_agent.py)")
         try:
@@ -405,8 +401,8 @@ class DQNAgent:
             self.model.save(temporary)
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
-        """Record a finished episode's score; return the moving average of the last
-        AVERAGE_WINDOW. The learning curve `Plot_name` is redrawn every 20 s and at the end."""
+        """Record an episode's score; return the average of the last AVERAGE_WINDOW (50). The
+        learning curve `Plot_name` is redrawn every 20 s (reporting.py) and at the end."""
         self.scores.append(score)
         window = self.scores[-AVERAGE_WINDOW:]
         self.average.append(sum(window) / len(window))
@@ -500,10 +496,8 @@ class DQNAgent:
         return scores
 
     def evaluate(self, episodes: int) -> np.ndarray:
-        """Returns of `episodes` greedy episodes, played side by side (one batched forward pass
-        per step). Each evaluation's episodes have seeds of their own, so a run repeats exactly,
-        resumed or not.
-        """
+        """Returns of `episodes` greedy episodes played side by side (one batched forward pass a
+        step), each evaluation with seeds of its own, so a run repeats exactly, resumed or not."""
         while len(self._eval_envs) < episodes:
             self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps))
         envs = self._eval_envs[:episodes]
@@ -582,15 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     step that turns NaN returns 3 (after saving the last good state)."""
     parser = settings.d3qn_parser(sys.modules[__name__])
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv, parser)
-    test_mode, resume, model, record = (flags.pop(mode, None)
-                                        for mode in ("test", "resume", "model", "record"))
     try:
-        for flag, value in (("--model", model), ("--record", record)):
-            if value is not None and not test_mode:
-                raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
-                                 "training saves to --model-dir)")
-        if record is not None:
-            recording.check_gif_path(record)  # before building the agent: bad paths fail at once
+        test_mode, resume, model, record = settings.pop_modes(flags)
         agent = DQNAgent(**flags)
         if test_mode:
             agent.test(model, record)

@@ -149,13 +149,15 @@ class PriorityFigure:
         if gradient_step % PRIORITY_HISTORY_EVERY == 0:
             self.history.append((step, beta, float(is_weights.min()), float(is_weights.mean())))
 
-    def draw(self, path: str, memory: Any, title: str) -> None:
-        """Save the figure of `memory` to `path` (~0.3 s); nothing before the first batch."""
+    def draw(self, path: str, memory: Any, title: str) -> bool:
+        """Save the figure of `memory` to `path` (~0.3 s) and return True; before the first
+        batch there is nothing to show: return False."""
         if not self.recent_batches:
-            return
+            return False
         recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
         draw_priority_figure(path, priority_figure_data(memory, self.statistics), self.history,
                              recent, title)
+        return True
 
     def progress(self) -> dict[str, Any]:
         """The history and recent weights as JSON values, for a checkpoint's progress.json."""

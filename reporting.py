@@ -215,26 +215,28 @@ class TrainingReport:
                             f"{agent.config.seed}, {agent.step:,} environment steps")
         self._last_plot_time = time.perf_counter()
 
-    def draw(self, agent: Any) -> None:
-        """Draw the learning curve and the priority figure (~0.4 s)."""
+    def draw(self, agent: Any) -> str:
+        """Draw the learning curve and the priority figure (~0.4 s); return "plots A and B", or
+        "plot A" before the first gradient step, when there is no priority figure yet."""
         self.draw_learning_curve(agent)
         config = agent.config
         kind = agent.MEMORY.kind
         title = (f"{config.env_name}: what {kind} replay did (alpha {config.per_alpha:g}), "
                  f"step {agent.step:,}" if config.use_per else
                  f"{config.env_name}: uniform replay, step {agent.step:,}")
-        agent.priority_figure.draw(agent.Priority_plot_name, agent.MEMORY, title)
+        if agent.priority_figure.draw(agent.Priority_plot_name, agent.MEMORY, title):
+            return f"plots {agent.Plot_name} and {agent.Priority_plot_name}"
+        return f"plot {agent.Plot_name}"
 
     def stopped(self, agent: Any, signal_name: str, checkpoint_path: str, last_model: str) -> None:
         """Draw the plots and say where a run stopped by a signal left everything."""
-        self.draw(agent)
+        plots = self.draw(agent)
         print(f"interrupted by {signal_name} at step {agent.step}: checkpoint {checkpoint_path}, "
-              f"last network {last_model}, plots {agent.Plot_name} and "
-              f"{agent.Priority_plot_name}; continue with --resume", flush=True)
+              f"last network {last_model}, {plots}; continue with --resume", flush=True)
 
     def finish(self, agent: Any) -> None:
         """Draw the plots and print the run's summary line."""
-        self.draw(agent)
+        plots = self.draw(agent)
         elapsed = time.perf_counter() - self._start[0]
         steps = agent.step - self._start[1]
         solved = (f"solved at step {agent.steps_to_solve}" if agent.steps_to_solve is not None
@@ -243,5 +245,5 @@ class TrainingReport:
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
               f"final evaluation {agent.evaluations[-1][2]:.1f}, best "
-              f"{agent.best_evaluation:.1f}; {solved}; model {agent.Model_name}, plots "
-              f"{agent.Plot_name} and {agent.Priority_plot_name}", flush=True)
+              f"{agent.best_evaluation:.1f}; {solved}; model {agent.Model_name}, {plots}",
+              flush=True)

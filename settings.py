@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 import atari_wrappers
+import recording
 from checkpoint import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -238,10 +239,11 @@ def resolve(
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
+    given = {name: as_tuple(value) for name, value in given.items()}
     at_top = {name: as_tuple(getattr(script, name.upper())) for name in table}
-    chosen = {name: value for name, value in at_top.items() if value != table[name].shipped}
-    chosen.update(given)
-    values = {**at_top, **{name: as_tuple(value) for name, value in given.items()}}
+    edited = {name: value for name, value in at_top.items() if value != table[name].shipped}
+    chosen = {**edited, **given}
+    values = {**at_top, **given}
     notes = {}
     for source, preset in presets(values):
         for name, value in preset.items():
@@ -350,6 +352,23 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
                        help="continue training from the newest checkpoint of this run (or from "
                        "CHECKPOINT, a step-* directory)")
     return parser
+
+
+def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
+    """Take d3qn_agent.py's modes out of the parsed `flags`: (test, resume, model, record).
+
+    Raises ValueError, before any agent is built, for --model or --record without --test and
+    for a --record path where no GIF can be written.
+    """
+    test, resume, model, record = (flags.pop(mode, None)
+                                   for mode in ("test", "resume", "model", "record"))
+    for flag, value in (("--model", model), ("--record", record)):
+        if value is not None and not test:
+            raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
+                             "training saves to --model-dir)")
+    if record is not None:
+        recording.check_gif_path(record)
+    return bool(test), resume, model, record
 
 
 def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -114,8 +114,8 @@ def train_ours(label: str, seed: int, total_steps: int, work_dir: Path,
         agent.run()
         wall = time.perf_counter() - start
     steps, _, means = zip(*agent.evaluations, strict=True)
-    return result_of(label, seed, list(steps), list(means), wall, agent.evaluation_seconds,
-                     agent.step)
+    return result_of(label, seed, list(steps), list(means), wall,
+                     agent.report.evaluation_seconds, agent.step)
 
 
 def train_sb3(seed: int, total_steps: int) -> dict:

@@ -65,7 +65,7 @@ def median_seconds(function: Callable[[], object], repeats: int) -> float:
 
 def throughput(num_actors: int, updates_per_step: float, steps: int, directory: str) -> tuple:
     """(env steps/s, updates/s) of an apex.py run on the local Ray, from its first update on."""
-    config = apex.resolve_config({
+    config, _ = apex.resolve_config({
         "num_actors": num_actors, "updates_per_step": updates_per_step, "total_steps": steps,
         "eval_every": 10**9, "eval_episodes": 1, "log_every": 1e6,
         "model_dir": directory, "plot_dir": directory})
@@ -81,8 +81,8 @@ def throughput(num_actors: int, updates_per_step: float, steps: int, directory: 
 
 def component_costs(directory: str) -> dict[str, float]:
     """Seconds per operation of each part, with apex.py's CartPole defaults."""
-    config = apex.resolve_config({"num_actors": 1, "model_dir": directory,
-                                  "plot_dir": directory})
+    config, _ = apex.resolve_config({"num_actors": 1, "model_dir": directory,
+                                     "plot_dir": directory})
     learner = apex.Learner(config)
     weights = (learner.agent.model.get_weights(), learner.agent.target_model.get_weights())
     actor = apex.Actor(0, config)
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="seeds of the CartPole runs")
     args = parser.parse_args()
-    config = apex.resolve_config({})
+    config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
         apex.connect_ray(config, address=None)
         try:

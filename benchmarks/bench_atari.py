@@ -16,16 +16,20 @@ except for three settings that keep the run short and representative:
   the steps run the network to act, as in 99% of a 10M-step run. With the Atari default
   schedule (--exploration-steps 100000) nearly every measured step would act at random.
 
-The measured loop is the agent's own: `agent._step_and_learn`, the per-step function that
-`DQNAgent.run` loops over (act, env.step, remember, a replay every TRAIN_FREQUENCY steps once
-LEARNING_STARTS is reached, a hard target copy every TARGET_UPDATE steps, `PlotModel` and a new
-episode at an episode's end). The benchmark only wraps stopwatches around the methods it calls,
-as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode`
-(env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three calls inside
-`agent.replay`, `agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`.
-These are the agent's internals; "other" is what is left (the per-episode print line, which goes
-to a buffer here, and the loop itself). The greedy evaluations (every 250,000 steps) fall outside
-the measured window.
+The measured loop is the agent's own: `agent.run()`, with its budget `agent.config.total_steps`
+set to end where the window does (act, env.step, remember, a replay every TRAIN_FREQUENCY steps
+once LEARNING_STARTS is reached, a hard target copy every TARGET_UPDATE steps, `PlotModel` and a
+new episode at an episode's end). The work `run` does once its budget is spent, which a real run
+does once at its end and not every few thousand steps, is stubbed out as instance attributes:
+the final greedy evaluation (`agent.evaluate_and_keep_best`), saving the last network
+(`agent.save`) and drawing the plots with the summary line (`agent.report.finish`). The
+benchmark only wraps stopwatches around the methods the loop calls, as instance attributes:
+`agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode` (env.reset),
+`agent.PlotModel`, `agent.update_target_model`, and the three calls inside `agent.replay`,
+`agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`. These are the
+agent's internals; "other" is what is left (the per-episode print line and `run`'s first line,
+which go to a buffer here, the loop itself, and entering and leaving `run`). The greedy
+evaluations (every 250,000 steps) fall outside the measured window.
 
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then the replay memory's bytes per transition, measured from its numpy
@@ -55,6 +59,7 @@ import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import d3qn_agent
+import reporting
 
 # Hyperparameters (each overridable from the command line).
 ENV_NAME = "PongNoFrameskip-v4"  # the Atari game the agent plays
@@ -159,12 +164,21 @@ def instrument(agent: d3qn_agent.DQNAgent) -> Stopwatches:
     return watches
 
 
+def skip_end_of_run(agent: d3qn_agent.DQNAgent) -> None:
+    """Stub out what `run` does once its budget is spent: the final evaluation, saving the last
+    network, the plots and the summary line. A real run does them once, at its end."""
+    agent.evaluate_and_keep_best = lambda: None
+    agent.save = lambda name: None
+    agent.report.finish = lambda agent: None
+
+
 def run_steps(agent: d3qn_agent.DQNAgent, count: int) -> float:
-    """Run `count` training steps of the agent's own loop; return the wall time in seconds."""
-    start_time, start_step = time.perf_counter(), agent.step
-    with contextlib.redirect_stdout(io.StringIO()):  # the per-episode lines
-        for _ in range(count):
-            agent._step_and_learn(start_time, start_step)
+    """Run `count` training steps of the agent's own loop (`run`, with its budget ending
+    `count` steps on); return the wall time in seconds."""
+    agent.config.total_steps = agent.step + count
+    start_time = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # run's first line, the per-episode lines
+        agent.run()
     return time.perf_counter() - start_time
 
 
@@ -227,14 +241,14 @@ def main() -> None:
             model_dir=work_dir, plot_dir=work_dir,
         )
         config = agent.config
-        print(f"{args.env_name}: {agent.describe()}")
+        print(f"{args.env_name}: {reporting.describe(config)}")
         print(f"observation {agent.state_shape} {agent.state_dtype}, {agent.action_size} actions, "
               f"batch {config.batch_size}, a gradient step every {config.train_frequency} env "
               f"steps, target copy every {config.target_update}, Adam {config.learning_rate:g}")
         print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, load average before "
               f"{load_before[0]:.2f} (1 min)")
+        skip_end_of_run(agent)
         watches = instrument(agent)
-        agent.start_episode()  # as run() does before its first step
         warmup = args.learning_starts + args.warmup_train
         print(f"warm-up: {warmup:,} untimed steps in {run_steps(agent, warmup):.0f} s")
         watches.reset()

@@ -5,13 +5,16 @@
 
 Builds the Pong agent with the Atari defaults, fills its prioritized replay (PER.Memory over a
 replay_storage.FrameStackStorage) to capacity with real Pong frames from random play through the
-agent's own loop, then times `save_checkpoint` and `load_checkpoint` (which includes replaying the
-episode in progress) and prints the size of each file. Everything goes to a temporary directory.
+agent's own loop, then times `checkpoint.save_agent` and `checkpoint.load_agent` (which includes
+replaying the episode in progress) and prints the size of each file. Everything goes to a
+temporary directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import tempfile
 import time
@@ -19,6 +22,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import checkpoint
 from d3qn_agent import DQNAgent
 
 
@@ -35,24 +39,26 @@ def main() -> None:
         never = 10**12
         agent = DQNAgent(
             args.env_name, memory_size=args.memory_size, model_dir=directory, seed=args.seed,
-            exploration_steps=never, learning_starts=never, eval_every=never,
-            plot_dir=directory,
+            total_steps=args.memory_size, exploration_steps=never, learning_starts=never,
+            eval_every=never, plot_dir=directory,
         )
+        # run() without its end: no final evaluation, saved network or plots.
+        agent.evaluate_and_keep_best = agent.save = lambda *_: None
+        agent.report.finish = lambda _: None
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")
         start = time.perf_counter()
-        agent.start_episode()
-        for _ in range(args.memory_size):
-            agent._step_and_learn(start, 0)
+        with contextlib.redirect_stdout(io.StringIO()):  # the per-episode lines
+            agent.run()
         print(f"filled in {time.perf_counter() - start:.0f} s")
 
         tracemalloc.start()
         start = time.perf_counter()
-        path = Path(agent.save_checkpoint())
+        path = Path(checkpoint.save_agent(agent))
         save_seconds = time.perf_counter() - start
         _, save_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         start = time.perf_counter()
-        agent.load_checkpoint(str(path))
+        checkpoint.load_agent(agent, str(path))
         load_seconds = time.perf_counter() - start
 
         sizes = {file.name: file.stat().st_size for file in sorted(path.iterdir())}

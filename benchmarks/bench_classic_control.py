@@ -3,9 +3,9 @@
     python benchmarks/bench_classic_control.py                       # 3 games x seeds 0, 1, 2
     python benchmarks/bench_classic_control.py --envs Acrobot-v1 --seeds 3
 
-Every run is `python d3qn_agent.py --env-name ID --seed N` with the per-environment defaults of
-d3qn_agent.py (ENV_OVERRIDES: budget, replay, learning rate, ...), run in this process one after
-the other. After training, the last network and the best evaluated one (the `.keras` files the
+Every run is `python d3qn_agent.py --env-name ID --seed N` with the game's preset
+(settings.GAME_PRESETS: budget, replay, learning rate, ...), run in this process one after the
+other. After training, the last network and the best evaluated one (the `.keras` files the
 run saved) each play EPISODES greedy episodes on episode seeds that no evaluation during training
 used. Prints one row per run (last and best greedy mean, the step of the best evaluation, wall
 time) and a summary per game beside the RL Zoo's published DQN score at the same budget

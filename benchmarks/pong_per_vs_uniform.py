@@ -39,7 +39,8 @@ EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: (-?[\d.]+),
                           r"(\d+) steps/s$")
 EVALUATION_LINE = re.compile(r"^evaluation at step (\d+): mean (-?[\d.]+) \+/- ([\d.]+) over")
 RESUME_LINE = re.compile(r"^resuming from .* at step (\d+)$")
-INTERRUPT_LINE = re.compile(r"^interrupted at step (\d+):")
+# Older logs say "interrupted at step N:", newer ones name the signal: "interrupted by SIGTERM at".
+INTERRUPT_LINE = re.compile(r"^interrupted (?:by \w+ )?at step (\d+):")
 CHECKPOINT_LINE = re.compile(r"^checkpoint: .*step-(\d+)$")
 
 
@@ -113,7 +114,7 @@ def parse_log(text: str) -> RunLog:
                 chunks[-1].end_step = step
                 chunks[-1].steps_per_second = float(match[4])
         elif (match := INTERRUPT_LINE.match(line)) and chunks:
-            chunks[-1].end_step = reached = int(match[1])  # Ctrl-C: past its last episode
+            chunks[-1].end_step = reached = int(match[1])  # a stop signal: past its last episode
         elif match := CHECKPOINT_LINE.match(line):
             reached = int(match[1])
         elif match := EVALUATION_LINE.match(line):

@@ -1,5 +1,6 @@
 """Tests for d3qn_agent.py: the network, the double-DQN target, one training step, saving and
-loading, the flags and command line, and a short CartPole learning run."""
+loading, the command line and a short CartPole learning run. (How flags, edits at the top of the
+file and presets combine is tests/test_settings.py's.)"""
 
 from __future__ import annotations
 
@@ -10,17 +11,10 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-import d3qn_agent
-from d3qn_agent import (
-    DQNAgent,
-    DuelingCombine,
-    OurModel,
-    double_dqn_targets,
-    explicit_flags,
-    main,
-    resolve_flags,
-)
+import settings
+from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = "CartPole-v1"
@@ -105,16 +99,35 @@ def test_agent_save_then_load_restores_q_values(tmp_path):
 # --- learning --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("double", "expected"), [(True, [10.0, 0.5]), (False, [19.0, 0.5])])
-def test_double_dqn_target_by_hand(double, expected):
-    rewards = np.array([1.0, 0.5])
-    dones = np.array([0.0, 1.0])
-    next_q_online = np.array([[3.0, 1.0], [2.0, 0.0]])  # online net prefers action 0, then 0
-    next_q_target = np.array([[10.0, 20.0], [5.0, 7.0]])
-    # Double: target net's value of the online net's choice, 1 + 0.9 * 10; plain DQN: the target
-    # net's own max, 1 + 0.9 * 20. The terminal sample keeps only its reward.
-    targets = double_dqn_targets(rewards, dones, next_q_online, next_q_target, 0.9, double)
-    np.testing.assert_allclose(np.asarray(targets), expected, rtol=1e-6)
+def stub_network(outputs: dict[int, np.ndarray]):
+    """A stand-in for a Q-network: the Q-values it is told to give for each input array."""
+    def network(inputs, training=False):
+        return tf.constant(outputs[id(inputs)], tf.float32)
+    return network
+
+
+@pytest.mark.parametrize(("double", "expected_targets"),
+                         [(True, [10.0, 0.5, -5.29]), (False, [19.0, 0.5, 23.87])],
+                         ids=["double", "plain"])
+def test_td_errors_by_hand(double, expected_targets):
+    states = np.zeros((3, 1), np.float32)
+    next_states = np.ones((3, 1), np.float32)
+    actions = np.array([1, 0, 0])
+    rewards = np.array([1.0, 0.5, 2.0], np.float32)
+    dones = np.array([0.0, 1.0, 0.0], np.float32)
+    discounts = np.array([0.9, 0.9, 0.9**3], np.float32)  # the third: a 3-step return
+    q_states = np.array([[0.0, 2.0], [3.0, 0.0], [1.0, 1.0]])  # Q(s, a): 2, 3 and 1
+    next_q_online = np.array([[3.0, 1.0], [2.0, 0.0], [0.0, 4.0]])  # prefers 0, 0 and 1
+    next_q_target = np.array([[10.0, 20.0], [5.0, 7.0], [30.0, -10.0]])
+    online = stub_network({id(states): q_states, id(next_states): next_q_online})
+    target = stub_network({id(next_states): next_q_target})
+    # Double: the target net's value of the online net's choice, 1 + 0.9 * 10 and
+    # 2 + 0.729 * -10; plain DQN: the target net's own max, 1 + 0.9 * 20 and 2 + 0.729 * 30.
+    # The terminal sample keeps only its reward.
+    batch = (states, actions, rewards, next_states, dones, discounts)
+    errors = td_errors(online, target, batch, double)
+    np.testing.assert_allclose(np.asarray(errors), np.array(expected_targets) - [2.0, 3.0, 1.0],
+                               rtol=1e-6)
 
 
 class FixedBatchMemory:
@@ -155,15 +168,13 @@ def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_pa
     agent.target_model.set_weights([w * 0.5 for w in agent.model.get_weights()])
 
     states, actions, rewards, next_states, dones, discounts = batch
-    q_taken = np.asarray(agent.model(states))[np.arange(n), actions]
-    targets = np.asarray(double_dqn_targets(
-        rewards, dones, agent.model(next_states), agent.target_model(next_states),
-        discounts.astype(np.float32), True))
-    expected_errors = np.abs(targets - q_taken)
+    errors = np.asarray(td_errors(agent.model, agent.target_model, (
+        states, actions, rewards.astype(np.float32), next_states, dones,
+        discounts.astype(np.float32)), double=True))
+    expected_errors = np.abs(errors)
 
     loss_before = agent.replay()
-    np.testing.assert_allclose(loss_before, np.mean(is_weights * huber(targets - q_taken)),
-                               rtol=1e-5)
+    np.testing.assert_allclose(loss_before, np.mean(is_weights * huber(errors)), rtol=1e-5)
     [(tree_idx, abs_errors)] = agent.MEMORY.updates
     np.testing.assert_array_equal(tree_idx, agent.MEMORY.tree_idx)
     np.testing.assert_allclose(abs_errors, expected_errors, rtol=1e-5, atol=1e-6)
@@ -211,7 +222,7 @@ def test_only_termination_is_stored_as_done(tmp_path, limit):
 def test_learning_rate_decays_linearly_to_zero_over_the_planned_gradient_steps(tmp_path, lr_decay):
     agent = small_agent(tmp_path, learning_rate=1e-3, lr_decay=lr_decay, total_steps=2_100,
                         learning_starts=100, train_frequency=2)
-    assert agent.planned_gradient_steps() == 1_000
+    assert agent.planned_gradient_steps == 1_000
     rates = []
     for iteration in (0, 250, 1_000):
         agent.optimizer.iterations.assign(iteration)
@@ -237,58 +248,24 @@ def test_learns_cartpole_well_above_random(tmp_path, n_step, threshold):
 # --- flags and command line ------------------------------------------------------------------
 
 
-def test_only_explicit_flags_are_returned():
-    assert explicit_flags(["--no-per", "--seed", "3"]) == {"use_per": False, "seed": 3}
-    assert explicit_flags([]) == {}
-
-
-def test_atari_and_rank_based_defaults_give_way_to_explicit_flags():
-    cartpole = resolve_flags(CARTPOLE, {}, atari=False)
-    assert cartpole.learning_rate == d3qn_agent.LEARNING_RATE
-    assert cartpole.per_alpha == d3qn_agent.PER_ALPHA
-    atari = resolve_flags("ALE/Pong-v5", {"train_frequency": 2}, atari=True)
-    assert atari.learning_rate == 1e-4
-    assert atari.memory_size == 100_000
-    assert atari.train_frequency == 2
-    assert (cartpole.n_step, atari.n_step) == (3, 3)
-    assert (cartpole.lr_decay, atari.lr_decay) == (True, False)
-    rank = resolve_flags(CARTPOLE, {"per_rank_based": True, "per_beta": 0.45}, atari=False)
-    assert (rank.per_alpha, rank.per_beta) == (0.7, 0.45)
-
-
-def test_per_environment_defaults_apply_only_to_their_game_and_give_way_to_explicit_flags():
-    lunar = resolve_flags("LunarLander-v3", {}, atari=False)
-    assert (lunar.total_steps, lunar.learning_rate, lunar.n_step) == (100_000, 6.3e-4, 3)
-    assert lunar.train_frequency == 1  # Acrobot shares the rest of its settings, not this one
-    mountain_car = resolve_flags("MountainCar-v0", {"n_step": 1, "gamma": 0.9}, atari=False)
-    assert (mountain_car.n_step, mountain_car.gamma) == (1, 0.9)
-    assert mountain_car.memory_size == 10_000
-    acrobot = resolve_flags("Acrobot-v1", {"seed": 4}, atari=False)
-    assert (acrobot.target_update, acrobot.seed, acrobot.train_frequency) == (250, 4, 4)
-    cartpole = resolve_flags(CARTPOLE, {}, atari=False)
-    assert cartpole.total_steps == d3qn_agent.TOTAL_STEPS
-    assert cartpole.n_step == d3qn_agent.N_STEP
-
-
-def test_help_lists_every_per_environment_default(capsys):
-    with pytest.raises(SystemExit):
-        explicit_flags(["--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    for env_name, overrides in d3qn_agent.ENV_OVERRIDES.items():
-        assert f"{env_name}: {d3qn_agent.format_overrides(overrides)}" in text
-    assert "--n-step 3" in d3qn_agent.format_overrides(d3qn_agent.ENV_OVERRIDES["Acrobot-v1"])
-    # Booleans are shown as the flags that set them.
-    assert "--no-lr-decay," in d3qn_agent.format_overrides(d3qn_agent.ATARI_OVERRIDES)
-    assert explicit_flags(["--no-lr-decay"]) == {"lr_decay": False}
-
-
-@pytest.mark.parametrize("env_name", sorted(d3qn_agent.ENV_OVERRIDES))
-def test_smoke_run_per_classic_control_game_writes_model_and_plot(tmp_path, env_name):
+@pytest.mark.parametrize("env_name", sorted(settings.GAME_PRESETS))
+def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and_plot(
+        tmp_path, capsys, env_name):
     models, plots = tmp_path / "models", tmp_path / "plots"
-    argv = ["--env-name", env_name, "--total-steps", "200", "--learning-starts", "100",
-            "--batch-size", "16", "--eval-every", "200", "--eval-episodes", "1",
-            "--hidden-units", "16", "--model-dir", str(models), "--plot-dir", str(plots)]
+    given = {"total_steps": 200, "learning_starts": 100, "batch_size": 16, "eval_every": 200,
+             "eval_episodes": 1, "hidden_units": 16}
+    argv = [part for name, value in given.items()
+            for part in (f"--{name.replace('_', '-')}", str(value))]
+    argv += ["--env-name", env_name, "--model-dir", str(models), "--plot-dir", str(plots)]
     assert main(argv) == 0
+    # The game's own preset fills in every flag not given (LunarLander trains every step,
+    # Acrobot every 4th); a flag given wins and is named as such.
+    settings_line = next(line for line in capsys.readouterr().out.splitlines()
+                         if line.startswith("settings: "))
+    for name, value in settings.GAME_PRESETS[env_name].items():
+        if name not in given:
+            assert f"{name} {value} ({env_name} preset)" in settings_line
+    assert f"total_steps 200 (--total-steps; the {env_name} preset has" in settings_line
     name = f"DDQN_{env_name}_Dueling_PER"
     assert (models / f"{name}.keras").is_file()
     assert (models / f"{name}_last.keras").is_file()
@@ -300,10 +277,11 @@ def test_smoke_run_per_classic_control_game_writes_model_and_plot(tmp_path, env_
     [
         (["--env-name", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["--env-name", "Pendulum-v1"], "discrete"),
-        (["--total-steps", "-5"], "TOTAL_STEPS"),
-        (["--batch-size", "64", "--memory-size", "32"], "BATCH_SIZE"),
-        (["--gamma", "1.5"], "GAMMA"),
-        (["--n-step", "0"], "N_STEP"),
+        (["--total-steps", "-5"], "TOTAL_STEPS (--total-steps) must be positive, got -5"),
+        (["--batch-size", "64", "--memory-size", "32"],
+         "BATCH_SIZE (64) must not exceed MEMORY_SIZE (32)"),
+        (["--gamma", "1.5"], "GAMMA (--gamma) must be in [0, 1], got 1.5"),
+        (["--n-step", "0"], "N_STEP (--n-step) must be positive, got 0"),
         (["--test"], "no saved model"),
     ],
 )

@@ -1,12 +1,17 @@
 """Tests for apex.py: the actors' exploration schedule and priorities, the replay's contents, a
-short run that learns CartPole, an actor killed and restarted mid-run, and the flag errors.
+run stopped by SIGTERM, a short run that learns CartPole, an actor killed and restarted mid-run,
+and the flag errors.
 
-One local Ray serves every test that needs it (the session fixture below); the others build the
-actor, the replay and the learner in this process, without Ray.
+One local Ray serves every test that needs it in this process (the session fixture below); the
+SIGTERM test runs `python apex.py`, with a Ray of its own, before that one starts; the others
+build the actor, the replay and the learner in this process, without Ray.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +22,7 @@ from test_tensorboard_and_priorities import read_events
 
 import apex
 
+ROOT = Path(__file__).resolve().parents[1]
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -28,7 +34,8 @@ def small_config(tmp_path: Path, **flags) -> object:
                 "model_dir": str(tmp_path / "models"), "plot_dir": str(tmp_path / "plots"),
                 "object_store_mb": 300}
     settings.update(flags)
-    return apex.resolve_config(settings)
+    config, _ = apex.resolve_config(settings)
+    return config
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +138,33 @@ def test_progress_line_and_plot_name_eight_of_many_actors(tmp_path, capsys):
     assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(tmp_path):
+    # Before the session's local Ray starts (this file's order), so the two do not overlap.
+    models, plots = tmp_path / "models", tmp_path / "plots"
+    command = [sys.executable, str(ROOT / "apex.py"), "--num-actors", "1", "--total-steps",
+               "1000000", "--hidden-units", "16", "--memory-size", "1000", "--batch-size", "32",
+               "--block-size", "20", "--learning-starts", "100", "--eval-every", "200",
+               "--eval-episodes", "1", "--object-store-mb", "100", "--model-dir", str(models),
+               "--plot-dir", str(plots)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:  # wait until the learner has trained and evaluated
+            if line.startswith("evaluation at env step"):
+                break
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert line.startswith("evaluation at env step"), stderr
+    last_model, plot = models / "apex_CartPole-v1_last.keras", plots / "apex_CartPole-v1.png"
+    assert stdout.splitlines()[-1].startswith("interrupted by SIGTERM at env step ")
+    assert f"last network {last_model}" in stdout and f"plot {plot}" in stdout
+    assert last_model.is_file() and (models / "apex_CartPole-v1.keras").is_file()
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_short_run_learns_cartpole(local_ray, tmp_path):
     # Random play averages ~22. Seed 0 with these settings reached a best greedy mean of 303
     # (at env step 4,000) in each of two runs on an idle machine, but 133 in half of the runs
@@ -183,12 +217,12 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--num-actors", "0"], "error: --num-actors must be >= 1, got 0"),
+        (["--num-actors", "0"], "error: NUM_ACTORS (--num-actors) must be >= 1, got 0"),
         (["--env-name", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["--address", "127.0.0.1:1", "--connect-timeout", "2"],
          "error: cannot reach the Ray cluster at 127.0.0.1:1"),
         (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
-        (["--epsilon", "1.5"], "error: --epsilon must be in [0, 1], got 1.5"),
+        (["--epsilon", "1.5"], "error: EPSILON (--epsilon) must be in [0, 1], got 1.5"),
     ],
 )
 def test_bad_flags_give_one_error_line_before_ray_starts(capsys, argv, message):

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from atari_wrappers import FrameStackStorage
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel
+from replay_storage import FrameStackStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG = "PongNoFrameskip-v4"
@@ -59,7 +59,7 @@ def test_image_input_gets_the_nature_dqn_torso(dueling):
 def test_pong_agent_uses_the_atari_defaults_and_the_frame_store(tmp_path):
     agent = pong_agent(tmp_path)
     config = agent.config
-    assert agent.atari and agent.state_shape == PONG_STATE and agent.action_size == PONG_ACTIONS
+    assert agent.state_shape == PONG_STATE and agent.action_size == PONG_ACTIONS
     assert isinstance(agent.MEMORY.storage, FrameStackStorage)
     assert agent.MEMORY.capacity == 100_000
     assert isinstance(agent.optimizer, keras.optimizers.Adam)

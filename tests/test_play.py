@@ -15,7 +15,9 @@ from PIL import Image
 
 import atari_wrappers
 import d3qn_agent
-from d3qn_agent import DQNAgent, GifRecorder, main
+import recording
+from d3qn_agent import DQNAgent, main
+from recording import GifRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED_DIR = ROOT / "models" / "pretrained"
@@ -75,7 +77,7 @@ def test_committed_network_loads_in_safe_mode_and_fits_its_environment(name):
     env_name = PRETRAINED[name][0]
     model = keras.models.load_model(PRETRAINED_DIR / name, safe_mode=True)
     assert not any(isinstance(layer, keras.layers.Lambda) for layer in model.layers)
-    env = d3qn_agent.make_env(env_name, None, d3qn_agent.is_atari_env(env_name))
+    env = d3qn_agent.make_env(env_name)
     assert model.input_shape == (None, *env.observation_space.shape)
     assert model.output_shape == (None, env.action_space.n)
 
@@ -104,14 +106,14 @@ def test_model_for_another_game_gives_one_error_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", committed_networks())
-def test_readme_opens_with_each_committed_networks_gif(name):
+def test_usage_guide_shows_each_committed_networks_gif_under_watch_a_trained_agent(name):
     gif = f"plots/{Path(name).stem}.gif"
-    readme = (ROOT / "README.md").read_text()
-    assert gif in readme.split("\n## ")[0]  # before the first section
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    assert f"../{gif}" in usage.split("\n## Watch a trained agent\n")[1].split("\n## ")[0]
     with Image.open(ROOT / gif) as image:
         assert image.format == "GIF" and image.n_frames > 1
-        assert image.width <= d3qn_agent.GIF_MAX_WIDTH
-    assert (ROOT / gif).stat().st_size <= d3qn_agent.GIF_MAX_BYTES
+        assert image.width <= recording.GIF_MAX_WIDTH
+    assert (ROOT / gif).stat().st_size <= recording.GIF_MAX_BYTES
 
 
 # --- recording -------------------------------------------------------------------------------
@@ -141,9 +143,9 @@ def test_record_writes_the_first_episode_as_a_real_time_gif(tmp_path, capsys):
     with Image.open(gif) as image:
         assert image.is_animated
         assert image.n_frames == steps // 2 + 1 + steps % 2
-        assert image.size == (d3qn_agent.GIF_MAX_WIDTH, 213)  # 600x400 shrunk
+        assert image.size == (recording.GIF_MAX_WIDTH, 213)  # 600x400 shrunk
         assert image.info["duration"] == 40 and image.info["loop"] == 0
-    assert gif.stat().st_size <= d3qn_agent.GIF_MAX_BYTES
+    assert gif.stat().st_size <= recording.GIF_MAX_BYTES
     assert [path.name for path in tmp_path.iterdir() if path.suffix == ".gif"] == [gif.name]
 
 
@@ -168,7 +170,7 @@ def test_record_films_atari_screens_in_colour_at_15_steps_per_second(tmp_path):
 
 
 def test_recorder_caps_frames_and_bytes_and_keeps_the_speed(monkeypatch):
-    monkeypatch.setattr(d3qn_agent, "GIF_MAX_FRAMES", 8)
+    monkeypatch.setattr(recording, "GIF_MAX_FRAMES", 8)
     rng = np.random.default_rng(0)
     recorder = GifRecorder(steps_per_second=50)
     assert recorder.every == 2 and recorder.frame_ms == 40
@@ -245,11 +247,11 @@ def test_bad_record_input_gives_one_error_line_before_any_episode(tmp_path, capf
 def test_record_into_a_directory_named_like_a_gif_is_refused(tmp_path):
     (tmp_path / "film.gif").mkdir()
     with pytest.raises(ValueError, match=r"film\.gif': it is a directory"):
-        d3qn_agent.check_gif_path(str(tmp_path / "film.gif"))
+        recording.check_gif_path(str(tmp_path / "film.gif"))
 
 
 def test_record_path_check_accepts_a_writable_directory(tmp_path, monkeypatch):
-    assert d3qn_agent.check_gif_path(str(tmp_path / "a.GIF")) == tmp_path / "a.GIF"
+    assert recording.check_gif_path(str(tmp_path / "a.GIF")) == tmp_path / "a.GIF"
     assert list(tmp_path.iterdir()) == []  # the probe file is gone
     monkeypatch.chdir(tmp_path)  # a bare file name goes to the working directory
-    assert d3qn_agent.check_gif_path("b.gif") == Path("b.gif")
+    assert recording.check_gif_path("b.gif") == Path("b.gif")

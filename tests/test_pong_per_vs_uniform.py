@@ -26,10 +26,18 @@ episode: 3, step: 300/500, score: -13, e: 0.01, average: -17.7, 20 steps/s
 episode: 4, step: 400/500, score: 21, e: 0.01, average: -8.0, 25 steps/s
 checkpoint: models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000450
 """
+# The committed logs' stop line is the one above; d3qn_agent.py now names the signal that
+# stopped it (Ctrl-C or SIGTERM) and the last network it saved.
+SIGNAL_LOG = LOG.replace(
+    "interrupted at step 350: checkpoint models/step-0000000350, plots ...",
+    "interrupted by SIGTERM at step 350: checkpoint models/step-0000000350, last network "
+    "models/DDQN_PongNoFrameskip-v4_Dueling_last.keras, plots ... and ...")
 
 
-def test_resumed_lines_replace_the_lost_ones() -> None:
-    run = report.parse_log(LOG)
+@pytest.mark.parametrize("log", [LOG, SIGNAL_LOG], ids=["stop-line", "stop-line-with-signal"])
+def test_resumed_lines_replace_the_lost_ones(log: str) -> None:
+    assert log.count("interrupted ") == 1
+    run = report.parse_log(log)
     np.testing.assert_array_equal(run.steps, [100, 200, 300, 400])
     np.testing.assert_array_equal(run.scores, [-21, -19, -13, 21])
     assert run.evaluations == {250: (-18.0, 2.0)}

@@ -5,7 +5,7 @@ import pytest
 from test_per import block, experience, save_and_load, with_each_memory_kind
 
 from PER import Memory, UniformMemory
-from priority_figure import AGE_BINS, ReplayStatistics, age_bins
+from priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
 
 
 def test_age_bins_are_powers_of_two_by_hand():
@@ -127,3 +127,15 @@ def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkp
     bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
     with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
         ReplayStatistics(16).load_state_dict(bad, 16)
+
+
+def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_path):
+    figure = PriorityFigure(8, batch_size=4)
+    path = tmp_path / "priorities.png"
+    assert figure.draw(str(path), Memory(8, rng=0, observer=figure.statistics), "t") is False
+    assert not path.exists()
+    figure.note_batch(step=1, gradient_step=0, beta=0.4, is_weights=np.ones(4, np.float32))
+    memory = Memory(8, rng=0, observer=figure.statistics)
+    memory.store((np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False))
+    assert figure.draw(str(path), memory, "t") is True
+    assert path.read_bytes()[:4] == b"\x89PNG"

@@ -13,8 +13,12 @@ from tensorboard.util.tensor_util import make_ndarray
 
 import checkpoint
 import d3qn_agent
-from d3qn_agent import DQNAgent, TensorBoardWriter, explicit_flags, main, priority_figure_data
+import reporting
+import settings
+from d3qn_agent import DQNAgent, main
 from PER import Memory, UniformMemory
+from priority_figure import ReplayStatistics, draw_priority_figure, priority_figure_data
+from reporting import TensorBoardWriter
 
 CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
@@ -82,26 +86,31 @@ def test_run_writes_the_priority_figure_from_its_history(trained):
     assert agent.Priority_plot_name == str(figure)
     assert figure.read_bytes()[:4] == b"\x89PNG"
     # A point every 50 gradient steps (every 100 env steps), beta rising to 1 at the end.
-    steps, betas, smallest, mean = zip(*agent.priority_history, strict=True)
+    figure_data = agent.priority_figure
+    steps, betas, smallest, mean = zip(*figure_data.history, strict=True)
     assert list(steps) == [100, 200, 300, 400, 500, 600]
     assert list(betas) == sorted(betas) and betas[-1] == pytest.approx(1.0)
     assert all(0 < low <= average <= 1 for low, average in zip(smallest, mean, strict=True))
-    assert agent.recent_batches == 251  # gradient steps at env steps 100, 102, ..., 600
-    stats = agent.MEMORY.stats
+    assert figure_data.recent_batches == 251  # gradient steps at env steps 100, 102, ..., 600
+    stats = figure_data.statistics
+    assert agent.MEMORY.observer is stats
     assert stats.stores == 600
     assert stats.replays_by_age.sum() == 251 * 16
     assert stats.replay_counts.sum() == 251 * 16  # nothing overwritten in a 1,000-slot memory
 
 
 def test_tensorboard_flag_alone_writes_under_runs(tmp_path, monkeypatch):
-    assert explicit_flags(["--tensorboard"]) == {"tensorboard": True}
-    assert explicit_flags(["--tensorboard", "logs/a"]) == {"tensorboard": "logs/a"}
-    assert d3qn_agent.default_flags()["tensorboard"] is None
+    parser = settings.d3qn_parser(d3qn_agent)
+    assert settings.explicit_flags(["--tensorboard"], parser) == {"tensorboard": True}
+    assert settings.explicit_flags(["--tensorboard", "logs/a"], parser) == {
+        "tensorboard": "logs/a"}
     monkeypatch.chdir(tmp_path)
     agent = tiny_agent(tmp_path, tensorboard=True)
-    assert agent.tensorboard_dir == f"runs/{RUN_NAME}"
+    assert agent.report.tensorboard_dir == f"{reporting.TENSORBOARD_ROOT}/{RUN_NAME}" == (
+        f"runs/{RUN_NAME}")
     assert (tmp_path / "runs" / RUN_NAME).is_dir()
-    assert tiny_agent(tmp_path).tensorboard is None
+    default = tiny_agent(tmp_path)  # TensorBoard is off unless asked for
+    assert default.config.tensorboard is None and default.report.tensorboard is None
 
 
 def test_unwritable_tensorboard_directory_is_one_error_before_training(tmp_path, capsys):
@@ -126,13 +135,14 @@ def test_writer_writes_what_it_is_given(tmp_path):
 
 
 def test_priority_figure_inputs_by_hand():
-    memory = Memory(8, rng=0, track_replays=True)  # alpha 0.6, epsilon 0.01
+    stats = ReplayStatistics(8)
+    memory = Memory(8, rng=0, observer=stats)  # alpha 0.6, epsilon 0.01
     for i in range(4):
         state = np.full(2, i, np.float32)
         memory.store((state, 0, 0.0, state, False))
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.0, 0.0, 0.99]))
-    memory.stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
-    data = priority_figure_data(memory)
+    stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
+    data = priority_figure_data(memory, stats)
     priorities = np.array([0.01, 0.01, 0.01, 1.0]) ** 0.6
     np.testing.assert_allclose(data["relative_probabilities"], 4 * priorities / priorities.sum())
     np.testing.assert_allclose(data["floor"], 4 * 0.01**0.6 / priorities.sum())
@@ -141,22 +151,25 @@ def test_priority_figure_inputs_by_hand():
     np.testing.assert_array_equal(data["age_high"], [1, 3, 7])
     np.testing.assert_allclose(data["replay_rate"], [2.0, 0.0, 0.0])
     np.testing.assert_allclose(data["uniform_rate"], [0.5, 0.5, 0.5])  # 2 draws / 4 held
-    uniform = UniformMemory(8, track_replays=True)
+    uniform_stats = ReplayStatistics(8)
+    uniform = UniformMemory(8, observer=uniform_stats)
     uniform.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
-    uniform_data = priority_figure_data(uniform)
+    uniform_data = priority_figure_data(uniform, uniform_stats)
     assert uniform_data["floor"] is None and uniform_data["relative_probabilities"].tolist() == [1]
 
 
 def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained, tmp_path):
     agent, _ = trained
     agent.checkpoint_root = str(tmp_path / "checkpoints")
-    directory = Path(agent.save_checkpoint())
+    directory = Path(checkpoint.save_agent(agent))
     restored = tiny_agent(tmp_path)
-    restored.load_checkpoint(str(directory))
-    assert restored.priority_history == agent.priority_history
-    np.testing.assert_array_equal(restored.recent_is_weights, agent.recent_is_weights)
-    np.testing.assert_array_equal(restored.MEMORY.stats.replays_by_age,
-                                  agent.MEMORY.stats.replays_by_age)
+    checkpoint.load_agent(restored, str(directory))
+    figure, restored_figure = agent.priority_figure, restored.priority_figure
+    assert restored_figure.history == figure.history
+    assert restored_figure.recent_batches == figure.recent_batches
+    np.testing.assert_array_equal(restored_figure.recent_is_weights, figure.recent_is_weights)
+    np.testing.assert_array_equal(restored_figure.statistics.replays_by_age,
+                                  figure.statistics.replays_by_age)
     # A checkpoint from before the figure: no history, no replay statistics.
     progress = json.loads((directory / "progress.json").read_text())
     for key in ("priority_history", "recent_is_weights", "recent_batches"):
@@ -166,17 +179,18 @@ def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained,
     checkpoint.write_arrays(directory / "memory.npz",
                             {k: v for k, v in arrays.items() if not k.startswith("stats.")})
     old = tiny_agent(tmp_path)
-    old.load_checkpoint(str(directory))
-    assert old.priority_history == [] and old.recent_batches == 0
-    assert old.MEMORY.stats.stores == len(old.MEMORY) and old.step == agent.step
+    checkpoint.load_agent(old, str(directory))
+    assert old.priority_figure.history == [] and old.priority_figure.recent_batches == 0
+    assert old.priority_figure.statistics.stores == len(old.MEMORY) and old.step == agent.step
 
 
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_priority_figure_draws_without_history_or_replays(tmp_path):
-    memory = Memory(8, track_replays=True)
+    stats = ReplayStatistics(8)
+    memory = Memory(8, observer=stats)
     state = np.zeros(2, np.float32)
     memory.store((state, 0, 0.0, state, False))
     path = tmp_path / "plots" / "p.png"
-    d3qn_agent.draw_priority_figure(str(path), priority_figure_data(memory), [],
-                                    np.ones((1, 4), np.float32), "no gradient step yet")
+    draw_priority_figure(str(path), priority_figure_data(memory, stats), [],
+                         np.ones((1, 4), np.float32), "no gradient step yet")
     assert path.read_bytes()[:4] == b"\x89PNG"
