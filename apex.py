@@ -705,12 +705,15 @@ class Learner:
             ray.kill(actor, no_restart=True)
 
     def finish(self, ending: str | None = None) -> None:
-        """Save the last network and the plot; print the summary line (or `ending`, e.g.
-        "interrupted", and where things were saved)."""
+        """Save the last network and the plot, release the replay (and its Ray CPU); print the
+        summary line (or `ending`, e.g. "interrupted", and where things were saved)."""
         self.agent.save(self.last_model_path)
         self.save_plot()
         if self.tensorboard is not None:
             self.tensorboard.close()
+        if self.replay is not None:
+            ray.kill(self.replay)
+            self.replay = None
         seconds = time.perf_counter() - self.start_time
         if ending:
             print(f"{ending} at env step {self.env_steps:,}: last network "
@@ -758,11 +761,30 @@ def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def run_until_stopped(learner: Learner) -> int:
+    """Run `learner` to its end (0). Ctrl-C or SIGTERM stops every actor and saves the network
+    and the plot (0); an actor failing for good saves them too (1). The previous signal
+    handlers come back afterwards."""
+    previous = {number: signal.signal(number, interrupt) for number in checkpoint.STOP_SIGNALS}
+    try:
+        learner.run()
+        return 0
+    except KeyboardInterrupt as interruption:
+        learner.finish(f"interrupted by {interruption.args[0] if interruption.args else 'SIGINT'}")
+        return 0
+    except (RuntimeError, ray.exceptions.RayError) as error:
+        learner.finish("stopped by an error")
+        print(f"error: {str(error).strip().splitlines()[-1]}", file=sys.stderr)
+        return 1
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point. Bad flags, an unknown environment or an unreachable cluster
-    print one `error:` line and return 2 (before any actor starts); an actor failing for good
-    returns 1; Ctrl-C or SIGTERM stops every actor, saves the network and the plot, and
-    returns 0."""
+    print one `error:` line and return 2 (before any actor starts); otherwise the run's own
+    exit code (`run_until_stopped`)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = settings.build_parser(
         sys.modules[__name__], settings.APEX_FLAGS,
@@ -781,18 +803,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for number in checkpoint.STOP_SIGNALS:
-        signal.signal(number, interrupt)
     try:
-        learner.run()
-        return 0
-    except KeyboardInterrupt as interruption:
-        learner.finish(f"interrupted by {interruption.args[0] if interruption.args else 'SIGINT'}")
-        return 0
-    except (RuntimeError, ray.exceptions.RayError) as error:
-        learner.finish("stopped by an error")
-        print(f"error: {str(error).strip().splitlines()[-1]}", file=sys.stderr)
-        return 1
+        return run_until_stopped(learner)
     finally:
         ray.shutdown()
 

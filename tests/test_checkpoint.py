@@ -161,9 +161,19 @@ def episode_lines(output: str) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM],
                          ids=["SIGINT", "SIGTERM"])
-def test_a_stop_signal_writes_a_checkpoint_and_exits_cleanly_then_resume_continues(
-        tmp_path, capsys, signal_number):
-    # Ctrl-C (SIGINT) or `kill` (SIGTERM) while training: the run stops after the current step.
+def test_ctrl_c_and_sigterm_become_a_stop_request_and_the_old_handlers_come_back(signal_number):
+    before = signal.getsignal(signal_number)
+    with checkpoint.stop_requests() as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal_number)
+        assert stop.requested and stop.signal_name == signal_number.name
+    assert signal.getsignal(signal_number) is before
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_cleanly_then_resume_continues(tmp_path, capsys):
+    # `kill` (SIGTERM; Ctrl-C's SIGINT takes the same path, see the test above) while training:
+    # the run stops after the current step.
+    signal_number = signal.SIGTERM
     process = subprocess.Popen(
         agent_command(tmp_path, "--total-steps", "100000", "--tensorboard", str(tmp_path / "tb")),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -215,40 +225,44 @@ def test_a_stop_signal_writes_a_checkpoint_and_exits_cleanly_then_resume_continu
     assert "done: 300 steps in" in resumed
 
 
-def resume_fails(directory: Path, *flags: str) -> str:
-    """Run a bad --resume; check it fails with one error line and changes no file."""
+def resume_fails(directory: Path, capsys: pytest.CaptureFixture, *flags: str) -> str:
+    """Run a bad --resume (in-process: a subprocess would spend its time starting up); check it
+    fails with one error line and changes no file."""
+    import d3qn_agent
+
     before = snapshot(directory)
-    result = train(directory, "--total-steps", "400", *flags)
-    assert result.returncode == 2
+    capsys.readouterr()
+    assert d3qn_agent.main(agent_command(directory, "--total-steps", "400", *flags)[2:]) == 2
     assert snapshot(directory) == before
-    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1, result.stderr
+    stderr = capsys.readouterr().err
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, stderr
     return error_lines[0]
 
 
-def test_resume_without_a_checkpoint(tmp_path):
+def test_resume_without_a_checkpoint(tmp_path, capsys):
     (tmp_path / "models").mkdir()
-    assert "no checkpoint to resume from" in resume_fails(tmp_path, "--resume")
+    assert "no checkpoint to resume from" in resume_fails(tmp_path, capsys, "--resume")
 
 
-def test_resume_refuses_another_environment_or_network(tmp_path, trained):
+def test_resume_refuses_another_environment_or_network(tmp_path, trained, capsys):
     shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
     step_directory = str(checkpoints(tmp_path)[-1])
-    error = resume_fails(tmp_path, "--env-name", "Acrobot-v1", "--resume", step_directory)
+    error = resume_fails(tmp_path, capsys, "--env-name", "Acrobot-v1", "--resume", step_directory)
     assert step_directory in error and "env_name='CartPole-v1'" in error
-    error = resume_fails(tmp_path, "--hidden-units", "32", "32", "--resume", step_directory)
+    error = resume_fails(tmp_path, capsys, "--hidden-units", "32", "32", "--resume", step_directory)
     assert "hidden_units=[16, 16]" in error
-    error = resume_fails(tmp_path, "--no-per", "--resume", step_directory)
+    error = resume_fails(tmp_path, capsys, "--no-per", "--resume", step_directory)
     assert "memory='proportional'" in error
 
 
 @pytest.mark.parametrize("damaged", sorted(CHECKPOINT_FILES))
-def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, damaged):
+def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, capsys, damaged):
     shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
     step_directory = checkpoints(tmp_path)[-1]
     path = step_directory / damaged
     path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
-    error = resume_fails(tmp_path, "--resume")
+    error = resume_fails(tmp_path, capsys, "--resume")
     assert str(path) in error
 
 
