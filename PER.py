@@ -63,6 +63,9 @@ from replay_storage import (
     require,
 )
 
+NO_SLOTS_HELD = np.zeros(0, dtype=bool)  # `SumTree._set_leaves` without a storage: write every leaf
+TOP = 1023  # the nodes of the 10 levels nearest the root, where a batch's walks up the tree meet
+
 
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
     """A numpy Generator: `rng` itself, or a new one seeded with `rng` (None: fresh entropy)."""
@@ -120,6 +123,10 @@ class SumTree:
         self.mins = np.full(2 * self.capacity - 1, np.inf)
         self.data = np.full(self.capacity, None, dtype=object)
         self.data_pointer = 0
+        # A batch update recomputes a node near the root once per level, however many of the
+        # batch's leaves lie below it: `_queued[i]` is the last pass that queued node i < TOP.
+        self._queued = np.zeros(TOP, dtype=np.int64)
+        self._passes = 0
 
     @property
     def total_priority(self) -> float:
@@ -161,9 +168,14 @@ class SumTree:
         _check_non_negative("priority", priorities)
         self._set_leaves(leaves, priorities)
 
-    def _set_leaves(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
-        """`update_batch` for arguments already checked."""
-        _set_leaves(self.tree, self.mins, leaves, np.ascontiguousarray(priorities))
+    def _set_leaves(self, leaves: np.ndarray, priorities: np.ndarray,
+                    holds: np.ndarray = NO_SLOTS_HELD) -> float:
+        """`update_batch` for arguments already checked; with `holds` (a bool per data index),
+        leaves whose slot holds nothing are skipped. Returns the largest priority written."""
+        self._passes, largest = _set_leaves(
+            self.tree, self.mins, self._queued, self._passes, leaves,
+            np.ascontiguousarray(priorities), holds, self.capacity - 1)
+        return largest
 
     def get_leaf(self, v: float) -> tuple[int, float, Any]:
         """Leaf at cumulative priority v in [0, total]: (tree index, priority, data). O(log n)."""
@@ -202,9 +214,59 @@ def _set_leaf(sums, mins, node, priority):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True)
-def _set_leaves(sums, mins, leaves, priorities):  # pragma: no cover (compiled)
+def _set_leaves(  # pragma: no cover (compiled)
+    sums, mins, queued, passes, leaves, priorities, holds, first_leaf
+):
+    """Write `priorities` at the `leaves` (in order: a leaf named twice keeps its last; with a
+    non-empty `holds`, only leaves i with holds[i - first_leaf]), then recompute the nodes above
+    them level by level. Returns (passes, largest priority written).
+
+    All the batch's walks advance one level per pass, so the cache misses of different walks
+    overlap, and a node near the root (i < TOP, where walks meet) is recomputed once per pass
+    however many walks reach it. A node is recomputed again whenever a child of it was, so it
+    ends as the sum of its final children, exactly as one walk per leaf leaves it.
+    """
+    frontier = np.empty(leaves.size, dtype=np.int64)  # nodes whose parents are due
+    count = 0
+    largest = 0.0
     for k in range(leaves.size):
-        _set_leaf(sums, mins, leaves[k], priorities[k])
+        node = leaves[k]
+        if holds.size and not holds[node - first_leaf]:
+            continue
+        sums[node] = priorities[k]
+        mins[node] = priorities[k] if priorities[k] > 0 else np.inf
+        largest = max(largest, priorities[k])
+        frontier[count] = node
+        count += 1
+    while count > 0:  # recompute the parents of the frontier, which become the next frontier
+        passes += 1
+        queued_next = 0
+        for j in range(count):
+            node = frontier[j]
+            if node == 0:
+                continue
+            parent = (node - 1) // 2
+            if parent < TOP:
+                if queued[parent] == passes:
+                    continue
+                queued[parent] = passes
+            left = 2 * parent + 1
+            sums[parent] = sums[left] + sums[left + 1]
+            mins[parent] = min(mins[left], mins[left + 1])
+            frontier[queued_next] = parent
+            queued_next += 1
+        count = queued_next
+    return passes, largest
+
+
+@numba.njit(cache=True)
+def _first_invalid(leaves, values, first_leaf, last_leaf):  # pragma: no cover (compiled)
+    """Index of the first leaf outside first_leaf..last_leaf or value that is NaN, infinite or
+    negative; -1 if there is none."""
+    for k in range(leaves.size):
+        if not (first_leaf <= leaves[k] <= last_leaf and 0.0 <= values[k] < np.inf):
+            return k
+    return -1
 
 
 @numba.njit(cache=True)
@@ -411,13 +473,23 @@ def _check_sample(n: Any, size: int) -> None:
 
 
 def _check_update(tree_idx: Any, abs_errors: Any, capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    """(slots, errors) of a `batch_update` call, or ValueError naming the bad argument."""
-    slots = check_leaf_indices(tree_idx, capacity) - (capacity - 1)
-    errors = np.asarray(abs_errors, dtype=np.float64).ravel()
-    if errors.shape != slots.shape:
-        raise ValueError(f"got {len(slots)} tree indices but {len(errors)} errors")
-    _check_non_negative("absolute TD error", errors)
-    return slots, errors
+    """(tree indices, errors) of a `batch_update` call as flat int64 / float64 arrays, or
+    ValueError naming the bad argument. One compiled pass checks the batch (~0.3 us for 32)."""
+    leaves = np.asarray(tree_idx)
+    if leaves.dtype.kind not in "iu":
+        raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")
+    leaves = leaves.astype(np.int64, copy=False).reshape(-1)
+    errors = np.asarray(abs_errors, dtype=np.float64).reshape(-1)
+    if errors.shape != leaves.shape:
+        raise ValueError(f"got {len(leaves)} tree indices but {len(errors)} errors")
+    first_leaf, last_leaf = capacity - 1, 2 * capacity - 2
+    bad = _first_invalid(leaves, errors, first_leaf, last_leaf)
+    if bad >= 0 and not first_leaf <= leaves[bad] <= last_leaf:
+        raise ValueError(f"tree index {leaves[bad]} is not a leaf (leaves are "
+                         f"{first_leaf}..{last_leaf})")
+    if bad >= 0:
+        raise ValueError(f"absolute TD error must be finite and >= 0, got {errors[bad]!r}")
+    return leaves, errors
 
 
 class Memory(ReplayMemory):
@@ -536,17 +608,20 @@ class Memory(ReplayMemory):
         NaN, infinite or negative errors raise ValueError and change nothing. Slots that no longer
         hold a transition (overwritten frames) are skipped; a slot named twice takes its last error.
         """
-        slots, errors = _check_update(tree_idx, abs_errors, self.capacity)
-        live = self.storage.holds_transition[slots]
-        slots, errors = slots[live], errors[live]
+        leaves, errors = _check_update(tree_idx, abs_errors, self.capacity)
         if self.rank_based:
-            self._abs_errors[slots] = errors
-            self._mark_stale(slots)
+            slots = leaves - (self.capacity - 1)
+            live = self.storage.holds_transition[slots]
+            self._abs_errors[slots[live]] = errors[live]
+            self._mark_stale(slots[live])
             return
-        priorities = np.minimum(errors + self.epsilon, self.abs_err_upper) ** self.alpha
-        self.tree._set_leaves(slots + (self.capacity - 1), priorities)
-        if priorities.size:
-            self.max_priority = max(self.max_priority, float(priorities.max()))
+        # p = min(|delta| + epsilon, abs_err_upper)^alpha (the tutorial's PER_e and PER_a),
+        # in one new array.
+        priorities = errors + self.epsilon
+        np.power(np.minimum(priorities, self.abs_err_upper, out=priorities), self.alpha,
+                 out=priorities)
+        largest = self.tree._set_leaves(leaves, priorities, self.storage.holds_transition)
+        self.max_priority = max(self.max_priority, largest)
 
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, their sampling probabilities P(i)). O(capacity)."""
@@ -666,8 +741,8 @@ class Memory(ReplayMemory):
         if self.observer is not None:
             self.observer.note_stores(np.concatenate([slots for slots, _ in writes[1::2]]))
         if not self.rank_based:
-            self.tree._set_leaves(slots + (self.capacity - 1), values)  # in order: last wins
-            self.max_priority = max(self.max_priority, float(values.max(initial=0.0)))
+            largest = self.tree._set_leaves(slots + (self.capacity - 1), values)  # last wins
+            self.max_priority = max(self.max_priority, largest)
             return
         _, last = np.unique(slots[::-1], return_index=True)  # last occurrence of each slot
         keep = len(slots) - 1 - last

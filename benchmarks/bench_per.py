@@ -8,6 +8,11 @@ SumTree/Memory pair the tutorial describes, written here from its description: a
 sampled or updated transition, an O(N) max scan per insert, and the importance-sampling weights
 computed as the code the tutorial borrows from does (an O(N) min scan over the leaves). If cpprb
 (a C++ sum tree) is installed, its PrioritizedReplayBuffer is timed too.
+
+`batch_update(n)` gives new priorities to the n slots just sampled, as a training step does: each
+call samples a batch (not timed) and times the update alone, for every memory alike. A batch of
+slots spread over the tree is what training updates, and what is in the cache then is what its
+own sample left there.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from PER import Memory
 
 STATE_SIZE = 4  # CartPole observation
+Timing = Callable[[object, int, int], float]  # (memory, calls, repeats) -> microseconds per call
 ALPHA, BETA, EPSILON, ABS_ERR_UPPER = 0.6, 0.4, 0.01, 1.0
 
 
@@ -124,6 +130,23 @@ def time_call(call: Callable[[], object], calls: int, repeats: int) -> float:
     return statistics.median(runs)
 
 
+def time_update(sample: Callable[[], np.ndarray], update: Callable[[np.ndarray], object],
+                calls: int, repeats: int) -> float:
+    """Median over `repeats` runs of the mean microseconds of `update(sample())`, timing the
+    update alone: each call updates the batch just sampled."""
+    update(sample())
+    runs = []
+    for _ in range(repeats):
+        seconds = 0.0
+        for _ in range(calls):
+            batch = sample()
+            start = time.perf_counter()
+            update(batch)
+            seconds += time.perf_counter() - start
+        runs.append(seconds / calls * 1e6)
+    return statistics.median(runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=2**20, help="memory size (default 2^20)")
@@ -144,35 +167,43 @@ def main() -> None:
 
     cpprb = make_cpprb(args.capacity, rng)
     transition = random_transition(rng)
-    rows = [("store", lambda m: m.store(transition), lambda b: b.add(**cpprb_args(transition)))]
+    # (operation, its timing on our memory or the loop baseline, its timing on cpprb); each
+    # timing takes (memory, calls, repeats) and returns microseconds per call.
+    rows: list[tuple[str, Timing, Timing]] = [(
+        "store",
+        lambda m, calls, repeats: time_call(lambda: m.store(transition), calls, repeats),
+        lambda b, calls, repeats: time_call(lambda: b.add(**cpprb_args(transition)), calls,
+                                            repeats),
+    )]
     for n in (32, 256):
-        rows.append((f"sample({n})", _sample(n), lambda b, n=n: b.sample(n, beta=BETA)))
+        rows.append((
+            f"sample({n})",
+            lambda m, calls, repeats, n=n: time_call(lambda: m.sample(n), calls, repeats),
+            lambda b, calls, repeats, n=n: time_call(lambda: b.sample(n, beta=BETA), calls,
+                                                     repeats),
+        ))
     for n in (32, 256):
-        idx, _, _ = memory.sample(n)
         errors = rng.exponential(0.3, n)
-        rows.append(
-            (
-                f"batch_update({n})",
-                lambda m, idx=idx, errors=errors: m.batch_update(idx, errors),
-                lambda b, n=n, errors=errors: b.update_priorities(np.arange(n), errors + EPSILON),
-            )
-        )
+        rows.append((
+            f"batch_update({n})",
+            lambda m, calls, repeats, n=n, errors=errors: time_update(
+                lambda: m.sample(n)[0], lambda idx: m.batch_update(idx, errors), calls, repeats),
+            lambda b, calls, repeats, n=n, errors=errors: time_update(
+                lambda: b.sample(n, beta=BETA)["indexes"],
+                lambda idx: b.update_priorities(idx, errors + EPSILON), calls, repeats),
+        ))
 
     header = f"{'operation':<18}{'PER.py us':>12}{'loop us':>12}{'speed-up':>10}"
     print(header + (f"{'cpprb us':>12}{'PER.py/cpprb':>14}" if cpprb else ""))
     for name, ours, theirs in rows:
         calls = 2000 if "256" not in name else 500
-        ours_us = time_call(lambda ours=ours: ours(memory), calls, args.repeats)
-        loop_us = time_call(lambda ours=ours: ours(baseline), max(calls // 20, 10), args.repeats)
+        ours_us = ours(memory, calls, args.repeats)
+        loop_us = ours(baseline, max(calls // 20, 10), args.repeats)
         line = f"{name:<18}{ours_us:>12.1f}{loop_us:>12.1f}{loop_us / ours_us:>9.1f}x"
         if cpprb:
-            cpprb_us = time_call(lambda theirs=theirs: theirs(cpprb), calls, args.repeats)
+            cpprb_us = theirs(cpprb, calls, args.repeats)
             line += f"{cpprb_us:>12.1f}{ours_us / cpprb_us:>13.2f}x"
         print(line, flush=True)
-
-
-def _sample(n: int) -> Callable[[object], object]:
-    return lambda memory: memory.sample(n)
 
 
 def cpprb_args(transition: tuple) -> dict:

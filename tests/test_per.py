@@ -107,6 +107,23 @@ def test_update_batch_matches_single_updates_and_last_duplicate_wins():
     assert tree.min_priority == 0.5  # the empty leaf does not count
 
 
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 7, 64, 100, 1000, 1025])
+def test_batch_update_is_bit_identical_to_one_walk_per_leaf(capacity):
+    # update_batch recomputes shared ancestors once per level instead of once per leaf; every
+    # node must still end exactly as the tutorial's leaf-by-leaf walk leaves it, in trees with
+    # leaves on one level or two, with duplicates, over many batches.
+    rng = np.random.default_rng(capacity)
+    batched, walked = SumTree(capacity), SumTree(capacity)
+    for _ in range(30):
+        leaves = rng.integers(capacity - 1, 2 * capacity - 1, size=rng.integers(1, 300))
+        priorities = rng.exponential(1.0, leaves.size) * (rng.random(leaves.size) < 0.9)
+        batched.update_batch(leaves, priorities)
+        for leaf, priority in zip(leaves, priorities, strict=True):
+            walked.update(int(leaf), float(priority))
+        np.testing.assert_array_equal(batched.tree, walked.tree)
+        np.testing.assert_array_equal(batched.mins, walked.mins)
+
+
 def test_wrap_around_overwrites_oldest():
     tree = filled_tree([1, 2, 3, 4])
     tree.add(10, "new")
