@@ -2,9 +2,10 @@
 
 `python apex.py` starts a local Ray on this machine and trains CartPole-v1 with 2 actors;
 `python apex.py --address auto` (or RAY_ADDRESS) joins a running Ray cluster instead. Every
-hyperparameter below can be set on the command line (`python apex.py --help`). The best evaluated
-network goes to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`), the
-learning curve to `plots/apex_<env>.png`.
+hyperparameter below can be edited here or set on the command line (`python apex.py --help`), to
+the same effect: either wins over the Atari preset (settings.py). The best evaluated network goes
+to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`), the learning
+curve to `plots/apex_<env>.png`.
 
 Three parts, built from this repository's own pieces:
   actors   NUM_ACTORS Ray actors, each with its own environment and a fixed exploration rate

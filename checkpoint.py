@@ -6,11 +6,10 @@ needs to continue exactly (`--checkpoint-every`, `--resume`); `stop_requests()` 
 (SIGINT) and SIGTERM (`kill`, `docker stop`, a cluster scheduler before preemption) into a
 request the training loop sees after its current step, so the run can save and exit cleanly.
 
-Directories, written whole or not at all, the last few kept:
-
-A checkpoint is a directory `step-<N>` under a root such as
-`models/DDQN_CartPole-v1_Dueling_PER.checkpoints/`. It is first written as `.tmp-step-<N>`, its
-files flushed to disk, and only then renamed to `step-<N>`; a rename within one file system is
+The directories are written whole or not at all, and the last few are kept. A checkpoint is
+a directory `step-<N>` under a root such as `models/DDQN_CartPole-v1_Dueling_PER.checkpoints/`.
+It is first written as `.tmp-step-<N>`, its files flushed to disk, and only then renamed to
+`step-<N>`; a rename within one file system is
 atomic, so a process killed at any moment leaves either the complete new checkpoint or none, and
 the previous ones stay intact. Leftover `.tmp-*` directories are ignored and removed by the next
 save. What goes inside is the caller's business; the readers here turn every way a file can be
