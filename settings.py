@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import numbers
 import re
 import textwrap
 from collections.abc import Callable
@@ -259,14 +260,48 @@ def resolve(
 
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
-    """Raise ValueError for the first value outside its flag's range, naming flag and value."""
+    """Raise ValueError for the first value of the wrong type or outside its flag's range,
+    naming flag and value (an edit at the top of a script is not typed like the command line)."""
     for name, flag in table.items():
-        if flag.rule is not None and not flag.rule[1](values[name]):
+        value = values[name]
+        description, valid = flag_type(flag)
+        if not valid(value):
+            raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be {description}, "
+                             f"got {value!r}")
+        if flag.rule is not None and not flag.rule[1](value):
             raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be {flag.rule[0]}, "
                              f"got {values[name]!r}")
     if values["batch_size"] > values["memory_size"]:
         raise ValueError(f"BATCH_SIZE ({values['batch_size']}) must not exceed MEMORY_SIZE "
                          f"({values['memory_size']})")
+
+
+def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
+    """(what a value of `flag` must be, its test): the type the command line would parse, so an
+    edit at the top of a script that the command line could not give ("300", 1e3 for an int)
+    fails as clearly. None is allowed where the flag ships as None; True where it may be alone."""
+    if isinstance(flag.shipped, tuple):
+        return "a tuple of integers", lambda value: isinstance(value, tuple) and all(
+            map(is_integer, value))
+    kind = flag.kind if flag.shipped is None else type(flag.shipped)
+    description, test = {
+        bool: ("True or False", lambda value: isinstance(value, bool)),
+        int: ("an integer", is_integer),
+        float: ("a number", lambda value: isinstance(value, numbers.Real) and not isinstance(
+            value, bool)),
+        str: ("a string", lambda value: isinstance(value, str)),
+    }[kind]
+    if flag.shipped is not None:
+        return description, test
+    allowed = (None, True) if flag.alone else (None,)
+    return (f"{description} or {' or '.join(map(str, allowed))}",
+            lambda value: any(value is choice for choice in allowed) or test(value))
+
+
+def is_integer(value: Any) -> bool:
+    """An integer (numpy's too) that is not a bool: True is an int to Python, not to the
+    command line."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def as_tuple(value: Any) -> Any:

@@ -8,10 +8,12 @@ module); one test edits a copy of d3qn_agent.py itself and reads what the run pr
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import apex
@@ -107,6 +109,30 @@ def test_an_edit_out_of_range_names_the_constant_and_the_flag(monkeypatch, capsy
     assert main(["--hidden-units", "8"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: GAMMA (--gamma) must be in [0, 1], got 1.5")
+
+
+@pytest.mark.parametrize(("constant", "value", "message"), [
+    ("TOTAL_STEPS", "300", "TOTAL_STEPS (--total-steps) must be an integer, got '300'"),
+    ("N_STEP", 1.0, "N_STEP (--n-step) must be an integer, got 1.0"),
+    ("USE_PER", 1, "USE_PER (--per) must be True or False, got 1"),
+    ("HIDDEN_UNITS", (64, "64"), "HIDDEN_UNITS (--hidden-units) must be a tuple of integers"),
+    ("MAX_EPISODE_STEPS", "500", "MAX_EPISODE_STEPS (--max-episode-steps) must be an integer "
+                                 "or None, got '500'"),
+])
+def test_an_edit_of_the_wrong_type_names_the_constant(monkeypatch, constant, value, message):
+    monkeypatch.setattr(d3qn_agent, constant, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        resolve()
+
+
+def test_edits_of_the_types_the_command_line_gives_are_accepted(monkeypatch):
+    for constant, value in [("LEARNING_RATE", 1), ("MAX_EPISODE_STEPS", 4000),
+                            ("FAILURE_REWARD", -100), ("TENSORBOARD", True)]:
+        monkeypatch.setattr(d3qn_agent, constant, value)
+    config, _ = resolve(seed=np.int64(3))
+    assert (config.learning_rate, config.max_episode_steps, config.failure_reward) == (
+        1, 4000, -100)
+    assert config.tensorboard is True and config.seed == 3
 
 
 def test_help_shows_the_comments_the_edited_defaults_and_the_presets(monkeypatch, capsys):
