@@ -263,14 +263,10 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
     """Raise ValueError for the first value of the wrong type or outside its flag's range,
     naming flag and value (an edit at the top of a script is not typed like the command line)."""
     for name, flag in table.items():
-        value = values[name]
-        description, valid = flag_type(flag)
-        if not valid(value):
-            raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be {description}, "
-                             f"got {value!r}")
-        if flag.rule is not None and not flag.rule[1](value):
-            raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be {flag.rule[0]}, "
-                             f"got {values[name]!r}")
+        for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
+            if not valid(values[name]):
+                raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be "
+                                 f"{description}, got {values[name]!r}")
     if values["batch_size"] > values["memory_size"]:
         raise ValueError(f"BATCH_SIZE ({values['batch_size']}) must not exceed MEMORY_SIZE "
                          f"({values['memory_size']})")
