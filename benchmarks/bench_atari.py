@@ -40,8 +40,6 @@ before and after is printed with the numbers.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import resource
 import shlex
@@ -58,6 +56,8 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent_loop import run_steps, skip_end_of_run
+
 import d3qn_agent
 import reporting
 
@@ -162,24 +162,6 @@ def instrument(agent: d3qn_agent.DQNAgent) -> Stopwatches:
     ):
         watches.wrap(holder, method, part)
     return watches
-
-
-def skip_end_of_run(agent: d3qn_agent.DQNAgent) -> None:
-    """Stub out what `run` does once its budget is spent: the final evaluation, saving the last
-    network, the plots and the summary line. A real run does them once, at its end."""
-    agent.evaluate_and_keep_best = lambda: None
-    agent.save = lambda name: None
-    agent.report.finish = lambda agent: None
-
-
-def run_steps(agent: d3qn_agent.DQNAgent, count: int) -> float:
-    """Run `count` training steps of the agent's own loop (`run`, with its budget ending
-    `count` steps on); return the wall time in seconds."""
-    agent.config.total_steps = agent.step + count
-    start_time = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # run's first line, the per-episode lines
-        agent.run()
-    return time.perf_counter() - start_time
 
 
 def owned_array_bytes(holder: object) -> int:

@@ -13,8 +13,6 @@ temporary directory.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 import tempfile
 import time
@@ -22,6 +20,8 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent_loop import run_steps, skip_end_of_run
+
 import checkpoint
 from d3qn_agent import DQNAgent
 
@@ -42,14 +42,9 @@ def main() -> None:
             total_steps=args.memory_size, exploration_steps=never, learning_starts=never,
             eval_every=never, plot_dir=directory,
         )
-        # run() without its end: no final evaluation, saved network or plots.
-        agent.evaluate_and_keep_best = agent.save = lambda *_: None
-        agent.report.finish = lambda _: None
+        skip_end_of_run(agent)
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):  # the per-episode lines
-            agent.run()
-        print(f"filled in {time.perf_counter() - start:.0f} s")
+        print(f"filled in {run_steps(agent, args.memory_size):.0f} s")
 
         tracemalloc.start()
         start = time.perf_counter()

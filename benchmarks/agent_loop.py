@@ -1,0 +1,27 @@
+"""The agent's own training loop for a window of steps, shared by the benchmarks that time or use
+it (`bench_atari.py`, `bench_checkpoint.py`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from typing import Any
+
+
+def skip_end_of_run(agent: Any) -> None:
+    """Stub out what `DQNAgent.run` does once its budget is spent: the final evaluation, saving
+    the last network, the plots and the summary line. A real run does them once, at its end."""
+    agent.evaluate_and_keep_best = lambda: None
+    agent.save = lambda name: None
+    agent.report.finish = lambda agent: None
+
+
+def run_steps(agent: Any, count: int) -> float:
+    """Run `count` more steps of the agent's own loop (`run`, its budget ending `count` steps
+    on, after `skip_end_of_run`); return the wall time in seconds. Its lines go to a buffer."""
+    agent.config.total_steps = agent.step + count
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # run's first line, the per-episode lines
+        agent.run()
+    return time.perf_counter() - start
