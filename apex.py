@@ -766,20 +766,18 @@ def run_until_stopped(learner: Learner) -> int:
     """Run `learner` to its end (0). Ctrl-C or SIGTERM stops every actor and saves the network
     and the plot (0); an actor failing for good saves them too (1). The previous signal
     handlers come back afterwards."""
-    previous = {number: signal.signal(number, interrupt) for number in checkpoint.STOP_SIGNALS}
-    try:
-        learner.run()
-        return 0
-    except KeyboardInterrupt as interruption:
-        learner.finish(f"interrupted by {interruption.args[0] if interruption.args else 'SIGINT'}")
-        return 0
-    except (RuntimeError, ray.exceptions.RayError) as error:
-        learner.finish("stopped by an error")
-        print(f"error: {str(error).strip().splitlines()[-1]}", file=sys.stderr)
-        return 1
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    with checkpoint.on_stop_signals(interrupt):
+        try:
+            learner.run()
+            return 0
+        except KeyboardInterrupt as interruption:
+            learner.finish("interrupted by "
+                           + (interruption.args[0] if interruption.args else "SIGINT"))
+            return 0
+        except (RuntimeError, ray.exceptions.RayError) as error:
+            learner.finish("stopped by an error")
+            print(f"error: {str(error).strip().splitlines()[-1]}", file=sys.stderr)
+            return 1
 
 
 def main(argv: list[str] | None = None) -> int:

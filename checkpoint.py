@@ -52,16 +52,24 @@ class StopRequest:
 
 
 @contextlib.contextmanager
+def on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """While inside, Ctrl-C and SIGTERM call `handler(signum, frame)`; the previous handlers
+    come back on exit. (Only the main thread can do this.)"""
+    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)
+
+
+@contextlib.contextmanager
 def stop_requests() -> Iterator[StopRequest]:
     """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest` instead of ending the
-    process; the previous handlers come back on exit. (Only the main thread can do this.)"""
+    process, so a training loop can finish its step and save."""
     request = StopRequest()
-    previous = {number: signal.signal(number, request) for number in STOP_SIGNALS}
-    try:
+    with on_stop_signals(request):
         yield request
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 @contextlib.contextmanager
