@@ -50,7 +50,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import checkpoint
 import settings
-from d3qn_agent import DQNAgent, OurModel, episode_seed, make_env, td_errors
+from d3qn_agent import DQNAgent, OurModel, deal, episode_seed, make_env, td_errors
 from PER import Memory, UniformMemory
 from replay_storage import FrameStackStorage
 from reporting import TensorBoardWriter, tensorboard_dir
@@ -563,7 +563,8 @@ class Learner:
                 self.env_steps = ray.get(self.replay.collected.remote())
                 self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
-            abs_errors, loss = self.agent.train_on_batch(batch, is_weights)
+            (abs_errors,), (loss,) = self.agent.train_on_batch(
+                tuple(deal(array, 1) for array in batch), deal(is_weights, 1))
             self._interval_sums[0] += loss
             self._interval_sums[1] += float(abs_errors.mean())
             self._interval_sums[2] += 1

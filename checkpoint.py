@@ -165,6 +165,7 @@ def load_agent(agent: Any, where: str = LATEST) -> str:
         except Exception as error:  # Keras raises several types for a bad weights file
             raise ValueError(f"checkpoint file {directory / file} is missing or does not "
                              f"fit the network: {error}") from error
+    agent.greedy_actions.weights_changed()
     variables = agent.optimizer.variables
     if sorted(optimizer_arrays, key=int) != [str(i) for i in range(len(variables))] or any(
             optimizer_arrays[str(i)].shape != tuple(v.shape) for i, v in enumerate(variables)):

@@ -15,9 +15,11 @@ its names in its order, and where they are here:
   DQNAgent.__init__             the same, with the memory PER.Memory or PER.UniformMemory
   update_target_model           a hard copy, or Polyak averaging with TAU (SOFT_UPDATE)
   remember                      one MEMORY.store for both memories (no deque)
-  act                           epsilon-greedy with a compiled forward pass (no model.predict)
-  replay                        MEMORY.sample -> one compiled gradient step on the importance-
-                                weighted Huber loss -> MEMORY.batch_update (no model.fit)
+  act                           epsilon-greedy; the greedy action from greedy_policy.py, a
+                                numpy forward pass for an MLP (no model.predict)
+  replay                        MEMORY.sample -> GRADIENT_STEPS_PER_CALL gradient steps on the
+                                importance-weighted Huber loss in one compiled call ->
+                                MEMORY.batch_update (no model.fit)
   load, save                    .keras files that load in Keras' safe mode
   PlotModel                     records the score; the learning curve is drawn by reporting.py
   run                           gymnasium's terminated/truncated: bootstrap through truncation;
@@ -48,6 +50,7 @@ import atari_wrappers
 import checkpoint
 import recording
 import settings
+from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
 from priority_figure import PriorityFigure
 from replay_storage import FrameStackStorage
@@ -82,6 +85,8 @@ LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient st
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
+GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, traced into one TensorFlow call
+XLA = True  # compile replay()'s gradient steps with XLA, which fuses their ~400 small ops
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
@@ -200,6 +205,12 @@ def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     return 0.5 * tf.square(quadratic) + delta * (abs_errors - quadratic)
 
 
+def deal(array: np.ndarray, steps: int) -> np.ndarray:
+    """Deal a draw of steps x batch items into `steps` batches, as cards: (steps * batch, ...)
+    -> (steps, batch, ...), batch k holding items k, k + steps, k + 2 steps, ..."""
+    return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
+
+
 class NonFiniteError(RuntimeError):
     """A training step produced NaN or inf; the run stops with its last good state saved."""
 
@@ -253,8 +264,10 @@ class DQNAgent:
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
         if config.use_per:
-            # Beta anneals linearly to 1 over the run's gradient steps (Schaul et al. 2016).
-            beta_increment = (1.0 - config.per_beta) / self.planned_gradient_steps
+            # Beta anneals linearly to 1 over the run's gradient steps (Schaul et al. 2016); it
+            # grows once a draw, and a draw serves GRADIENT_STEPS_PER_CALL steps.
+            planned_draws = max(1, self.planned_gradient_steps // config.gradient_steps_per_call)
+            beta_increment = (1.0 - config.per_beta) / planned_draws
             self.MEMORY = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
                                  beta_increment=beta_increment, rank_based=config.per_rank_based,
                                  **replay_options)
@@ -308,11 +321,12 @@ class DQNAgent:
         self.MEMORY.store((state, action, reward, next_state, done))
 
     def act(self, state: np.ndarray) -> int:
-        """Epsilon-greedy action for one state (a compiled forward pass when greedy)."""
+        """Epsilon-greedy action for one state (greedy_policy.py: a numpy forward pass for an
+        MLP, so acting costs ~20 µs instead of a ~300 µs TensorFlow call)."""
         self.epsilon = self.epsilon_at(self.step)
         if self.rng.random() < self.epsilon:
             return int(self.rng.integers(self.action_size))
-        return int(self._greedy_actions(state[np.newaxis]).numpy()[0])
+        return int(self.greedy_actions(state[np.newaxis])[0])
 
     def epsilon_at(self, step: int) -> float:
         """Exploration rate after `step` env steps: linear from EPSILON_START to EPSILON_MIN over
@@ -324,41 +338,57 @@ class DQNAgent:
         fraction = min(1.0, step / config.exploration_steps)
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
-    def replay(self) -> float:
-        """Sample a batch, take a gradient step on it, give the |TD errors| back as priorities."""
-        tree_idx, batch, is_weights = self.MEMORY.sample(self.config.batch_size)
-        abs_errors, loss = self.train_on_batch(batch, is_weights)
-        self.MEMORY.batch_update(tree_idx, abs_errors)
-        if self.config.soft_update:
-            self.update_target_model()
-        self.report.gradient_step(self, loss, abs_errors, is_weights)
-        return loss
+    def replay(self) -> np.ndarray:
+        """Sample GRADIENT_STEPS_PER_CALL batches, take a gradient step on each, give each
+        batch's |TD errors| back as its priorities; return the losses.
 
-    def train_on_batch(self, batch: tuple, is_weights: np.ndarray) -> tuple[np.ndarray, float]:
-        """One compiled `gradient_step` on `batch`; return the per-sample |TD error| and the
-        loss from before the step (~2-3 ms for CartPole here, ~33 ms for Pong). Raises
-        NonFiniteError, leaving the weights as they were, if loss or gradient is NaN or inf."""
-        states, actions, rewards, next_states, dones, discounts = batch
-        abs_errors, loss, applied = self._gradient_step(
-            states, np.asarray(actions, np.int32), np.asarray(rewards, np.float32),
-            next_states, np.asarray(dones, np.float32), np.asarray(discounts, np.float32),
-            np.asarray(is_weights, np.float32))
+        The tutorial sampled, fitted and updated one batch at a time. Here one draw of
+        steps x BATCH_SIZE transitions is dealt into the batches (batch k gets draws k,
+        k + steps, ..., so it spans the whole priority range as a draw of its own would), and
+        one compiled call trains on them all: TensorFlow's fixed cost of ~1 ms a call and the
+        memory's cost a draw are paid once (docs/benchmarks.md). The price: batch k comes
+        from priorities that miss the k - 1 updates before it. Its IS weights are those of
+        the probabilities it was drawn with, so the correction stays exact.
+        """
+        steps = self.config.gradient_steps_per_call
+        tree_idx, batch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
+        batches = tuple(deal(array, steps) for array in batch)
+        abs_errors, losses = self.train_on_batch(batches, deal(is_weights, steps))
+        # Written in the order of the steps: a transition drawn twice keeps its later error.
+        self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
+        self.report.gradient_steps(self, losses, abs_errors, deal(is_weights, steps))
+        return losses
+
+    def train_on_batch(self, batches: tuple[np.ndarray, ...], is_weights: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """A compiled `gradient_step` on each batch in turn (~1.2 ms a CartPole step here, ~36 ms
+        a Pong step); `batches` holds `Memory.sample`'s arrays with a leading axis of
+        GRADIENT_STEPS_PER_CALL (`deal`). Returns the |TD errors| (steps, batch size) and the
+        losses, each from before its step. Raises NonFiniteError if a loss or gradient is NaN
+        or inf: that step and the ones after it are not applied."""
+        states, actions, rewards, next_states, dones, discounts = batches
+        abs_errors, losses, applied = self._gradient_steps(
+            states, actions.astype(np.int32), rewards.astype(np.float32), next_states,
+            dones.astype(np.float32), discounts.astype(np.float32),
+            is_weights.astype(np.float32))
+        self.greedy_actions.weights_changed()
         if not applied:
-            raise NonFiniteError(f"training step at env step {self.step} gave a non-finite loss "
-                                 f"or gradient (loss {float(loss)}); it was not applied")
-        return abs_errors.numpy(), float(loss)
+            raise NonFiniteError(f"training at env step {self.step} gave a non-finite loss or "
+                                 f"gradient (losses {losses.numpy().tolist()}); from there on the "
+                                 "call's steps were not applied")
+        return abs_errors.numpy(), losses.numpy()
 
-    def gradient_step(self, states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
-                      next_states: tf.Tensor, dones: tf.Tensor, discounts: tf.Tensor,
-                      is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The graph `train_on_batch` runs: loss = mean_i w_i * huber(delta_i), then Adam.
+    def gradient_step(self, batch: tuple, is_weights: tf.Tensor, allowed: tf.Tensor
+                      ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """One step of the graph `train_on_batch` runs: loss = mean_i w_i * huber(delta_i),
+        then Adam (and with SOFT_UPDATE the target's blend).
 
         The IS weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias, one per
         sample's loss (Schaul et al. 2016, Algorithm 1); the gradient's norm is clipped to
         GRAD_CLIP. A NaN or inf would poison the weights and, through the TD errors, the sum
-        tree: such a step is not applied, and `applied` says so.
+        tree: such a step is not applied (nor is any while `allowed` is False), and `applied`
+        says so.
         """
-        batch = (states, actions, rewards, next_states, dones, discounts)
         with tf.GradientTape() as tape:
             errors = td_errors(self.model, self.target_model, batch, self.config.ddqn,
                                training=True)
@@ -369,11 +399,18 @@ class DQNAgent:
 
         def apply() -> tf.Tensor:
             self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            if self.config.soft_update:
+                self.blend_target(tf.constant(self.config.tau, tf.float32))
             return tf.constant(True)
 
         finite = tf.math.is_finite(loss) & tf.math.is_finite(norm)
-        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        applied = tf.cond(allowed & finite, apply, lambda: tf.constant(False))
         return tf.abs(errors), loss, applied
+
+    def blend_target(self, tau: tf.Tensor) -> None:
+        """The graph of `update_target_model`: target <- tau * online + (1 - tau) * target."""
+        for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
+            target.assign(tau * online + (1.0 - tau) * target)
 
     def load(self, name: str) -> None:
         """Load a `.keras` file saved by `save` into the online and target networks.
@@ -434,8 +471,9 @@ class DQNAgent:
                 # Only a real termination stops bootstrapping; a time-limit cut does not.
                 self.remember(self.state, action, reward, next_state, terminated)
                 self.state = next_state
-                if (self.step >= config.learning_starts and self.step % config.train_frequency == 0
-                        and len(self.MEMORY) >= config.batch_size):
+                if (self.step >= config.learning_starts and len(self.MEMORY) >= config.batch_size
+                        and self.step % (config.train_frequency
+                                         * config.gradient_steps_per_call) == 0):
                     self.replay()
                 if not config.soft_update and self.step % config.target_update == 0:
                     self.update_target_model()
@@ -480,7 +518,7 @@ class DQNAgent:
             recorder = recording.start(env, record) if episode == 1 else None
             score, done, info, steps = 0.0, False, {}, 0
             while not done:
-                action = int(self._greedy_actions(state[np.newaxis]).numpy()[0])
+                action = int(self.greedy_actions(state[np.newaxis])[0])
                 state, reward, terminated, truncated, info = env.step(action)
                 score, steps, done = score + reward, steps + 1, terminated or truncated
                 if recorder:
@@ -507,7 +545,7 @@ class DQNAgent:
         returns = np.zeros(episodes)
         running = np.ones(episodes, dtype=bool)
         while running.any():
-            actions = self._greedy_actions(states).numpy()
+            actions = self.greedy_actions(states)
             for i in np.flatnonzero(running):
                 states[i], reward, terminated, truncated, info = envs[i].step(actions[i])
                 returns[i] += reward
@@ -534,7 +572,7 @@ class DQNAgent:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def compile(self) -> None:
-        """Build Adam and trace the greedy policy, the gradient step and the target update
+        """Build Adam, the greedy policy, and trace the gradient steps and the target update
         (again after `load`). Where the tutorial compiled with RMSprop and called `predict` /
         `fit` at ~70-90 ms a call, a traced graph costs ~1 ms; a concrete function (one fixed
         signature, autograph off) also skips tf.function's argument matching, ~0.3-1 ms."""
@@ -548,21 +586,35 @@ class DQNAgent:
                 learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
         self.optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
         self.optimizer.build(self.model.trainable_variables)  # no variable created in a graph
+        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
 
-        def trace(function: Any, *signature: tf.TensorSpec) -> Any:
-            return tf.function(function, autograph=False).get_concrete_function(*signature)
+        def gradient_steps(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
+                           next_states: tf.Tensor, dones: tf.Tensor, discounts: tf.Tensor,
+                           is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            # A graph loop over the batches k = 0, 1, ...: traced and compiled once, whatever
+            # their number; step k sees the weights step k - 1 left.
+            def step(k: tf.Tensor, applied: tf.Tensor, abs_errors: tf.TensorArray,
+                     losses: tf.TensorArray) -> tuple:
+                batch = (states[k], actions[k], rewards[k], next_states[k], dones[k],
+                         discounts[k])
+                errors, loss, applied = self.gradient_step(batch, is_weights[k], applied)
+                return k + 1, applied, abs_errors.write(k, errors), losses.write(k, loss)
 
-        def blend_target(tau: tf.Tensor) -> None:
-            for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
-                target.assign(tau * online + (1.0 - tau) * target)
+            count = tf.shape(states)[0]
+            _, applied, abs_errors, losses = tf.while_loop(
+                lambda k, *_: k < count, step,
+                (tf.constant(0), tf.constant(True), tf.TensorArray(tf.float32, count),
+                 tf.TensorArray(tf.float32, count)))
+            return abs_errors.stack(), losses.stack(), applied
 
-        states = tf.TensorSpec((None, *self.state_shape), tf.as_dtype(self.state_dtype))
-        vector = tf.TensorSpec((None,), tf.float32)
-        self._greedy_actions = trace(lambda batch: tf.argmax(
-            self.model(batch, training=False), axis=1, output_type=tf.int32), states)
-        self._gradient_step = trace(self.gradient_step, states, tf.TensorSpec((None,), tf.int32),
-                                    vector, states, vector, vector, vector)
-        self._blend_target = trace(blend_target, tf.TensorSpec((), tf.float32))
+        states = tf.TensorSpec((None, None, *self.state_shape), tf.as_dtype(self.state_dtype))
+        per_sample = tf.TensorSpec((None, None), tf.float32)
+        self._gradient_steps = tf.function(
+            gradient_steps, autograph=False, jit_compile=config.xla).get_concrete_function(
+                states, tf.TensorSpec((None, None), tf.int32), per_sample, states, per_sample,
+                per_sample, per_sample)
+        self._blend_target = tf.function(self.blend_target, autograph=False).get_concrete_function(
+            tf.TensorSpec((), tf.float32))
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""

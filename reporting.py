@@ -157,11 +157,19 @@ class TrainingReport:
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 
-    def gradient_step(self, agent: Any, loss: float, abs_errors: np.ndarray,
+    def gradient_steps(self, agent: Any, losses: np.ndarray, abs_errors: np.ndarray,
+                       is_weights: tuple[np.ndarray, ...]) -> None:
+        """Note the gradient steps of one `replay` call (their losses, |TD errors| and IS
+        weights, one per step), as `gradient_step` notes each."""
+        last = agent.step // agent.config.train_frequency
+        for k, loss in enumerate(losses):
+            self.gradient_step(agent, last - len(losses) + 1 + k, float(loss), abs_errors[k],
+                               is_weights[k])
+
+    def gradient_step(self, agent: Any, gradient_step: int, loss: float, abs_errors: np.ndarray,
                       is_weights: np.ndarray) -> None:
-        """Note a gradient step: its IS weights for the priority figure; every
-        TENSORBOARD_EVERY steps the averaged loss, |TD error|, epsilon, speed and IS weights."""
-        gradient_step = agent.step // agent.config.train_frequency
+        """Note gradient step number `gradient_step`: its IS weights for the priority figure;
+        every TENSORBOARD_EVERY steps the averaged loss, |TD error|, epsilon, speed, IS weights."""
         beta = getattr(agent.MEMORY, "beta", 0.0)  # uniform replay: weights 1, as with beta = 0
         agent.priority_figure.note_batch(agent.step, gradient_step, beta, is_weights)
         if self.tensorboard is None:

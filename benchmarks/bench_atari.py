@@ -1,12 +1,14 @@
-"""Agent steps per second of the D3QN agent on Atari Pong, and where the time goes.
+"""Agent steps per second of the D3QN agent on Atari Pong, and where the time goes, before and
+after the fast path, in one run.
 
-    python benchmarks/bench_atari.py                  # 3,000 measured steps, prioritized replay
-    python benchmarks/bench_atari.py --no-per --steps 1000
+    python benchmarks/bench_atari.py                  # Pong, README settings, before and now
+    python benchmarks/bench_atari.py --env-name CartPole-v1 --train-frequency 2 --steps 20000
+    python benchmarks/bench_atari.py --no-before --no-per --steps 1000
 
 Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
-torso, batch 32, Adam 1e-4, a gradient step every 4 env steps, target copy every 1,000 steps,
-3-step returns),
-except for three settings that keep the run short and representative:
+torso, batch 32, Adam 1e-4, target copy every 1,000 steps, 3-step returns) and a gradient step
+every 2 env steps as the README's Pong runs (`--train-frequency`), except for three settings that
+keep the run short and representative:
 
 - MEMORY_SIZE 20,000 instead of 100,000: sampling costs O(log N), so the time barely depends on
   it; the bytes per transition do not depend on it at all.
@@ -16,25 +18,30 @@ except for three settings that keep the run short and representative:
   the steps run the network to act, as in 99% of a 10M-step run. With the Atari default
   schedule (--exploration-steps 100000) nearly every measured step would act at random.
 
+"Before" is the same agent with the fast path's three levers off, as d3qn_agent.py was before
+it: one gradient step per TensorFlow call (`--gradient-steps-per-call 1`), no XLA (`--no-xla`),
+and every greedy action a TensorFlow call (GreedyPolicy(numpy=False)). "Now" is the agent as
+d3qn_agent.py builds it. Each gets its own warm-up; both run in this process, one after the other.
+
 The measured loop is the agent's own: `agent.run()`, with its budget `agent.config.total_steps`
-set to end where the window does (act, env.step, remember, a replay every TRAIN_FREQUENCY steps
-once LEARNING_STARTS is reached, a hard target copy every TARGET_UPDATE steps, `PlotModel` and a
-new episode at an episode's end). The work `run` does once its budget is spent, which a real run
-does once at its end and not every few thousand steps, is stubbed out as instance attributes:
-the final greedy evaluation (`agent.evaluate_and_keep_best`), saving the last network
-(`agent.save`) and drawing the plots with the summary line (`agent.report.finish`). The
-benchmark only wraps stopwatches around the methods the loop calls, as instance attributes:
-`agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode` (env.reset),
-`agent.PlotModel`, `agent.update_target_model`, and the three calls inside `agent.replay`,
-`agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`. These are the
-agent's internals; "other" is what is left (the per-episode print line and `run`'s first line,
-which go to a buffer here, the loop itself, and entering and leaving `run`). The greedy
-evaluations (every 250,000 steps) fall outside the measured window.
+set to end where the window does (act, env.step, remember, a replay call every TRAIN_FREQUENCY x
+GRADIENT_STEPS_PER_CALL steps once LEARNING_STARTS is reached, a hard target copy every
+TARGET_UPDATE steps, `PlotModel` and a new episode at an episode's end). The work `run` does once
+its budget is spent, which a real run does once at its end and not every few thousand steps, is
+stubbed out as instance attributes: the final greedy evaluation (`agent.evaluate_and_keep_best`),
+saving the last network (`agent.save`) and drawing the plots with the summary line
+(`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop calls,
+as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode`
+(env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three calls inside
+`agent.replay`, `agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`.
+These are the agent's internals; "other" is what is left (the per-episode print line and `run`'s
+first line, which go to a buffer here, the loop itself, and entering and leaving `run`). The
+greedy evaluations (every 250,000 steps) fall outside the measured window.
 
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
-microseconds per call; then the replay memory's bytes per transition, measured from its numpy
-arrays (frame store + sum tree) after the run. The 2-core CPU may be shared: the load average
-before and after is printed with the numbers.
+microseconds per call; then, for images, the replay memory's bytes per transition, measured from
+its numpy arrays (frame store + sum tree) after the run. The 2-core CPU may be shared: the load
+average before and after is printed with the numbers.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ from agent_loop import run_steps, skip_end_of_run
 
 import d3qn_agent
 import reporting
+from greedy_policy import GreedyPolicy
+from replay_storage import FrameStackStorage
 
 # Hyperparameters (each overridable from the command line).
 ENV_NAME = "PongNoFrameskip-v4"  # the Atari game the agent plays
@@ -69,6 +78,7 @@ LEARNING_STARTS = 2_000  # env steps before the first gradient step (Atari defau
 WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient steps run slower
 EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100,000)
 SEED = 0  # seeds the agent, its environment and its replay memory
+TRAIN_FREQUENCY = 2  # env steps per gradient step: the README's Pong runs (Atari preset: 4)
 
 # The measured parts of one agent step, in the order the loop runs them.
 PARTS = {
@@ -77,7 +87,7 @@ PARTS = {
     "act": "agent.act: epsilon-greedy, one forward pass",
     "store": "agent.remember: Memory.store into the frame store",
     "sample": "Memory.sample: draw a batch, rebuild its frame stacks",
-    "train": "agent.train_on_batch: one gradient step",
+    "train": "agent.train_on_batch: the gradient steps of a replay call",
     "priorities": "Memory.batch_update: new priorities",
     "target": "agent.update_target_model: hard copy",
     "episode end": "agent.PlotModel (PNG redrawn at most every 20 s)",
@@ -96,7 +106,12 @@ def parse_args() -> argparse.Namespace:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--env-name", default=ENV_NAME, help="Atari environment id")
+    parser.add_argument("--env-name", default=ENV_NAME,
+                        help="environment id (an Atari id, or CartPole-v1 and the like)")
+    parser.add_argument("--train-frequency", type=int, default=TRAIN_FREQUENCY,
+                        help="env steps per gradient step (None: the agent's preset)")
+    parser.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
+                        help="also measure the agent as it was before the fast path, first")
     parser.add_argument("--steps", type=int, default=STEPS, help="measured agent steps")
     parser.add_argument("--memory-size", type=int, default=MEMORY_SIZE,
                         help="replay capacity (transitions)")
@@ -212,23 +227,32 @@ def print_memory_bytes(agent: d3qn_agent.DQNAgent) -> None:
           f"float32 {8 * state_bytes:,} bytes")
 
 
-def main() -> None:
-    args = parse_args()
-    print("command: python " + shlex.join(sys.argv))
-    load_before = os.getloadavg()
+def build_agent(args: argparse.Namespace, work_dir: str, before: bool) -> d3qn_agent.DQNAgent:
+    """The agent as d3qn_agent.py builds it, or with `before` as it was before the fast path:
+    one gradient step per TensorFlow call, no XLA, and every greedy action a TensorFlow call."""
+    flags = dict(use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
+                 learning_starts=args.learning_starts, exploration_steps=args.exploration_steps,
+                 model_dir=work_dir, plot_dir=work_dir)
+    if args.train_frequency is not None:
+        flags["train_frequency"] = args.train_frequency
+    if before:
+        flags.update(gradient_steps_per_call=1, xla=False)
+    agent = d3qn_agent.DQNAgent(args.env_name, **flags)
+    if before:
+        agent.greedy_actions = GreedyPolicy(agent.model, agent.state_dtype, numpy=False)
+    return agent
+
+
+def measure(args: argparse.Namespace, before: bool) -> float:
+    """Warm up, then time `args.steps` agent steps and print where the time went; return the
+    agent steps per second."""
     with tempfile.TemporaryDirectory() as work_dir:
-        agent = d3qn_agent.DQNAgent(
-            args.env_name, use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
-            learning_starts=args.learning_starts, exploration_steps=args.exploration_steps,
-            model_dir=work_dir, plot_dir=work_dir,
-        )
+        agent = build_agent(args, work_dir, before)
         config = agent.config
-        print(f"{args.env_name}: {reporting.describe(config)}")
-        print(f"observation {agent.state_shape} {agent.state_dtype}, {agent.action_size} actions, "
-              f"batch {config.batch_size}, a gradient step every {config.train_frequency} env "
-              f"steps, target copy every {config.target_update}, Adam {config.learning_rate:g}")
-        print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, load average before "
-              f"{load_before[0]:.2f} (1 min)")
+        print(f"== {'before the fast path' if before else 'now'}: "
+              f"{config.gradient_steps_per_call} gradient step(s) per call, XLA "
+              f"{'on' if config.xla else 'off'}, greedy actions through "
+              f"{'numpy' if agent.greedy_actions.layers else 'TensorFlow'}")
         skip_end_of_run(agent)
         watches = instrument(agent)
         warmup = args.learning_starts + args.warmup_train
@@ -236,21 +260,41 @@ def main() -> None:
         watches.reset()
         first_epsilon = agent.epsilon_at(agent.step)
         wall = run_steps(agent, args.steps)
-        load_after = os.getloadavg()
+        speed = args.steps / wall
         print(f"measured: {args.steps:,} agent steps in {wall:.1f} s, epsilon "
-              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, {watches.calls['train']:,} gradient "
-              f"steps, {agent.episode} episodes finished so far")
-        print(f"load average after {load_after[0]:.2f} (1 min)")
-        print()
-        print(f"agent steps/s: {args.steps / wall:,.1f}  (x4 = {4 * args.steps / wall:,.0f} "
-              f"emulator frames/s; 10,000,000 steps would take "
-              f"{10_000_000 / (args.steps / wall) / 3600:,.0f} h at this rate)")
+              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, "
+              f"{watches.calls['train'] * config.gradient_steps_per_call:,} gradient steps, "
+              f"{agent.episode} episodes finished so far; agent steps/s: {speed:,.1f}")
         print()
         print_time_table(watches, args.steps, wall)
         print()
-        print_memory_bytes(agent)
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-        print(f"process peak resident memory: {peak_mb:,.0f} MB")
+        if isinstance(agent.MEMORY.storage, FrameStackStorage):
+            print_memory_bytes(agent)
+            print()
+    return speed
+
+
+def main() -> None:
+    args = parse_args()
+    print("command: python " + shlex.join(sys.argv))
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as work_dir:
+        config = build_agent(args, work_dir, before=False).config
+    print(f"{args.env_name}: {reporting.describe(config)}")
+    print(f"batch {config.batch_size}, a gradient step every {config.train_frequency} env steps, "
+          f"target copy every {config.target_update}, Adam {config.learning_rate:g}; "
+          f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, load average before "
+          f"{load_before[0]:.2f} (1 min)")
+    print()
+    speeds = {variant: measure(args, before=variant == "before")
+              for variant in (("before", "now") if args.before else ("now",))}
+    print(f"load average after {os.getloadavg()[0]:.2f} (1 min)")
+    print("agent steps/s: " + ", ".join(f"{variant} {speed:,.1f}"
+                                         for variant, speed in speeds.items()))
+    if args.before:
+        print(f"now / before: {speeds['now'] / speeds['before']:.2f}x")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    print(f"process peak resident memory: {peak_mb:,.0f} MB")
 
 
 if __name__ == "__main__":

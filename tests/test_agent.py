@@ -93,7 +93,7 @@ def test_agent_save_then_load_restores_q_values(tmp_path):
     other.load(agent.Model_name)
     np.testing.assert_array_equal(np.asarray(other.model(states)), expected)
     np.testing.assert_array_equal(np.asarray(other.target_model(states)), expected)
-    assert other._greedy_actions(states).numpy().tolist() == expected.argmax(axis=1).tolist()
+    assert other.greedy_actions(states).tolist() == expected.argmax(axis=1).tolist()
 
 
 # --- learning --------------------------------------------------------------------------------
@@ -133,10 +133,11 @@ def test_td_errors_by_hand(double, expected_targets):
 class FixedBatchMemory:
     """Stands in for PER.Memory: always returns the same batch and records batch_update."""
 
-    def __init__(self, batch: tuple, is_weights: np.ndarray) -> None:
+    def __init__(self, batch: tuple, is_weights: np.ndarray,
+                 tree_idx: np.ndarray | None = None) -> None:
         self.batch = batch
         self.is_weights = is_weights
-        self.tree_idx = np.arange(100, 100 + len(is_weights))
+        self.tree_idx = np.arange(100, 100 + len(is_weights)) if tree_idx is None else tree_idx
         self.updates: list[tuple[np.ndarray, np.ndarray]] = []
 
     def __len__(self) -> int:
@@ -150,10 +151,9 @@ class FixedBatchMemory:
         self.updates.append((np.array(tree_idx), np.array(abs_errors)))
 
 
-def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_path):
-    agent = small_agent(tmp_path)
+def random_batch(n: int) -> tuple[tuple, np.ndarray]:
+    """A batch as Memory.sample returns it, of n random CartPole transitions, and IS weights."""
     rng = np.random.default_rng(0)
-    n = agent.config.batch_size
     batch = (
         rng.normal(size=(n, 4)).astype(np.float32),
         rng.integers(2, size=n),
@@ -162,7 +162,12 @@ def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_pa
         rng.random(n) < 0.25,
         rng.choice([0.99, 0.99**3], size=n),  # one-step and three-step transitions
     )
-    is_weights = rng.uniform(0.2, 1.0, size=n).astype(np.float32)
+    return batch, rng.uniform(0.2, 1.0, size=n).astype(np.float32)
+
+
+def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_path):
+    agent = small_agent(tmp_path, gradient_steps_per_call=1)
+    batch, is_weights = random_batch(agent.config.batch_size)
     agent.MEMORY = FixedBatchMemory(batch, is_weights)
     # Different target weights, so that the double-DQN choice and evaluation really differ.
     agent.target_model.set_weights([w * 0.5 for w in agent.model.get_weights()])
@@ -173,14 +178,41 @@ def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_pa
         discounts.astype(np.float32)), double=True))
     expected_errors = np.abs(errors)
 
-    loss_before = agent.replay()
+    [loss_before] = agent.replay()
     np.testing.assert_allclose(loss_before, np.mean(is_weights * huber(errors)), rtol=1e-5)
     [(tree_idx, abs_errors)] = agent.MEMORY.updates
     np.testing.assert_array_equal(tree_idx, agent.MEMORY.tree_idx)
     np.testing.assert_allclose(abs_errors, expected_errors, rtol=1e-5, atol=1e-6)
 
-    loss_after = agent.replay()  # measured before this second step, i.e. after the first
+    [loss_after] = agent.replay()  # measured before this second step, i.e. after the first
     assert loss_after < loss_before
+
+
+@pytest.mark.parametrize("soft_update", [False, True])
+def test_a_call_of_three_gradient_steps_is_three_single_steps_on_the_dealt_batches(
+        tmp_path, soft_update):
+    together = small_agent(tmp_path, gradient_steps_per_call=3, soft_update=soft_update)
+    one_by_one = small_agent(tmp_path, gradient_steps_per_call=1, soft_update=soft_update)
+    batch, is_weights = random_batch(3 * together.config.batch_size)
+    tree_idx = np.arange(len(is_weights)) * 7
+    together.MEMORY = FixedBatchMemory(batch, is_weights, tree_idx)
+    losses = together.replay()
+    expected_losses, expected_updates = [], []
+    for k in range(3):  # batch k holds draws k, k + 3, k + 6, ...
+        one_by_one.MEMORY = FixedBatchMemory(tuple(np.asarray(part)[k::3] for part in batch),
+                                             is_weights[k::3], tree_idx[k::3])
+        expected_losses.extend(one_by_one.replay())
+        expected_updates.append(one_by_one.MEMORY.updates[0])
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    assert together.priority_figure.recent_batches == 3  # each step's IS weights noted
+    [(updated, abs_errors)] = together.MEMORY.updates  # one write, in the order of the steps
+    np.testing.assert_array_equal(updated, np.concatenate([i for i, _ in expected_updates]))
+    np.testing.assert_allclose(abs_errors, np.concatenate([e for _, e in expected_updates]),
+                               rtol=1e-4, atol=1e-5)
+    for network in ("model", "target_model"):
+        for got, want in zip(getattr(together, network).get_weights(),
+                             getattr(one_by_one, network).get_weights(), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_soft_and_hard_target_updates(tmp_path):

@@ -131,7 +131,8 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
         deadline = time.monotonic() + 120
         while len(checkpoints(tmp_path)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(checkpoints(tmp_path)) == 2, "no checkpoints were written"
+        # A third is complete for a moment before the oldest is deleted.
+        assert len(checkpoints(tmp_path)) >= 2, "no checkpoints were written"
         time.sleep(0.37)  # checkpoints are written every few ms: kill in the middle of things
     finally:
         process.send_signal(signal.SIGKILL)

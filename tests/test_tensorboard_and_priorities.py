@@ -47,9 +47,11 @@ def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[DQNAgent, Path]:
-    """One short run with TensorBoard on: 600 steps, 250 gradient steps."""
+    """One short run with TensorBoard on: 600 steps, 250 gradient steps, one per call so that
+    each is noted at its own env step."""
     tmp_path = tmp_path_factory.mktemp("run")
-    agent = tiny_agent(tmp_path, tensorboard=str(tmp_path / "tb"), tensorboard_every=10)
+    agent = tiny_agent(tmp_path, tensorboard=str(tmp_path / "tb"), tensorboard_every=10,
+                       gradient_steps_per_call=1)
     agent.run()
     return agent, tmp_path
 

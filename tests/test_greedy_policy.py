@@ -1,0 +1,42 @@
+"""Tests for greedy_policy.py: the numpy forward pass picks the network's own greedy actions, and
+follows the weights when the agent says they changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from d3qn_agent import OurModel
+from greedy_policy import GreedyPolicy, mlp_layers
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_forward_picks_the_networks_greedy_actions(dueling):
+    model = OurModel((4,), 3, dueling, hidden_units=(32, 16))
+    policy = GreedyPolicy(model, np.float32)
+    assert [layer.name for layer in policy.layers][-1] == (
+        "action_advantage" if dueling else "q_values")  # argmax A is argmax Q
+    states = np.random.default_rng(0).normal(size=(1_000, 4)).astype(np.float32)
+    np.testing.assert_array_equal(policy(states), np.asarray(model(states)).argmax(axis=1))
+    assert policy(states[:1]).shape == (1,)
+
+
+def test_the_weights_are_copied_again_only_after_weights_changed():
+    model = OurModel((4,), 2, True, hidden_units=(8,))
+    policy = GreedyPolicy(model, np.float32)
+    states = np.random.default_rng(1).normal(size=(200, 4)).astype(np.float32)
+    before = policy(states)
+    model.set_weights([-w for w in model.get_weights()])  # flips the sign of A, so of argmax
+    np.testing.assert_array_equal(policy(states), before)  # the copy it holds
+    policy.weights_changed()
+    after = policy(states)
+    np.testing.assert_array_equal(after, np.asarray(model(states)).argmax(axis=1))
+    assert (after != before).any()
+
+
+def test_images_go_through_tensorflow():
+    model = OurModel((84, 84, 4), 6, True)
+    assert mlp_layers(model) is None
+    policy = GreedyPolicy(model, np.uint8)
+    frames = np.random.default_rng(2).integers(256, size=(5, 84, 84, 4), dtype=np.uint8)
+    np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))
