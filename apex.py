@@ -51,6 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import checkpoint
 import settings
 from d3qn_agent import DQNAgent, OurModel, deal, episode_seed, make_env, td_errors
+from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
 from replay_storage import FrameStackStorage
 from reporting import TensorBoardWriter, tensorboard_dir
@@ -149,7 +150,8 @@ class Actor:
     replay until it answers stop, pulling fresh weights every WEIGHT_SYNC_EVERY env steps; it
     keeps one block in flight, so a slow replay slows the actor instead of queueing blocks.
 
-    Cost per env step: one env step plus, unless exploring, one compiled forward pass; per
+    Cost per env step: one env step plus, unless exploring, one forward pass (`GreedyPolicy`:
+    numpy for an MLP, as DQNAgent acts); per
     block, one batched TD-error computation (three forward passes of BLOCK_SIZE states).
     """
 
@@ -179,13 +181,11 @@ class Actor:
         self._unsent_steps = 0
 
     def _compile_functions(self, dtype: tf.DType, state_shape: tuple[int, ...]) -> None:
-        """Trace the greedy policy and the |TD errors| once, as DQNAgent does (a concrete
+        """Build the greedy policy and trace the |TD errors| once, as DQNAgent does (a concrete
         function call costs about a millisecond, `model.predict` ~70 ms). Closures, not methods:
         Ray's actor wrapper adds an argument to every method, which tf.function would trace."""
         model, target_model, double = self.model, self.target_model, self.config.ddqn
-
-        def greedy(states: tf.Tensor) -> tf.Tensor:
-            return tf.argmax(model(states, training=False), axis=1, output_type=tf.int32)
+        self.greedy_actions = GreedyPolicy(model, dtype)
 
         def abs_td_errors(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
                           next_states: tf.Tensor, dones: tf.Tensor,
@@ -195,7 +195,6 @@ class Actor:
 
         states = tf.TensorSpec((None, *state_shape), dtype)
         vector = tf.TensorSpec((None,), tf.float32)
-        self._greedy = tf.function(greedy, autograph=False).get_concrete_function(states)
         self._abs_td_errors = tf.function(abs_td_errors, autograph=False).get_concrete_function(
             states, tf.TensorSpec((None,), tf.int32), vector, states, vector, vector)
 
@@ -213,12 +212,13 @@ class Actor:
         online, target = weights
         self.model.set_weights(online)
         self.target_model.set_weights(target)
+        self.greedy_actions.weights_changed()
 
     def act(self, state: np.ndarray) -> int:
         """Epsilon-greedy with this actor's fixed epsilon."""
         if self.rng.random() < self.epsilon:
             return int(self.rng.integers(self.action_size))
-        return int(self._greedy(state[np.newaxis]).numpy()[0])
+        return int(self.greedy_actions(state[np.newaxis])[0])
 
     def abs_td_errors(self, batch: tuple[np.ndarray, ...]) -> np.ndarray:
         """|TD errors| of an n-step batch (as `Memory.n_step_batch` returns it) under the local

@@ -588,24 +588,16 @@ class DQNAgent:
         self.optimizer.build(self.model.trainable_variables)  # no variable created in a graph
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
 
-        def gradient_steps(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
-                           next_states: tf.Tensor, dones: tf.Tensor, discounts: tf.Tensor,
-                           is_weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            # A graph loop over the batches k = 0, 1, ...: traced and compiled once, whatever
-            # their number; step k sees the weights step k - 1 left.
-            def step(k: tf.Tensor, applied: tf.Tensor, abs_errors: tf.TensorArray,
-                     losses: tf.TensorArray) -> tuple:
-                batch = (states[k], actions[k], rewards[k], next_states[k], dones[k],
-                         discounts[k])
-                errors, loss, applied = self.gradient_step(batch, is_weights[k], applied)
-                return k + 1, applied, abs_errors.write(k, errors), losses.write(k, loss)
+        def gradient_steps(*batches: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            # A graph loop (tf.scan) over the batches, traced and compiled once whatever their
+            # number: step k sees the weights step k - 1 left, and whether it was applied.
+            def step(previous: tuple, batch: tuple) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                *transitions, is_weights = batch
+                return self.gradient_step(tuple(transitions), is_weights, previous[2])
 
-            count = tf.shape(states)[0]
-            _, applied, abs_errors, losses = tf.while_loop(
-                lambda k, *_: k < count, step,
-                (tf.constant(0), tf.constant(True), tf.TensorArray(tf.float32, count),
-                 tf.TensorArray(tf.float32, count)))
-            return abs_errors.stack(), losses.stack(), applied
+            first = (tf.zeros_like(batches[-1][0]), tf.constant(0.0), tf.constant(True))
+            abs_errors, losses, applied = tf.scan(step, batches, first)
+            return abs_errors, losses, applied[-1]
 
         states = tf.TensorSpec((None, None, *self.state_shape), tf.as_dtype(self.state_dtype))
         per_sample = tf.TensorSpec((None, None), tf.float32)
