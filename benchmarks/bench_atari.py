@@ -3,7 +3,7 @@ after the fast path, in one run.
 
     python benchmarks/bench_atari.py                  # Pong, README settings, before and now
     python benchmarks/bench_atari.py --env-name CartPole-v1 --train-frequency 2 --steps 20000
-    python benchmarks/bench_atari.py --no-before --no-per --steps 1000
+    python benchmarks/bench_atari.py --before none --no-per --steps 1000
 
 Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
 torso, batch 32, Adam 1e-4, target copy every 1,000 steps, 3-step returns) and a gradient step
@@ -18,10 +18,11 @@ keep the run short and representative:
   the steps run the network to act, as in 99% of a 10M-step run. With the Atari default
   schedule (--exploration-steps 100000) nearly every measured step would act at random.
 
-"Before" is the same agent with the fast path's three levers off, as d3qn_agent.py was before
-it: one gradient step per TensorFlow call (`--gradient-steps-per-call 1`), no XLA (`--no-xla`),
-and every greedy action a TensorFlow call (GreedyPolicy(numpy=False)). "Now" is the agent as
-d3qn_agent.py builds it. Each gets its own warm-up; both run in this process, one after the other.
+"Before" is the agent as commit BEFORE_COMMIT had it, the last one before the fast path (one
+gradient step per TensorFlow call, no XLA, every greedy action a TensorFlow call): its files are
+unpacked from git (`git archive`) into a temporary directory and this script measures them in a
+subprocess (`--code DIR`), with the same settings. "Now" is the agent of this checkout, measured
+in this process after it. `--before REV` measures another commit; `--before none` skips it.
 
 The measured loop is the agent's own: `agent.run()`, with its budget `agent.config.total_steps`
 set to end where the window does (act, env.step, remember, a replay call every TRAIN_FREQUENCY x
@@ -48,8 +49,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,15 +63,9 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
-import tensorflow as tf
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_loop import run_steps, skip_end_of_run
 
-import d3qn_agent
-import reporting
-from greedy_policy import GreedyPolicy
-from replay_storage import FrameStackStorage
+ROOT = Path(__file__).resolve().parent.parent
 
 # Hyperparameters (each overridable from the command line).
 ENV_NAME = "PongNoFrameskip-v4"  # the Atari game the agent plays
@@ -78,6 +75,7 @@ LEARNING_STARTS = 2_000  # env steps before the first gradient step (Atari defau
 WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient steps run slower
 EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100,000)
 SEED = 0  # seeds the agent, its environment and its replay memory
+BEFORE_COMMIT = "538808e"  # the last commit before the fast path (issue "Faster than the peer")
 TRAIN_FREQUENCY = 2  # env steps per gradient step: the README's Pong runs (Atari preset: 4)
 
 # The measured parts of one agent step, in the order the loop runs them.
@@ -109,9 +107,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--env-name", default=ENV_NAME,
                         help="environment id (an Atari id, or CartPole-v1 and the like)")
     parser.add_argument("--train-frequency", type=int, default=TRAIN_FREQUENCY,
-                        help="env steps per gradient step (None: the agent's preset)")
-    parser.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
-                        help="also measure the agent as it was before the fast path, first")
+                        help="env steps per gradient step (the Atari preset's is 4)")
+    parser.add_argument("--before", default=BEFORE_COMMIT, metavar="REV",
+                        help="also measure the agent of this git commit, first ('none': skip)")
+    parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)  # see --before
     parser.add_argument("--steps", type=int, default=STEPS, help="measured agent steps")
     parser.add_argument("--memory-size", type=int, default=MEMORY_SIZE,
                         help="replay capacity (transitions)")
@@ -161,7 +160,7 @@ class Stopwatches:
         setattr(holder, method, timed)
 
 
-def instrument(agent: d3qn_agent.DQNAgent) -> Stopwatches:
+def instrument(agent: Any) -> Stopwatches:
     """Wrap stopwatches around every method the agent's training step calls."""
     watches = Stopwatches()
     for holder, method, part in (
@@ -202,7 +201,7 @@ def print_time_table(watches: Stopwatches, steps: int, wall: float) -> None:
         for group, parts in GROUPS.items()))
 
 
-def print_memory_bytes(agent: d3qn_agent.DQNAgent) -> None:
+def print_memory_bytes(agent: Any) -> None:
     """Replay bytes per transition: array bytes per slot times slots per stored transition."""
     memory = agent.MEMORY
     storage = memory.storage
@@ -227,32 +226,24 @@ def print_memory_bytes(agent: d3qn_agent.DQNAgent) -> None:
           f"float32 {8 * state_bytes:,} bytes")
 
 
-def build_agent(args: argparse.Namespace, work_dir: str, before: bool) -> d3qn_agent.DQNAgent:
-    """The agent as d3qn_agent.py builds it, or with `before` as it was before the fast path:
-    one gradient step per TensorFlow call, no XLA, and every greedy action a TensorFlow call."""
-    flags = dict(use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
-                 learning_starts=args.learning_starts, exploration_steps=args.exploration_steps,
-                 model_dir=work_dir, plot_dir=work_dir)
-    if args.train_frequency is not None:
-        flags["train_frequency"] = args.train_frequency
-    if before:
-        flags.update(gradient_steps_per_call=1, xla=False)
-    agent = d3qn_agent.DQNAgent(args.env_name, **flags)
-    if before:
-        agent.greedy_actions = GreedyPolicy(agent.model, agent.state_dtype, numpy=False)
-    return agent
+def measure(args: argparse.Namespace) -> float:
+    """Build the agent of `args.code` (this checkout, or an unpacked commit), warm it up, time
+    `args.steps` agent steps and print where the time went; return the agent steps per second."""
+    sys.path.insert(0, args.code)
+    import d3qn_agent
+    import reporting
 
-
-def measure(args: argparse.Namespace, before: bool) -> float:
-    """Warm up, then time `args.steps` agent steps and print where the time went; return the
-    agent steps per second."""
     with tempfile.TemporaryDirectory() as work_dir:
-        agent = build_agent(args, work_dir, before)
+        flags = dict(use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
+                     learning_starts=args.learning_starts,
+                     exploration_steps=args.exploration_steps,
+                     train_frequency=args.train_frequency, model_dir=work_dir, plot_dir=work_dir)
+        agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
-        print(f"== {'before the fast path' if before else 'now'}: "
-              f"{config.gradient_steps_per_call} gradient step(s) per call, XLA "
-              f"{'on' if config.xla else 'off'}, greedy actions through "
-              f"{'numpy' if agent.greedy_actions.layers else 'TensorFlow'}")
+        print(f"{args.env_name}: {reporting.describe(config)}; batch {config.batch_size}, a "
+              f"gradient step every {config.train_frequency} env steps, "
+              f"{getattr(config, 'gradient_steps_per_call', 1)} per TensorFlow call, XLA "
+              f"{'on' if getattr(config, 'xla', False) else 'off'}")
         skip_end_of_run(agent)
         watches = instrument(agent)
         warmup = args.learning_starts + args.warmup_train
@@ -262,36 +253,49 @@ def measure(args: argparse.Namespace, before: bool) -> float:
         wall = run_steps(agent, args.steps)
         speed = args.steps / wall
         print(f"measured: {args.steps:,} agent steps in {wall:.1f} s, epsilon "
-              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, "
-              f"{watches.calls['train'] * config.gradient_steps_per_call:,} gradient steps, "
-              f"{agent.episode} episodes finished so far; agent steps/s: {speed:,.1f}")
+              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, {agent.episode} episodes finished "
+              f"so far; agent steps/s: {speed:,.1f}")
         print()
         print_time_table(watches, args.steps, wall)
         print()
-        if isinstance(agent.MEMORY.storage, FrameStackStorage):
+        if len(agent.state_shape) == 3:
             print_memory_bytes(agent)
             print()
     return speed
 
 
+def measure_commit(revision: str, argv: list[str]) -> float:
+    """Unpack `revision`'s files into a temporary directory and measure them in a subprocess
+    with the same arguments; print its output; return its agent steps per second."""
+    with tempfile.TemporaryDirectory() as code:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", code], input=archive, check=True)
+        result = subprocess.run(
+            [sys.executable, __file__, *argv, "--before", "none", "--code", code],
+            capture_output=True, text=True, check=True)
+    print(result.stdout, end="")
+    return float(re.findall(r"agent steps/s: ([\d,.]+)", result.stdout)[-1].replace(",", ""))
+
+
 def main() -> None:
     args = parse_args()
     print("command: python " + shlex.join(sys.argv))
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as work_dir:
-        config = build_agent(args, work_dir, before=False).config
-    print(f"{args.env_name}: {reporting.describe(config)}")
-    print(f"batch {config.batch_size}, a gradient step every {config.train_frequency} env steps, "
-          f"target copy every {config.target_update}, Adam {config.learning_rate:g}; "
-          f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, load average before "
-          f"{load_before[0]:.2f} (1 min)")
-    print()
-    speeds = {variant: measure(args, before=variant == "before")
-              for variant in (("before", "now") if args.before else ("now",))}
+    print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
+    speeds = {}
+    if args.before != "none":
+        print(f"\n== before: commit {args.before}")
+        same_settings = [f"--{name.replace('_', '-')}={value}"
+                         for name, value in vars(args).items()
+                         if name not in ("before", "code", "use_per")]
+        same_settings.append("--per" if args.use_per else "--no-per")
+        speeds["before"] = measure_commit(args.before, same_settings)
+        print("\n== now: this checkout")
+    speeds["now"] = measure(args)
     print(f"load average after {os.getloadavg()[0]:.2f} (1 min)")
     print("agent steps/s: " + ", ".join(f"{variant} {speed:,.1f}"
-                                         for variant, speed in speeds.items()))
-    if args.before:
+                                        for variant, speed in speeds.items()))
+    if "before" in speeds:
         print(f"now / before: {speeds['now'] / speeds['before']:.2f}x")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
