@@ -591,19 +591,24 @@ class DQNAgent:
         def gradient_steps(*batches: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             # A graph loop (tf.scan) over the batches, traced and compiled once whatever their
             # number: step k sees the weights step k - 1 left, and whether it was applied.
+            # Convolutions run several times slower inside a graph loop, so one step runs bare.
             def step(previous: tuple, batch: tuple) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
                 *transitions, is_weights = batch
                 return self.gradient_step(tuple(transitions), is_weights, previous[2])
 
             first = (tf.zeros_like(batches[-1][0]), tf.constant(0.0), tf.constant(True))
+            if config.gradient_steps_per_call == 1:
+                abs_errors, loss, applied = step(first, [batch[0] for batch in batches])
+                return abs_errors[tf.newaxis], loss[tf.newaxis], applied
             abs_errors, losses, applied = tf.scan(step, batches, first)
             return abs_errors, losses, applied[-1]
 
-        states = tf.TensorSpec((None, None, *self.state_shape), tf.as_dtype(self.state_dtype))
-        per_sample = tf.TensorSpec((None, None), tf.float32)
+        steps = config.gradient_steps_per_call
+        states = tf.TensorSpec((steps, None, *self.state_shape), tf.as_dtype(self.state_dtype))
+        per_sample = tf.TensorSpec((steps, None), tf.float32)
         self._gradient_steps = tf.function(
             gradient_steps, autograph=False, jit_compile=config.xla).get_concrete_function(
-                states, tf.TensorSpec((None, None), tf.int32), per_sample, states, per_sample,
+                states, tf.TensorSpec((steps, None), tf.int32), per_sample, states, per_sample,
                 per_sample, per_sample)
         self._blend_target = tf.function(self.blend_target, autograph=False).get_concrete_function(
             tf.TensorSpec((), tf.float32))

@@ -43,10 +43,8 @@ def mlp_layers(model: keras.Model) -> list[keras.layers.Dense] | None:
 class GreedyPolicy:
     """argmax_a Q(s, a) for a batch of states: numpy for an MLP, a traced TensorFlow call else."""
 
-    def __init__(self, model: keras.Model, state_dtype: Any, numpy: bool = True) -> None:
-        """`numpy=False` makes every call a TensorFlow call (benchmarks/bench_atari.py's
-        "before"); the numpy forward pass needs an MLP from `OurModel` anyway."""
-        self.layers = mlp_layers(model) if numpy else None
+    def __init__(self, model: keras.Model, state_dtype: Any) -> None:
+        self.layers = mlp_layers(model)
         self._weights: list[np.ndarray] | None = None
         if self.layers is None:
             spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
