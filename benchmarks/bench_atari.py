@@ -280,8 +280,9 @@ def measure_commit(revision: str, argv: list[str]) -> float:
 
 def main() -> None:
     args = parse_args()
-    print("command: python " + shlex.join(sys.argv))
-    print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
+    if args.code == str(ROOT):  # not the subprocess measuring --before
+        print("command: python " + shlex.join(sys.argv))
+        print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
     speeds = {}
     if args.before != "none":
         print(f"\n== before: commit {args.before}")
