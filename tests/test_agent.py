@@ -23,9 +23,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 
 def small_agent(tmp_path: Path, **flags) -> DQNAgent:
-    """A CartPole agent with a small network and memory that writes only under tmp_path."""
+    """A CartPole agent with a small network and memory that writes only under tmp_path; no XLA
+    (~1.5 s of compiling per agent), which the command-line tests and one below keep on."""
     settings = {"hidden_units": (32, 32), "memory_size": 1_000, "batch_size": 16, "seed": 0,
-                "model_dir": str(tmp_path / "models"), "plot_dir": str(tmp_path / "plots")}
+                "xla": False, "model_dir": str(tmp_path / "models"),
+                "plot_dir": str(tmp_path / "plots")}
     settings.update(flags)
     return DQNAgent(CARTPOLE, **settings)
 
@@ -188,11 +190,12 @@ def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_pa
     assert loss_after < loss_before
 
 
-@pytest.mark.parametrize("soft_update", [False, True])
+@pytest.mark.parametrize(("soft_update", "xla"), [(False, True), (True, False)])
 def test_a_call_of_three_gradient_steps_is_three_single_steps_on_the_dealt_batches(
-        tmp_path, soft_update):
-    together = small_agent(tmp_path, gradient_steps_per_call=3, soft_update=soft_update)
-    one_by_one = small_agent(tmp_path, gradient_steps_per_call=1, soft_update=soft_update)
+        tmp_path, soft_update, xla):
+    together = small_agent(tmp_path, gradient_steps_per_call=3, soft_update=soft_update, xla=xla)
+    one_by_one = small_agent(tmp_path, gradient_steps_per_call=1, soft_update=soft_update,
+                             xla=xla)
     batch, is_weights = random_batch(3 * together.config.batch_size)
     tree_idx = np.arange(len(is_weights)) * 7
     together.MEMORY = FixedBatchMemory(batch, is_weights, tree_idx)

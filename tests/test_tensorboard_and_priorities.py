@@ -29,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
     """A CartPole agent that learns from step 100 and writes only under tmp_path."""
     settings = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
-                "total_steps": 600, "learning_starts": 100, "eval_every": 300,
+                "xla": False, "total_steps": 600, "learning_starts": 100, "eval_every": 300,
                 "eval_episodes": 2, "model_dir": str(tmp_path / "models"),
                 "plot_dir": str(tmp_path / "plots")}
     settings.update(flags)
