@@ -353,10 +353,11 @@ class DQNAgent:
         steps = self.config.gradient_steps_per_call
         tree_idx, batch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = tuple(deal(array, steps) for array in batch)
-        abs_errors, losses = self.train_on_batch(batches, deal(is_weights, steps))
+        is_weights = deal(is_weights, steps)
+        abs_errors, losses = self.train_on_batch(batches, is_weights)
         # Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
-        self.report.gradient_steps(self, losses, abs_errors, deal(is_weights, steps))
+        self.report.gradient_steps(self, losses, abs_errors, is_weights)
         return losses
 
     def train_on_batch(self, batches: tuple[np.ndarray, ...], is_weights: np.ndarray

@@ -158,7 +158,7 @@ class TrainingReport:
             self.tensorboard.write(step, scalars)
 
     def gradient_steps(self, agent: Any, losses: np.ndarray, abs_errors: np.ndarray,
-                       is_weights: tuple[np.ndarray, ...]) -> None:
+                       is_weights: np.ndarray) -> None:
         """Note the gradient steps of one `replay` call (their losses, |TD errors| and IS
         weights, one per step), as `gradient_step` notes each."""
         last = agent.step // agent.config.train_frequency
