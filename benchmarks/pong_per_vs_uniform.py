@@ -1,12 +1,15 @@
 """Prioritized against uniform replay on Pong: the side-by-side table and plot, from two logs.
 
     python benchmarks/pong_per_vs_uniform.py ../pong_per/pong.log ../pong_uniform/pong.log
+    python benchmarks/pong_per_vs_uniform.py ... --fast-path-log ../pong_fast/pong.log
 
 Each log is the printed output of one `python d3qn_agent.py --env-name PongNoFrameskip-v4 ...`
 run (uniform: the same command plus `--no-per`), appended chunk after chunk when the run is
 continued with `--resume`. A resumed chunk starts again from its checkpoint, so episodes logged
 after that checkpoint appear twice; the later line is the run's history and wins.
-The README's two runs are committed as benchmarks/logs/pong_per.log and pong_uniform.log.
+The README's two runs are committed as benchmarks/logs/pong_per.log and pong_uniform.log;
+--fast-path-log adds a third column, the prioritized run of the fast-path code
+(benchmarks/logs/pong_per_fast_path.log).
 
 Prints one markdown table, PER beside uniform: the 100- and 50-episode means of the training
 scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches
@@ -164,9 +167,10 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
 
 
 def draw(runs: dict[str, RunLog], path: Path) -> None:
-    """Both 50-episode moving averages (and faint raw scores) against agent steps."""
+    """Each run's 50-episode moving average (and faint raw scores) against agent steps."""
     figure, axes = plt.subplots(figsize=(9, 5))
-    for (name, run), color in zip(runs.items(), ("tab:red", "tab:blue"), strict=True):
+    colors = ("tab:red", "tab:blue", "tab:green")[:len(runs)]
+    for (name, run), color in zip(runs.items(), colors, strict=True):
         axes.plot(run.steps, run.scores, ".", color=color, alpha=0.2, markersize=3)
         axes.plot(run.steps, run.moving_average(WINDOWS[1]), color=color, linewidth=2,
                   label=f"{name}: {WINDOWS[1]}-episode moving average")
@@ -195,9 +199,14 @@ def main() -> None:
     parser.add_argument("--plot", type=Path,
                         default=Path("plots/per_vs_uniform_PongNoFrameskip-v4.png"),
                         help="where to draw the figure")
+    parser.add_argument("--fast-path-log", type=Path,
+                        help="log of a prioritized run of the fast-path code: a third column")
     args = parser.parse_args()
+    logs = [("PER", args.per_log), ("uniform", args.uniform_log)]
+    if args.fast_path_log:
+        logs.append(("PER, fast path", args.fast_path_log))
     runs = {}
-    for name, path in (("PER", args.per_log), ("uniform", args.uniform_log)):
+    for name, path in logs:
         if not path.is_file():
             parser.error(f"no log file at {path}")
         runs[name] = parse_log(path.read_text(errors="replace"))
