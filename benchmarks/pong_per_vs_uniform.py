@@ -1,4 +1,4 @@
-"""Prioritized against uniform replay on Pong: the side-by-side table and plot, from two logs.
+"""Prioritized against uniform replay on Pong: a side-by-side table and plot from two or three logs.
 
     python benchmarks/pong_per_vs_uniform.py ../pong_per/pong.log ../pong_uniform/pong.log
     python benchmarks/pong_per_vs_uniform.py ... --fast-path-log ../pong_fast/pong.log
@@ -11,11 +11,11 @@ The README's two runs are committed as benchmarks/logs/pong_per.log and pong_uni
 --fast-path-log adds a third column, the prioritized run of the fast-path code
 (benchmarks/logs/pong_per_fast_path.log).
 
-Prints one markdown table, PER beside uniform: the 100- and 50-episode means of the training
-scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches
-18, the greedy evaluations at 250k and 500k, the agent steps per second each chunk printed last
-and the wall time (each chunk's steps over that speed, summed). Then draws both 50-episode
-moving averages against agent steps to --plot.
+Prints one markdown table, PER beside uniform (and the fast-path run when given): the 100- and
+50-episode means of the training scores at 100k, 200k, ..., 500k agent steps, the first step at
+which the 100-episode mean reaches 18, the greedy evaluations at 250k and 500k, the agent steps
+per second each chunk printed last and the wall time (each chunk's steps over that speed,
+summed). Then draws each run's 50-episode moving average against agent steps to --plot.
 """
 
 from __future__ import annotations
