@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -39,6 +37,8 @@ import numpy as np
 import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timing import median_seconds
+
 import apex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,17 +50,6 @@ PAPER = {"actors": 360, "frames_per_second": 50_000, "frames_per_step": 4,
          "batches_per_second": 19, "batch_size": 512}
 ATARI_TRANSITION_BYTES = 2 * 84 * 84 * 4  # an actor's block carries state and next state
 REPLAY_BUSY_LIMIT = 0.8  # a Python process that is busier than this starts to queue requests
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls of `function`, after one warm-up call."""
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def throughput(num_actors: int, updates_per_step: float, steps: int, directory: str) -> tuple:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import keras
@@ -32,6 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timing import median_seconds
+
 from d3qn_agent import DQNAgent
 
 BEFORE_STEPS_PER_SECOND = 37.7  # Pong before the fast path (docs/benchmarks.md), the 1.5x base
@@ -56,17 +56,6 @@ def forward_flops(model: keras.Model) -> tuple[int, int]:
             continue
         total += flops
     return total, first_conv
-
-
-def median_seconds(call: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls of `call()`, after two untimed ones."""
-    call(), call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def main() -> None:
