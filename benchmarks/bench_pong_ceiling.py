@@ -74,12 +74,13 @@ def main() -> None:
                          plot_dir=work_dir)
     batch_size = agent.config.batch_size
     forward, first_conv = forward_flops(agent.model)
-    step_flops = batch_size * (3 * forward + 2 * forward - first_conv)
+    # online forward and backward on the states, then online and target forward on the next
+    step_flops = batch_size * ((3 * forward - first_conv) + 2 * forward)
 
     rng = np.random.default_rng(0)
     shape = (1, batch_size, *agent.state_shape)  # one gradient step per call (the Atari preset)
-    states = rng.integers(0, 256, shape, dtype=np.uint8).astype(agent.state_dtype)
-    next_states = rng.integers(0, 256, shape, dtype=np.uint8).astype(agent.state_dtype)
+    states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
+    next_states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
     per_sample = np.ones((1, batch_size), np.float32)
     batches = (states, rng.integers(0, agent.action_size, (1, batch_size)), per_sample,
                next_states, np.zeros((1, batch_size), np.float32), 0.99 * per_sample)
