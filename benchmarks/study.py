@@ -1,0 +1,435 @@
+"""A study: games x replay variants x seeds, each run one small result file, and its report.
+
+    python benchmarks/study.py run classic_control            # 4 games x 3 variants x seeds 0-9
+    python benchmarks/study.py report classic_control         # tables and figures from the files
+    python benchmarks/study.py run screen-lunar --games LunarLander-v3 --variants per \\
+        --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
+
+Every run is `python d3qn_agent.py --env-name GAME --seed N` plus its variant's flag (none for
+proportional PER, `--rank-based`, `--no-per`) and the flags after `--`, so a game trains with
+its preset exactly as a user's run does. `run` starts JOBS of them at a time (two on the two
+cores), each a process of its own with CPU_COUNT / JOBS TensorFlow threads. A finished run is
+skipped; a run that was stopped (Ctrl-C, SIGTERM, a kill, a lost session) continues from its
+newest checkpoint, kept under --work-dir outside the repository, so a study can span sessions.
+
+A finished run writes benchmarks/results/<study>/<game>/<variant>/seed<N>.json: the command, the
+commit, the settings, the evaluation curve, the steps to solve, wall time and steps/s (with the
+load average: another job shares the cores), the last training episodes' scores, and the last
+network's returns on FINAL_EPISODES fresh greedy episodes, whose seeds no evaluation during
+training used (the same episodes for every variant of a seed).
+
+`report` reads only those files: per game and variant the IQM of the last networks' scores with
+its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
+game's target and the median steps to solve; the probability that each PER variant improves on
+uniform replay, with its CI; plots/<study>_iqm.png (the intervals) and
+plots/<study>_sample_efficiency.png (IQM of the evaluation curves with CI bands). The tables
+are printed and written to benchmarks/results/<study>/report.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+FINAL_EPISODES = 20  # fresh greedy episodes that score a run's last network
+BOOTSTRAP_REPS = 10_000  # rliable's stratified bootstrap resamples for a CI
+CURVE_BOOTSTRAP_REPS = 2_000  # per evaluation step of the sample-efficiency curves
+CHECKPOINTS_PER_RUN = 5  # a stopped run loses at most a fifth of its budget
+
+# The study of issue #29: each game at its preset's budget, and the score its last networks'
+# IQM should reach (the RL Zoo's DQN for Acrobot and MountainCar; the games' "solved" lines for
+# CartPole and LunarLander).
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -76.6, "LunarLander-v3": 200.0,
+           "MountainCar-v0": -100.8}
+VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
+    "per": ("PER (proportional)", []),
+    "per-rank": ("PER (rank-based)", ["--rank-based"]),
+    "uniform": ("uniform", ["--no-per"]),
+}
+# What the report reads of a result file (a run writes more: commit, settings, returns, ...).
+RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "steps_to_solve",
+                 "final_score", "wall_seconds", "steps_per_second", "settings")
+STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
+                               "seeds": list(range(10))}}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of a study, and where its result and its working files go."""
+
+    study: str
+    game: str
+    variant: str
+    seed: int
+    extra: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.game}/{self.variant}/seed{self.seed}"
+
+    def result_path(self, results: Path = RESULTS) -> Path:
+        return results / self.study / self.game / self.variant / f"seed{self.seed}.json"
+
+    def work_dir(self, work_root: Path) -> Path:
+        return work_root / self.study / self.game / self.variant / f"seed{self.seed}"
+
+    def arguments(self) -> list[str]:
+        """The run's d3qn_agent.py command-line flags."""
+        return ["--env-name", self.game, "--seed", str(self.seed), *VARIANTS[self.variant][1],
+                *self.extra]
+
+
+def pending_runs(runs: list[Run], results: Path = RESULTS) -> list[Run]:
+    """The runs without a result file, in order: the ones a `run` still has to do."""
+    return [run for run in runs if not run.result_path(results).exists()]
+
+
+def commit() -> str:
+    """The checked-out commit, marked when the work tree has changes that are not in it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--",
+                                                        "*.py") else "")
+
+
+def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] | None:
+    """Train `run` in this process (continuing from its newest checkpoint, if any), score its
+    last network and write its result file. Returns the result, or None when the run was
+    stopped by a signal before its budget (its checkpoint is kept for the next try)."""
+    sys.path.insert(0, str(ROOT))
+    import checkpoint
+    import d3qn_agent
+    import settings
+
+    work_dir = run.work_dir(work_root)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
+    agent = d3qn_agent.DQNAgent(**flags, model_dir=str(work_dir), plot_dir=str(work_dir))
+    # A checkpoint a fifth of the way: cadence only, the run learns the same (checkpoint.py).
+    agent.config.checkpoint_every = max(1, agent.config.total_steps // CHECKPOINTS_PER_RUN)
+    # Time and steps of the parts of the run that ended by themselves or by a signal; a killed
+    # part's steps since its last checkpoint are trained again and its time is not counted.
+    timing_file = work_dir / "timing.json"
+    timing = (json.loads(timing_file.read_text()) if timing_file.exists()
+              else {"seconds": 0.0, "steps": 0})
+    with (work_dir / "training.log").open("a") as log, contextlib.redirect_stdout(log):
+        if checkpoint.list_checkpoints(agent.checkpoint_root):
+            print(f"resuming from {checkpoint.load_agent(agent)} at step {agent.step}")
+        first_step, start = agent.step, time.perf_counter()
+        agent.run()
+        timing = {"seconds": timing["seconds"] + time.perf_counter() - start,
+                  "steps": timing["steps"] + agent.step - first_step}
+    timing_file.write_text(json.dumps(timing))
+    if agent.step < agent.config.total_steps:
+        return None
+    # evaluate() seeds its episodes by the number of evaluations so far: these are fresh.
+    final_returns = agent.evaluate(FINAL_EPISODES)
+    steps, episodes, means = (list(column) for column in zip(*agent.evaluations, strict=True))
+    result = {
+        "study": run.study, "game": run.game, "variant": run.variant, "seed": run.seed,
+        "command": shlex.join(["python", "d3qn_agent.py", *run.arguments()]),
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "settings": {name: list(value) if isinstance(value, tuple) else value
+                     for name, value in vars(agent.config).items()
+                     if name not in ("model_dir", "plot_dir", "checkpoint_every")},
+        "target": TARGETS.get(run.game),
+        "solved_score": agent.solved_score,
+        "evaluation": {"steps": steps, "episodes": episodes, "means": means},
+        "steps_to_solve": agent.steps_to_solve,
+        "final_score": float(final_returns.mean()),
+        "final_returns": final_returns.tolist(),
+        "final_episodes": f"{FINAL_EPISODES} greedy episodes with the evaluation index "
+                          f"{len(agent.evaluations)} (no evaluation during training used it)",
+        "training_scores_last_100": agent.scores[-100:],
+        "steps_per_second": timing["steps"] / timing["seconds"],
+        "wall_seconds": agent.step * timing["seconds"] / timing["steps"],
+        "load_average": os.getloadavg(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+    path = run.result_path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(temporary, path)
+    return result
+
+
+def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS) -> int:
+    """Train every pending run, `jobs` processes at a time; one line per finished run.
+    Returns the number of runs that failed."""
+    todo = pending_runs(runs, results)
+    print(f"{len(runs) - len(todo)} of {len(runs)} runs done already; {len(todo)} to go, "
+          f"{jobs} at a time; working files in {work_root}", flush=True)
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    environment = {**os.environ, "TF_NUM_INTRAOP_THREADS": threads,
+                   "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    running: dict[Run, subprocess.Popen] = {}
+    failed = 0
+    while todo or running:
+        while todo and len(running) < jobs:
+            run = todo.pop(0)
+            command = [sys.executable, __file__, "train", run.study, run.game, run.variant,
+                       str(run.seed), "--work-dir", str(work_root), "--results", str(results),
+                       "--", *run.extra]
+            run.work_dir(work_root).mkdir(parents=True, exist_ok=True)
+            with (run.work_dir(work_root) / "stderr.log").open("ab") as errors:
+                running[run] = subprocess.Popen(command, env=environment,
+                                                stdout=subprocess.DEVNULL, stderr=errors)
+        time.sleep(0.5)
+        for run, process in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[run]
+            path = run.result_path(results)
+            if process.returncode == 0 and path.exists():
+                result = json.loads(path.read_text())
+                print(f"{run.name}: last network {result['final_score']:.1f}, "
+                      f"{result['wall_seconds']:.0f} s, {result['steps_per_second']:.0f} steps/s",
+                      flush=True)
+            else:
+                failed += 1
+                log = run.work_dir(work_root) / "stderr.log"
+                error = log.read_text(errors="replace").strip().splitlines()
+                print(f"{run.name}: failed (exit {process.returncode}): "
+                      f"{error[-1] if error else 'no message'} (all of it: {log})", flush=True)
+    return failed
+
+
+# ---- The report ----------------------------------------------------------------------------
+def load_results(study: str, results: Path = RESULTS) -> dict[str, dict[str, list[dict]]]:
+    """{game: {variant: [result, ...] by seed}} of the study's result files."""
+    found: dict[str, dict[str, list[dict]]] = {}
+    for path in sorted((results / study).glob("*/*/seed*.json")):
+        result = json.loads(path.read_text())
+        missing = [field for field in RESULT_FIELDS if field not in result]
+        if missing:
+            raise ValueError(f"result file {path} lacks {', '.join(missing)}")
+        found.setdefault(result["game"], {}).setdefault(result["variant"], []).append(result)
+    for variants in found.values():
+        for runs in variants.values():
+            runs.sort(key=lambda result: result["seed"])
+    return found
+
+
+def interval_estimates(scores: dict[str, Any], metric: Any, reps: int
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """rliable's point estimates and 95% stratified-bootstrap CIs of `metric` on `scores`,
+    repeatable (a fixed bootstrap seed)."""
+    from rliable import library
+
+    with warnings.catch_warnings():
+        # rliable 1.2 hands arch a RandomState, which arch 7 takes with a FutureWarning.
+        warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
+        return library.get_interval_estimates(scores, metric, reps=reps,
+                                              random_state=np.random.RandomState(0))
+
+
+def iqm_interval(scores: dict[str, Any], reps: int | None = None
+                 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """{variant: IQM} and {variant: [low, high]} of the scores of each variant's runs on one
+    game: the mean of the middle half of the runs, robust to one outlier seed."""
+    from rliable import metrics
+
+    points, intervals = interval_estimates(
+        {variant: np.asarray(values, float)[:, np.newaxis] for variant, values in scores.items()},
+        lambda runs: np.array([metrics.aggregate_iqm(runs)]), reps or BOOTSTRAP_REPS)
+    return ({variant: float(point[0]) for variant, point in points.items()},
+            {variant: interval[:, 0] for variant, interval in intervals.items()})
+
+
+def improvement_interval(better: Any, baseline: Any, reps: int | None = None
+                         ) -> tuple[float, np.ndarray]:
+    """P(a run of `better` scores above a run of `baseline`), ties counting half, and its CI
+    (rliable's probability of improvement, a Mann-Whitney U statistic)."""
+    from rliable import metrics
+
+    pair = (np.asarray(better, float)[:, np.newaxis], np.asarray(baseline, float)[:, np.newaxis])
+    point, interval = interval_estimates({"pair": pair}, metrics.probability_of_improvement,
+                                         reps or BOOTSTRAP_REPS)
+    return float(point["pair"]), np.asarray(interval["pair"]).ravel()
+
+
+def iqm_curve(curves: Any, reps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """IQM over runs at each evaluation step of `curves` (runs, steps), and its CI band
+    (2, steps)."""
+    from rliable import metrics
+
+    points, intervals = interval_estimates(
+        {"curve": np.asarray(curves, float)[:, np.newaxis, :]},
+        lambda sample: np.array([metrics.aggregate_iqm(sample[..., i])
+                                 for i in range(sample.shape[-1])]),
+        reps or CURVE_BOOTSTRAP_REPS)
+    return points["curve"], intervals["curve"]
+
+
+def format_interval(point: float, interval: np.ndarray, digits: int = 1) -> str:
+    return f"{point:.{digits}f} [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+
+
+def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
+    """The report's markdown: a row per game and variant, then PER against uniform."""
+    lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | seeds at target "
+             "| median steps to solve | mean wall time (s) | mean steps/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    improvements = ["| game | variant | P(improves on uniform) [95% CI] |", "|---|---|---|"]
+    for game, variants in found.items():
+        scores = {variant: [run["final_score"] for run in runs]
+                  for variant, runs in variants.items()}
+        points, intervals = iqm_interval(scores)
+        target = variants[next(iter(variants))][0]["target"]
+        for variant, runs in variants.items():
+            solve = [run["steps_to_solve"] if run["steps_to_solve"] is not None else np.inf
+                     for run in runs]
+            median = float(np.median(solve))
+            budget = runs[0]["settings"]["total_steps"]
+            lines.append("| " + " | ".join([
+                game, VARIANTS[variant][0], str(len(runs)),
+                format_interval(points[variant], intervals[variant]),
+                f"{np.mean(scores[variant]):.1f}",
+                "n/a" if target is None else
+                f"{sum(score >= target for score in scores[variant])}/{len(runs)} (>= {target:g})",
+                f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
+                f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
+                f"{np.mean([run['steps_per_second'] for run in runs]):.0f}"]) + " |")
+        if "uniform" in scores:
+            for variant in (name for name in scores if name != "uniform"):
+                point, interval = improvement_interval(scores[variant], scores["uniform"])
+                improvements.append(f"| {game} | {VARIANTS[variant][0]} | "
+                                    f"{format_interval(point, interval, 2)} |")
+    return "\n".join([*lines, "", *improvements]) + "\n"
+
+
+def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path
+                 ) -> list[Path]:
+    """The IQM interval figure and the sample-efficiency figure; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import plot_utils
+
+    games = list(found)
+    variants = [name for name in VARIANTS if all(name in found[game] for game in games)]
+    labels = {name: VARIANTS[name][0] for name in variants}
+    colors = dict(zip(labels.values(), ("tab:red", "tab:orange", "tab:blue"), strict=False))
+    estimates = [iqm_interval({name: [run["final_score"] for run in found[game][name]]
+                               for name in variants}) for game in games]
+    figure, _ = plot_utils.plot_interval_estimates(
+        {labels[name]: np.array([points[name] for points, _ in estimates]) for name in variants},
+        {labels[name]: np.stack([intervals[name] for _, intervals in estimates], axis=1)
+         for name in variants},
+        metric_names=games, algorithms=list(labels.values()), colors=colors,
+        xlabel="IQM of the last networks' greedy score (95% CI)", subfigure_width=3.6)
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    paths = [plot_dir / f"{study}_iqm.png", plot_dir / f"{study}_sample_efficiency.png"]
+    figure.savefig(paths[0], dpi=100, bbox_inches="tight")
+    plt.close(figure)
+
+    figure, axes = plt.subplots(1, len(games), figsize=(4.5 * len(games), 4), squeeze=False)
+    for axis, game in zip(axes[0], games, strict=True):
+        curves = {labels[name]: iqm_curve(np.array([run["evaluation"]["means"]
+                                                    for run in found[game][name]]))
+                  for name in variants}
+        steps = np.array(found[game][variants[0]][0]["evaluation"]["steps"]) / 1000
+        plot_utils.plot_sample_efficiency_curve(
+            steps, {label: curve[0] for label, curve in curves.items()},
+            {label: curve[1] for label, curve in curves.items()},
+            algorithms=list(curves), colors=colors, ax=axis, xlabel="env steps (thousands)",
+            ylabel="IQM of greedy evaluations", labelsize="medium", ticklabelsize="small")
+        runs = len(found[game][variants[0]])
+        axis.set_title(f"{game} ({runs} seeds)", fontsize="medium")
+        target = found[game][variants[0]][0]["target"]
+        if target is not None:
+            axis.axhline(target, color="black", linestyle="--", linewidth=1)
+    axes[0][0].legend(fontsize="small", loc="lower right")
+    figure.tight_layout()
+    figure.savefig(paths[1], dpi=100)
+    plt.close(figure)
+    return paths
+
+
+def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots") -> str:
+    """Recompute the study's tables and figures from its result files; return the tables."""
+    found = load_results(study, results)
+    if not found:
+        raise ValueError(f"no result files for study {study!r} under {results / study}")
+    tables = report_tables(found)
+    (results / study / "report.md").write_text(
+        f"Written by `python benchmarks/study.py report {study}` from the result files "
+        f"beside it.\n\n{tables}")
+    paths = draw_figures(study, found, plot_dir)
+    return tables + "\n" + "\n".join(
+        f"figure: {os.path.relpath(path, ROOT)}" for path in paths) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="train the study's missing runs")
+    run_parser.add_argument("study", help=f"the study's name (defaults known: {list(STUDIES)})")
+    run_parser.add_argument("--games", nargs="+", help="gymnasium ids")
+    run_parser.add_argument("--variants", nargs="+", choices=list(VARIANTS))
+    run_parser.add_argument("--seeds", nargs="+", type=int)
+    run_parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    run_parser.add_argument("--work-dir", type=Path,
+                            default=Path(tempfile.gettempdir()) / "d3qn_study",
+                            help="checkpoints and logs of unfinished runs (outside the "
+                            "repository)")
+    train_parser = commands.add_parser("train", help="train one run in this process")
+    for name, kind in (("study", str), ("game", str), ("variant", str), ("seed", int)):
+        train_parser.add_argument(name, type=kind)
+    train_parser.add_argument("--work-dir", type=Path, required=True)
+    report_parser = commands.add_parser("report", help="tables and figures from result files")
+    report_parser.add_argument("study")
+    for sub in (run_parser, train_parser, report_parser):
+        sub.add_argument("--results", type=Path, default=RESULTS, help="result files' root")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        try:
+            print(report(args.study, args.results), end="")
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "train":
+        run = Run(args.study, args.game, args.variant, args.seed, tuple(extra))
+        return 0 if train(run, args.work_dir, args.results) else 1
+    defaults = STUDIES.get(args.study, {})
+    chosen = {key: getattr(args, key) or defaults.get(key) for key in ("games", "variants",
+                                                                          "seeds")}
+    missing = [key for key, value in chosen.items() if not value]
+    if missing:
+        parser.error(f"study {args.study!r} is not predefined: give --{' --'.join(missing)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    runs = [Run(args.study, game, variant, seed, tuple(extra)) for game in chosen["games"]
+            for variant in chosen["variants"] for seed in chosen["seeds"]]
+    return 1 if run_all(runs, args.jobs, args.work_dir, args.results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

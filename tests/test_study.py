@@ -1,0 +1,132 @@
+"""The study runner (benchmarks/study.py): its report on hand-made results, skipping finished
+runs, resuming a killed one, and the fields a result file carries."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import study
+
+ROOT = study.ROOT
+
+
+@pytest.fixture(autouse=True)
+def few_bootstrap_resamples(monkeypatch):
+    """Enough resamples for the checks below, few enough for a quick test."""
+    monkeypatch.setattr(study, "BOOTSTRAP_REPS", 1000)
+    monkeypatch.setattr(study, "CURVE_BOOTSTRAP_REPS", 200)
+
+
+def test_iqm_and_its_interval_on_scores_checkable_by_hand():
+    points, intervals = study.iqm_interval({"a": np.arange(1.0, 9.0), "b": [5.0] * 4})
+    # IQM of 1..8: the middle half 3, 4, 5, 6, mean 4.5; of a constant: the constant.
+    assert points == pytest.approx({"a": 4.5, "b": 5.0})
+    assert intervals["b"] == pytest.approx([5.0, 5.0])
+    low, high = intervals["a"]
+    assert 1.0 <= low < 4.5 < high <= 8.0
+
+
+def test_probability_of_improvement_checkable_by_hand():
+    # Of the 4 pairs (3, 1), (3, 5), (6, 1), (6, 5) the first run wins 3.
+    point, interval = study.improvement_interval([3.0, 6.0], [1.0, 5.0])
+    assert point == pytest.approx(0.75)
+    assert 0.0 <= interval[0] <= 0.75 <= interval[1] <= 1.0
+    # Ties count half; a run that always wins has probability 1 in every resample.
+    assert study.improvement_interval([2.0, 2.0], [2.0, 2.0])[0] == pytest.approx(0.5)
+    assert study.improvement_interval([9.0, 8.0], [1.0, 2.0])[1] == pytest.approx([1.0, 1.0])
+
+
+def write_result(results: Path, game: str, variant: str, seed: int, score: float,
+                 solved: int | None, curve: list[float]) -> None:
+    """A result file with the fields the report reads and made-up numbers."""
+    path = study.Run("handmade", game, variant, seed).result_path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "game": game, "variant": variant, "seed": seed, "command": "python d3qn_agent.py",
+        "target": 100.0, "evaluation": {"steps": [1000, 2000], "means": curve},
+        "steps_to_solve": solved, "final_score": score, "wall_seconds": 10.0,
+        "steps_per_second": 200.0, "settings": {"total_steps": 2000}}))
+
+
+def test_report_from_hand_made_results(tmp_path):
+    for seed, (per, uniform) in enumerate([(100, 10), (120, 20), (140, 30), (300, 40)]):
+        write_result(tmp_path, "Game-v0", "per", seed, per, 1000 if per >= 100 else None,
+                     [0.0, per])
+        write_result(tmp_path, "Game-v0", "uniform", seed, uniform, None, [0.0, uniform])
+    text = study.report("handmade", tmp_path, tmp_path / "plots")
+    scores_table = text.split("\n\n")[0]
+    rows = {line.split(" | ")[1]: line for line in scores_table.splitlines()
+            if "Game-v0" in line}
+    # IQM of 4 runs: the middle two. PER 120, 140 -> 130; uniform 20, 30 -> 25.
+    assert "| 130.0 [" in rows["PER (proportional)"]
+    assert "| 4/4 (>= 100) | 1,000 |" in rows["PER (proportional)"]
+    assert "| 25.0 [" in rows["uniform"]
+    assert "| 0/4 (>= 100) | not solved by 2,000 |" in rows["uniform"]
+    # Every PER run beats every uniform run.
+    assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
+    assert (tmp_path / "handmade" / "report.md").read_text().endswith(
+        text.split("\nfigure:")[0])
+    for figure in ("handmade_iqm.png", "handmade_sample_efficiency.png"):
+        assert (tmp_path / "plots" / figure).stat().st_size > 10_000
+
+
+def test_report_refuses_a_result_file_without_a_field_it_reads(tmp_path):
+    write_result(tmp_path, "Game-v0", "per", 0, 1.0, None, [0.0, 1.0])
+    path = study.Run("handmade", "Game-v0", "per", 0).result_path(tmp_path)
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items()
+                                if k != "final_score"}))
+    with pytest.raises(ValueError, match=r"seed0.json lacks final_score"):
+        study.load_results("handmade", tmp_path)
+
+
+def test_finished_runs_are_skipped(tmp_path):
+    runs = [study.Run("handmade", "Game-v0", variant, seed) for variant in ("per", "uniform")
+            for seed in (0, 1)]
+    write_result(tmp_path, "Game-v0", "uniform", 0, 1.0, None, [0.0, 1.0])
+    assert study.pending_runs(runs, tmp_path) == [runs[0], runs[1], runs[3]]
+
+
+# A tiny CartPole run: checkpoints every 400 steps (a fifth), no XLA to compile.
+TINY = ("--total-steps", "2000", "--eval-every", "500", "--learning-starts", "200",
+        "--exploration-steps", "1000", "--no-xla")
+
+
+def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+    run = study.Run("tiny", "CartPole-v1", "per", 3, TINY)
+    killed = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "study.py"), "train", "tiny", "CartPole-v1",
+         "per", "3", "--work-dir", str(tmp_path / "work"), "--results", str(tmp_path / "results"),
+         "--", *TINY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = run.work_dir(tmp_path / "work") / "DDQN_CartPole-v1_Dueling_PER.checkpoints"
+    deadline = time.monotonic() + 120
+    while not any(checkpoints.glob("step-*")) and killed.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert not run.result_path(tmp_path / "results").exists()
+
+    assert study.run_all([run], 1, tmp_path / "work", tmp_path / "results") == 0
+    resumed = json.loads(run.result_path(tmp_path / "results").read_text())
+    log = (run.work_dir(tmp_path / "work") / "training.log").read_text()
+    assert "resuming from" in log
+    assert all(field in resumed for field in study.RESULT_FIELDS)
+    assert resumed["command"] == ("python d3qn_agent.py --env-name CartPole-v1 --seed 3 "
+                                  + " ".join(TINY))
+    assert len(resumed["final_returns"]) == study.FINAL_EPISODES
+    assert resumed["evaluation"]["steps"] == [500, 1000, 1500, 2000]
+
+    # The same run without a kill: the same curve, the same last network's score.
+    uninterrupted = study.train(run, tmp_path / "work2", tmp_path / "results2")
+    assert uninterrupted["evaluation"]["means"] == resumed["evaluation"]["means"]
+    assert uninterrupted["final_returns"] == resumed["final_returns"]
+    # A second run_all finds nothing to do.
+    assert study.pending_runs([run], tmp_path / "results") == []
