@@ -65,7 +65,7 @@ VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
 }
 # What the report reads of a result file (a run writes more: commit, settings, returns, ...).
 RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "steps_to_solve",
-                 "final_score", "wall_seconds", "steps_per_second", "settings")
+                 "final_score", "wall_seconds", "steps_per_second", "load_average", "settings")
 STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
                                "seeds": list(range(10))}}
 
@@ -289,8 +289,8 @@ def format_interval(point: float, interval: np.ndarray, digits: int = 1) -> str:
 def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
     """The report's markdown: a row per game and variant, then PER against uniform."""
     lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | seeds at target "
-             "| median steps to solve | mean wall time (s) | mean steps/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| median steps to solve | mean wall time (s) | mean steps/s | mean load average |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     improvements = ["| game | variant | P(improves on uniform) [95% CI] |", "|---|---|---|"]
     for game, variants in found.items():
         scores = {variant: [run["final_score"] for run in runs]
@@ -310,7 +310,8 @@ def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
                 f"{sum(score >= target for score in scores[variant])}/{len(runs)} (>= {target:g})",
                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
-                f"{np.mean([run['steps_per_second'] for run in runs]):.0f}"]) + " |")
+                f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
+                f"{np.mean([run['load_average'][0] for run in runs]):.1f}"]) + " |")
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
                 point, interval = improvement_interval(scores[variant], scores["uniform"])

@@ -53,7 +53,8 @@ def write_result(results: Path, game: str, variant: str, seed: int, score: float
         "game": game, "variant": variant, "seed": seed, "command": "python d3qn_agent.py",
         "target": 100.0, "evaluation": {"steps": [1000, 2000], "means": curve},
         "steps_to_solve": solved, "final_score": score, "wall_seconds": 10.0,
-        "steps_per_second": 200.0, "settings": {"total_steps": 2000}}))
+        "steps_per_second": 200.0, "load_average": [2.5, 2.0, 1.5],
+        "settings": {"total_steps": 2000}}))
 
 
 def test_report_from_hand_made_results(tmp_path):
@@ -69,7 +70,7 @@ def test_report_from_hand_made_results(tmp_path):
     assert "| 130.0 [" in rows["PER (proportional)"]
     assert "| 4/4 (>= 100) | 1,000 |" in rows["PER (proportional)"]
     assert "| 25.0 [" in rows["uniform"]
-    assert "| 0/4 (>= 100) | not solved by 2,000 |" in rows["uniform"]
+    assert "| 0/4 (>= 100) | not solved by 2,000 | 10 | 200 | 2.5 |" in rows["uniform"]
     # Every PER run beats every uniform run.
     assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
     assert (tmp_path / "handmade" / "report.md").read_text().endswith(
