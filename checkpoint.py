@@ -34,7 +34,6 @@ import errno
 import fcntl
 import functools
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -224,10 +223,11 @@ def owns_its_files(run: Callable[[Any], None]) -> Callable[[Any], None]:
 def new_run(checkpoint_root: str | Path) -> TrainingRun:
     """A run starting now, with an id that no earlier run under `checkpoint_root` has."""
     now = time.localtime()
-    first = time.strftime(RUN_PREFIX + "%Y%m%d-%H%M%S", now)
-    run_id = next(name for name in itertools.chain([first], (f"{first}-{n}" for n in
-                                                             itertools.count(2)))
-                  if not (Path(checkpoint_root) / name).exists())
+    first = run_id = time.strftime(RUN_PREFIX + "%Y%m%d-%H%M%S", now)
+    count = 1
+    while (Path(checkpoint_root) / run_id).exists():  # another run started in the same second
+        count += 1
+        run_id = f"{first}-{count}"
     return TrainingRun(run_id, time.strftime("%Y-%m-%d %H:%M:%S", now))
 
 
@@ -242,18 +242,23 @@ def earlier_runs(agent: Any) -> list[str]:
                      "--model-dir keeps it)")
     earlier = newest_checkpoints(agent.checkpoint_root)
     if earlier:
-        notes.append(f"{agent.checkpoint_root} holds the checkpoints of {len(earlier)} earlier "
-                     "run(s), which this run leaves alone (--resume continues one)")
+        runs = "1 earlier run" if len(earlier) == 1 else f"{len(earlier)} earlier runs"
+        notes.append(f"{agent.checkpoint_root} holds the checkpoints of {runs}, which this run "
+                     "leaves alone (--resume continues one)")
     return notes
 
 
 def remove_leftovers(agent: Any) -> None:
     """Remove the temporary files and directories (`.tmp-*`) that writers killed mid-write left
-    where the run writes; those that a live process is writing stay."""
+    of the run's files: its networks and plots, its checkpoints. Those a live process is writing
+    stay, and so does every other file of the model and plot directories."""
     root = Path(agent.checkpoint_root)
-    for directory in (Path(agent.config.model_dir), Path(agent.config.plot_dir), root,
-                      *root.glob(RUN_PREFIX + "*")):
-        for leftover in directory.glob(TEMPORARY_PREFIX + "*"):
+    ours = f"{TEMPORARY_PREFIX}*{agent.name}*"
+    everything = f"{TEMPORARY_PREFIX}*"  # only runs of this name write under `root`
+    searches = [(Path(agent.config.model_dir), ours), (Path(agent.config.plot_dir), ours),
+                (root, everything), *((run, everything) for run in root.glob(RUN_PREFIX + "*"))]
+    for directory, pattern in searches:
+        for leftover in directory.glob(pattern):
             if being_written(leftover):
                 continue
             if leftover.is_dir():
@@ -433,9 +438,11 @@ def choose_checkpoint(agent: Any) -> Path:
         if not refused:
             return directory
         refusals.append((len(refused), refusal(directory, run, refused)))
-    others = (f"; the {len(newest) - 1} other run(s) in {agent.checkpoint_root} differ more, "
-              "--resume PATH takes a checkpoint of any" if len(newest) > 1 else "")
-    raise ValueError(min(refusals, key=lambda counted: counted[0])[1] + others)
+    closest = min(refusals, key=lambda counted: counted[0])[1]
+    if len(newest) == 1:
+        raise ValueError(closest)
+    others = "the other run differs" if len(newest) == 2 else f"the {len(newest) - 1} others differ"
+    raise ValueError(f"{closest}; {others} more (--resume PATH takes any checkpoint)")
 
 
 def recorded_run(progress: dict[str, Any], progress_file: Path) -> dict[str, Any] | None:

@@ -447,7 +447,7 @@ class DQNAgent:
         self.report.redraw_if_due(self)
         return self.average[-1]
 
-    @checkpoint.owns_its_files  # a second run into MODEL_DIR is refused while this one runs
+    @checkpoint.owns_its_files  # holds MODEL_DIR/<name>.lock: no second run writes its files
     def run(self) -> None:
         """Train until TOTAL_STEPS environment steps, printing one line per episode.
 

@@ -390,6 +390,12 @@ def test_runs_into_one_directory_keep_their_own_checkpoints_and_resume_says_whic
     assert code == 0, err
     assert out.startswith(f"resuming from {a_run / 'step-0000000200'} at step 200\n"
                           f"continuing {a_run.name}, started ")
+    # No run has these flags: the error names what differs in the closest run (A, though B
+    # wrote last), and that the other differs more.
+    error = resume_fails(tmp_path, capsys, "--gamma", "0.5", "--resume")
+    assert error.startswith(f"error: checkpoint {a_run / 'step-0000000200'} (run started ")
+    assert "(its value -> this run's): gamma 0.99 -> 0.5; " in error
+    assert error.endswith("; the other run differs more (--resume PATH takes any checkpoint)")
 
 
 def test_resume_with_changed_flags_refuses_each_flag_that_may_not_change(
@@ -482,7 +488,7 @@ def test_a_full_disk_while_saving_the_best_network_keeps_the_old_one(
     assert snapshot(tmp_path) == before
 
 
-def test_a_new_run_removes_what_killed_writers_left_but_not_a_live_writers_files(tmp_path):
+def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
     import d3qn_agent
 
     finished = subprocess.Popen(["true"])  # a process that ended: its pid is no writer's
@@ -491,12 +497,14 @@ def test_a_new_run_removes_what_killed_writers_left_but_not_a_live_writers_files
     leftovers = [models / f".tmp-{finished.pid}-{RUN_NAME}.keras",
                  plots / f".tmp-{RUN_NAME}.png",  # named as before the writer's pid was in it
                  models / f"{RUN_NAME}.checkpoints" / "run-1" / f".tmp-{os.getpid()}-step-1"]
-    live = plots / f".tmp-{os.getppid()}-another.png"
-    for path in (*leftovers, live):
+    others = [plots / f".tmp-{os.getppid()}-{RUN_NAME}.png",  # a live process's write
+              plots / ".tmp-notes.txt", models / f".tmp-{finished.pid}-DQN_CartPole-v1.keras"]
+    for path in (*leftovers, *others):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half")
     agent = d3qn_agent.DQNAgent("CartPole-v1", hidden_units=(16, 16), model_dir=str(models),
                                 plot_dir=str(plots))
     checkpoint.begin(agent)
     agent.training_run.lock.release()
-    assert not any(path.exists() for path in leftovers) and live.exists()
+    assert not any(path.exists() for path in leftovers)
+    assert all(path.exists() for path in others)  # not this run's to remove
