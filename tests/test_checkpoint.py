@@ -351,9 +351,9 @@ def test_a_second_run_into_the_same_model_directory_is_refused_while_the_first_l
         first.wait()
     # Killed, it leaves its lock file behind, but not its lock: the next run starts.
     assert (tmp_path / "models" / f"{RUN_NAME}.lock").exists()
-    code, out, err = run_main(tmp_path, capsys, "--total-steps", "100")
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "10")
     assert code == 0, err
-    assert "done: 100 steps in" in out
+    assert "done: 10 steps in" in out
     assert not (tmp_path / "models" / f"{RUN_NAME}.lock").exists()
 
 
