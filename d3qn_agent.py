@@ -447,6 +447,7 @@ class DQNAgent:
         self.report.redraw_if_due(self)
         return self.average[-1]
 
+    @checkpoint.owns_its_files  # holds MODEL_DIR/<name>.lock: no second run writes its files
     def run(self) -> None:
         """Train until TOTAL_STEPS environment steps, printing one line per episode.
 
@@ -622,8 +623,8 @@ class DQNAgent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; bad input prints one `error:` line and returns 2, a training
-    step that turns NaN returns 3 (after saving the last good state)."""
+    """Command-line entry point; bad input or a failed write (disk full) prints one `error:` line
+    and returns 2, a training step that turns NaN returns 3 (after saving the last good state)."""
     parser = settings.d3qn_parser(sys.modules[__name__])
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv, parser)
     try:
@@ -632,17 +633,15 @@ def main(argv: list[str] | None = None) -> int:
         if test_mode:
             agent.test(model, record)
             return 0
-        if resume:
-            print(f"resuming from {checkpoint.load_agent(agent, resume)} at step {agent.step}",
-                  flush=True)
+        checkpoint.begin(agent, resume)  # lock the run's files; continue a checkpoint or start
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
         agent.run()
-    except NonFiniteError as err:
+    except (NonFiniteError, checkpoint.WriteError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 3
+        return 2 if isinstance(err, checkpoint.WriteError) else 3
     return 0
 
 

@@ -5,6 +5,7 @@ The runs are real `python d3qn_agent.py` subprocesses on CartPole with a tiny ne
 the NaN test and the resumption after a stop signal, which run `d3qn_agent` in this process.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +52,9 @@ def train(directory: Path, *flags: str) -> subprocess.CompletedProcess:
 
 
 def checkpoints(directory: Path) -> list[Path]:
-    return checkpoint.list_checkpoints(directory / "models" / f"{RUN_NAME}.checkpoints")
+    """The complete checkpoints of every run under `directory`, by run, then by step."""
+    root = directory / "models" / f"{RUN_NAME}.checkpoints"
+    return sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -149,7 +153,7 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"at step {last}" in result.stdout
     root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
-    assert not list(root.glob(checkpoint.TEMPORARY_PREFIX + "*"))
+    assert not list(root.rglob(checkpoint.TEMPORARY_PREFIX + "*"))
     assert [path.name for path in checkpoints(tmp_path)][-1] == f"step-{last + 20:010d}"
     assert len(checkpoints(tmp_path)) == 2  # the last two are kept
 
@@ -250,9 +254,15 @@ def test_resume_refuses_another_environment_or_network(tmp_path, trained, capsys
     shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
     step_directory = str(checkpoints(tmp_path)[-1])
     error = resume_fails(tmp_path, capsys, "--env-name", "Acrobot-v1", "--resume", step_directory)
-    assert step_directory in error and "env_name='CartPole-v1'" in error
+    assert step_directory in error and "env_name 'CartPole-v1' -> 'Acrobot-v1'" in error
     error = resume_fails(tmp_path, capsys, "--hidden-units", "32", "32", "--resume", step_directory)
-    assert "hidden_units=[16, 16]" in error
+    assert "hidden_units [16, 16] -> [32, 32]" in error
+    error = resume_fails(tmp_path, capsys, "--no-per", "--resume", step_directory)
+    assert "use_per True -> False" in error
+    # A checkpoint from before runs were recorded is still checked against its fingerprint.
+    progress = json.loads((Path(step_directory) / "progress.json").read_text())
+    del progress["run"]
+    (Path(step_directory) / "progress.json").write_text(json.dumps(progress))
     error = resume_fails(tmp_path, capsys, "--no-per", "--resume", step_directory)
     assert "memory='proportional'" in error
 
@@ -291,3 +301,210 @@ def test_nan_stops_training_with_the_last_good_state_saved(tmp_path):
     assert_complete(saved[0])
     memory = checkpoint.read_arrays(saved[0] / "memory.npz")
     assert np.isfinite(memory["tree.sums"]).all()
+
+
+# ---- A run owns what it writes (#30) ------------------------------------------------------------
+def run_main(directory: Path, capsys: pytest.CaptureFixture, *flags: str) -> tuple[int, str, str]:
+    """`python d3qn_agent.py` with the tiny flags, in-process: (exit code, stdout, stderr)."""
+    import d3qn_agent
+
+    capsys.readouterr()
+    code = d3qn_agent.main(agent_command(directory, *flags)[2:])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def the_error_line(stderr: str) -> str:
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, stderr
+    return error_lines[0]
+
+
+def test_the_lock_names_its_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    path = tmp_path / "models" / "run.lock"
+    path.parent.mkdir()
+    path.write_text("pid 999999 on gone, started long ago")  # left by a killed run: no flock
+    lock = checkpoint.RunLock(path)
+    assert path.read_text().startswith(f"pid {os.getpid()} on ")
+    with pytest.raises(ValueError, match=rf"another run .*: pid {os.getpid()} on .*--model-dir"):
+        checkpoint.RunLock(path)  # another open file: flock refuses it, even in this process
+    lock.release()
+    assert not path.exists()
+    checkpoint.RunLock(path).release()
+
+
+def test_a_second_run_into_the_same_model_directory_is_refused_while_the_first_lives(
+        tmp_path, capsys):
+    first = subprocess.Popen(agent_command(tmp_path, "--total-steps", "100000"), cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in first.stdout:  # its first line comes after it took the lock
+            if line.startswith("training on"):
+                break
+        code, _, err = run_main(tmp_path, capsys, "--total-steps", "100")
+        assert code == 2
+        error = the_error_line(err)
+        assert f"pid {first.pid} on " in error
+        assert str(tmp_path / "models" / f"{RUN_NAME}.lock") in error
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # Killed, it leaves its lock file behind, but not its lock: the next run starts.
+    assert (tmp_path / "models" / f"{RUN_NAME}.lock").exists()
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "10")
+    assert code == 0, err
+    assert "done: 10 steps in" in out
+    assert not (tmp_path / "models" / f"{RUN_NAME}.lock").exists()
+
+
+def test_runs_into_one_directory_keep_their_own_checkpoints_and_resume_says_which(
+        tmp_path, trained, capsys):
+    # `trained` is run A (learning rate 0.001, checkpoints at 100 and 200); run B follows it
+    # into the same directory with another learning rate and checkpoints every 25 steps.
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    [a_run] = {path.parent for path in checkpoints(tmp_path)}
+    run_a_files = snapshot(a_run)
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "100", "--checkpoint-every",
+                              "25", "--learning-rate", "1e-4")
+    assert code == 0, err
+    lines = out.splitlines()
+    best = tmp_path / "models" / f"{RUN_NAME}.keras"
+    assert lines[0].startswith(f"note: {best} holds the best network of an earlier run")
+    assert lines[1].startswith(f"note: {a_run.parent} holds the checkpoints of 1 earlier run")
+    assert lines[2].startswith("training on")
+    # Pruning kept B's last two and left A's alone.
+    [b_run] = {path.parent for path in checkpoints(tmp_path)} - {a_run}
+    assert [path.name for path in checkpoint.list_checkpoints(b_run)] == [
+        "step-0000000075", "step-0000000100"]
+    assert snapshot(a_run) == run_a_files
+
+    # --resume continues the run whose flags match, newest first, and says which it is.
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "100", "--learning-rate",
+                              "1e-4", "--resume")
+    assert code == 0, err
+    b_started = json.loads((b_run / "step-0000000100" / "progress.json").read_text())["run"]
+    assert out.startswith(f"resuming from {b_run / 'step-0000000100'} at step 100\n"
+                          f"continuing {b_run.name}, started {b_started['started']}; changed "
+                          "flags: checkpoint_every 25 -> 0\n")
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "200", "--resume")
+    assert code == 0, err
+    assert out.startswith(f"resuming from {a_run / 'step-0000000200'} at step 200\n"
+                          f"continuing {a_run.name}, started ")
+    # No run has these flags: the error names what differs in the closest run (A, though B
+    # wrote last), and that the other differs more.
+    error = resume_fails(tmp_path, capsys, "--gamma", "0.5", "--resume")
+    assert error.startswith(f"error: checkpoint {a_run / 'step-0000000200'} (run started ")
+    assert "(its value -> this run's): gamma 0.99 -> 0.5; " in error
+    assert error.endswith("; the other run differs more (--resume PATH takes any checkpoint)")
+
+
+def test_resume_with_changed_flags_refuses_each_flag_that_may_not_change(
+        tmp_path, trained, capsys):
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    step_directory = checkpoints(tmp_path)[-1]
+    for where in ([], [str(step_directory)]):  # the newest, and the checkpoint given
+        error = resume_fails(tmp_path, capsys, "--batch-size", "128", "--learning-rate", "0.5",
+                             "--gamma", "0.5", "--n-step", "1", "--resume", *where)
+        assert f"checkpoint {step_directory} (run started " in error
+        for change in ("batch_size 32 -> 128", "learning_rate 0.001 -> 0.5", "gamma 0.99 -> 0.5",
+                       "n_step 3 -> 1"):
+            assert change in error
+        assert "corrupt" not in error and "total_steps 200 -> 400" not in error
+    # The budget and the evaluation and checkpoint cadence may change.
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "250", "--eval-every", "50",
+                              "--checkpoint-every", "50", "--resume")
+    assert code == 0, err
+    assert ("; changed flags: total_steps 200 -> 250, eval_every 1000000 -> 50, "
+            f"checkpoint_every 100 -> 50, model_dir '{trained / 'models'}' -> "
+            f"'{tmp_path / 'models'}'") in out
+    assert "evaluation at step 250" in out and checkpoints(tmp_path)[-1].name == "step-0000000250"
+
+
+def test_the_flags_that_may_change_on_resume_are_flags_and_documented():
+    import settings
+
+    assert set(checkpoint.MAY_CHANGE_ON_RESUME) <= set(settings.D3QN_FLAGS)
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    section = usage[usage.index("## Checkpoints and resuming long runs"):]
+    for name in checkpoint.MAY_CHANGE_ON_RESUME:
+        assert f"`{name.upper()}`" in section, name
+
+
+def disk_full(*_: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("full", ["writing", "before writing"])
+def test_a_full_disk_while_checkpointing_keeps_everything_and_resume_works(
+        tmp_path, trained, capsys, monkeypatch, full):
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    before = snapshot(tmp_path)
+    if full == "writing":  # the disk fills up in the middle of a checkpoint
+        write_arrays = checkpoint.write_arrays
+
+        def write_until_full(path: Path, arrays: dict) -> None:
+            if path.name != "memory.npz":
+                write_arrays(path, arrays)
+                return
+            path.write_bytes(b"PK" * 1000)
+            disk_full()
+
+        monkeypatch.setattr(checkpoint, "write_arrays", write_until_full)
+    else:  # the disk has less room than the checkpoint needs
+        monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+                            lambda path: types.SimpleNamespace(free=1000))
+    code, _, err = run_main(tmp_path, capsys, "--total-steps", "300", "--checkpoint-every", "50",
+                            "--resume")
+    assert code == 2
+    error = the_error_line(err)
+    failed = checkpoints(tmp_path)[-1].parent / "step-0000000250"
+    assert error.startswith(f"error: cannot write {failed}: No space left on device")
+    assert "[errno 28, ENOSPC]" in error
+    assert snapshot(tmp_path) == before  # no .tmp-*, the checkpoints and networks as they were
+    monkeypatch.undo()
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "300", "--checkpoint-every", "50",
+                              "--resume")
+    assert code == 0, err
+    assert "at step 200" in out and checkpoints(tmp_path)[-1].name == "step-0000000300"
+
+
+def test_a_full_disk_while_saving_the_best_network_keeps_the_old_one(
+        tmp_path, trained, capsys, monkeypatch):
+    import keras
+
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    before = snapshot(tmp_path)
+
+    def save_until_full(model: object, path: str) -> None:
+        Path(path).write_bytes(b"PK" * 1000)
+        disk_full()
+
+    monkeypatch.setattr(keras.Model, "save", save_until_full)
+    code, _, err = run_main(tmp_path, capsys, "--total-steps", "100", "--eval-every", "50")
+    assert code == 2
+    best = tmp_path / "models" / f"{RUN_NAME}.keras"
+    assert the_error_line(err) == (f"error: cannot write {best}: No space left on device "
+                                   "[errno 28, ENOSPC]; the file there before is unchanged")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
+    import d3qn_agent
+
+    finished = subprocess.Popen(["true"])  # a process that ended: its pid is no writer's
+    finished.wait()
+    models, plots = tmp_path / "models", tmp_path / "plots"
+    leftovers = [models / f".tmp-{finished.pid}-{RUN_NAME}.keras",
+                 plots / f".tmp-{RUN_NAME}.png",  # named as before the writer's pid was in it
+                 models / f"{RUN_NAME}.checkpoints" / "run-1" / f".tmp-{os.getpid()}-step-1"]
+    others = [plots / f".tmp-{os.getppid()}-{RUN_NAME}.png",  # a live process's write
+              plots / ".tmp-notes.txt", models / f".tmp-{finished.pid}-DQN_CartPole-v1.keras"]
+    for path in (*leftovers, *others):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half")
+    agent = d3qn_agent.DQNAgent("CartPole-v1", hidden_units=(16, 16), model_dir=str(models),
+                                plot_dir=str(plots))
+    checkpoint.begin(agent)
+    agent.training_run.lock.release()
+    assert not any(path.exists() for path in leftovers)
+    assert all(path.exists() for path in others)  # not this run's to remove
