@@ -132,8 +132,8 @@ def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] 
     timing = (json.loads(timing_file.read_text()) if timing_file.exists()
               else {"seconds": 0.0, "steps": 0})
     with (work_dir / "training.log").open("a") as log, contextlib.redirect_stdout(log):
-        if checkpoint.list_checkpoints(agent.checkpoint_root):
-            print(f"resuming from {checkpoint.load_agent(agent)} at step {agent.step}")
+        resume = checkpoint.newest_checkpoints(agent.checkpoint_root)
+        checkpoint.begin(agent, checkpoint.LATEST if resume else None)  # prints "resuming from"
         first_step, start = agent.step, time.perf_counter()
         agent.run()
         timing = {"seconds": timing["seconds"] + time.perf_counter() - start,

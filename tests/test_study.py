@@ -108,7 +108,7 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
          "--", *TINY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoints = run.work_dir(tmp_path / "work") / "DDQN_CartPole-v1_Dueling_PER.checkpoints"
     deadline = time.monotonic() + 120
-    while not any(checkpoints.glob("step-*")) and killed.poll() is None:
+    while not any(checkpoints.glob("run-*/step-*")) and killed.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint within 120 s"
         time.sleep(0.05)
     os.kill(killed.pid, signal.SIGKILL)
