@@ -39,9 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-# TensorFlow prints several start-up lines about CUDA and oneDNN on import; keep its warnings.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import numpy as np
 import ray
 import tensorflow as tf
