@@ -26,9 +26,9 @@ its names in its order, and where they are here:
                                 greedy evaluations choose the saved model
   test                          greedy episodes of a saved model (--record FILE.gif films one)
 The plumbing a tutorial reader does not need lives beside this file: settings.py (command line,
-presets), reporting.py (log lines, TensorBoard, plots), priority_figure.py, recording.py (GIF),
-checkpoint.py (--checkpoint-every, --resume, stopping on Ctrl-C or SIGTERM), quiet_startup.py
-(TensorFlow's start-up lines kept off the terminal).
+presets), reporting.py (log lines, the time left, TensorBoard, plots), priority_figure.py,
+recording.py (GIF), checkpoint.py (--checkpoint-every, --resume, stopping on Ctrl-C or SIGTERM),
+quiet_startup.py (TensorFlow's start-up lines kept off the terminal).
 """
 
 from __future__ import annotations
