@@ -475,7 +475,8 @@ class Learner:
             grad_clip=config.grad_clip, ddqn=config.ddqn, dueling=config.dueling,
             hidden_units=config.hidden_units, max_episode_steps=config.max_episode_steps,
             eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
-            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1)
+            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1,
+            xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.
