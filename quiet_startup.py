@@ -12,14 +12,15 @@ TF_CPP_MIN_LOG_LEVEL does not reach them (tensorflow/tensorflow PR #102212, abse
 and it writes them to file descriptor 2 itself, where `sys.stderr` or `logging` never see them.
 
 `import quiet_startup`, placed before anything imports TensorFlow, sets TF_CPP_MIN_LOG_LEVEL=2
-(which does quiet TensorFlow's later INFO lines) and, when the program is one of this repository's
-scripts (`python d3qn_agent.py`), points descriptor 2 at a pipe read by a forwarding process:
-this file run as a script, which drops exactly those lines (`HARMLESS`), turns TensorFlow's
-"Created device ... GPU" line into one line of ours (`gpu_line`) and writes every other line to
-the real stderr as soon as it arrives. A process rather than a thread in the script, so that what
-a crash writes last (an abort message, faulthandler's traceback) still gets out; it ends by
-itself when the last writer closes the pipe, and at a normal exit the script waits for it (at
-most FINISH_SECONDS), so no line comes after the shell's prompt. Exit codes are untouched.
+(which does quiet TensorFlow's later INFO lines) and, when the program is a script of this
+repository (`python d3qn_agent.py`, `python benchmarks/bench_atari.py`), points descriptor 2 at a
+pipe read by a forwarding process: this file run as a script, which drops exactly those lines
+(`HARMLESS`), turns TensorFlow's "Created device ... GPU" line into one line of ours (`gpu_line`)
+and writes every other line to the real stderr as soon as it arrives. A process rather than a
+thread in the script, so that what a crash writes last (an abort message, faulthandler's
+traceback) still gets out; it ends by itself when the last writer closes the pipe, and at a
+normal exit the script waits for it (at most FINISH_SECONDS), so that no line comes after the
+shell's prompt. Exit codes are untouched.
 
 Imported under pytest, in a Ray worker, a notebook or any program that is not a script of this
 repository, it only sets the log level: their stderr is not the user's terminal, or not ours to
@@ -116,10 +117,11 @@ def forward(source: int, sink: int) -> None:
 
 
 def is_repository_script() -> bool:
-    """True when the program running is a script of this repository (`python d3qn_agent.py`),
-    not pytest, a Ray worker or a notebook."""
+    """True when the program running is a script of this repository (`python d3qn_agent.py`,
+    `python benchmarks/bench_atari.py`), not pytest, a Ray worker or a notebook."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return path is not None and Path(path).resolve().parent == Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parent
+    return path is not None and Path(path).resolve().parent in (root, root / "benchmarks")
 
 
 def install() -> None:
