@@ -52,8 +52,8 @@ HARMLESS = re.compile("|".join([
         "off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`."),
     ABSL_PREFIX.format(severity="I", source=r"cudart_stub\.cc") + re.escape(
         "Could not find cuda drivers on your machine, GPU will not be used."),
-    # Error 303: no CUDA driver library at all, as the cudart_stub line says; any other cuInit
-    # failure (a driver that is there but broken) stays visible.
+    # Error 303, as on this project's machine without a CUDA driver, where the cudart_stub line
+    # comes too; any other cuInit failure (a driver that is there but fails) stays visible.
     ABSL_PREFIX.format(severity="E", source=r"cuda_platform\.cc") + re.escape(
         "failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"),
 ]))
