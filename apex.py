@@ -39,9 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-# TensorFlow prints several start-up lines about CUDA and oneDNN on import; keep its warnings.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import numpy as np
 import ray
 import tensorflow as tf
@@ -54,7 +52,7 @@ from d3qn_agent import DQNAgent, OurModel, deal, episode_seed, make_env, td_erro
 from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
 from replay_storage import FrameStackStorage
-from reporting import TensorBoardWriter, tensorboard_dir
+from reporting import Forecast, TensorBoardWriter, tensorboard_dir
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: NUM_ACTORS -> --num-actors, and so on.
@@ -477,7 +475,8 @@ class Learner:
             grad_clip=config.grad_clip, ddqn=config.ddqn, dueling=config.dueling,
             hidden_units=config.hidden_units, max_episode_steps=config.max_episode_steps,
             eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
-            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1)
+            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1,
+            xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.
@@ -506,6 +505,8 @@ class Learner:
         self.training_start = self._last_log  # the same at the first update (rates leave out
         # the start-up: Ray, the actors' TensorFlow, the first LEARNING_STARTS transitions)
         self.training_end: tuple[float, int, int] | None = None  # and at the last one
+        # What the run will cost, at the speed measured from the first update on.
+        self.forecast = Forecast(config.total_steps, unit="env step")
         self.next_log = self.start_time  # when the next progress line is due
         self.replay: Any = None
         self.actors: list[Any] = []
@@ -554,6 +555,7 @@ class Learner:
             self.log_if_due()
         next_eval = config.eval_every
         self.training_start = (time.perf_counter(), self.env_steps, 0)
+        self.forecast.begin(self.env_steps, self.training_start[0])
         pending = self.replay.sample.remote(config.batch_size)
         while self.env_steps < config.total_steps:
             tree_idx, stamps, batch, is_weights, self.env_steps = ray.get(pending)
@@ -623,8 +625,12 @@ class Learner:
         self.replay_timings = status["timings"]
 
     def log_progress(self) -> None:
-        """One line: rates since the last line, replay size, recent returns per actor."""
+        """One line: rates since the last line and the time left, replay size, recent returns
+        per actor; after the estimate when it is due."""
         now = time.perf_counter()
+        if estimate := self.forecast.estimate(self.env_steps, now):
+            print(estimate, flush=True)
+        left = self.forecast.time_left(self.env_steps, now)
         last_time, last_steps, last_updates = self._last_log
         seconds = max(now - last_time, 1e-9)
         parts = []
@@ -635,7 +641,8 @@ class Learner:
         restarted = [f"actor {actor} {starts - 1}x" for actor, starts in enumerate(self.starts)
                      if starts > 1]
         print(f"[{now - self.start_time:5.0f} s] env steps {self.env_steps:,} "
-              f"({(self.env_steps - last_steps) / seconds:.0f}/s), updates {self.updates:,} "
+              f"({(self.env_steps - last_steps) / seconds:.0f}/s"
+              + (f", {left} left" if left else "") + f"), updates {self.updates:,} "
               f"({(self.updates - last_updates) / seconds:.0f}/s), replay "
               f"{self.replay_size:,}/{self.config.memory_size:,}; returns (last "
               f"{RECENT_EPISODES}): " + ", ".join(parts)

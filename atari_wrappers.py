@@ -24,6 +24,9 @@ from gymnasium.wrappers import (
 # Importing ale_py already registers its environments; register_envs says so explicitly (and keeps
 # linters from calling the import unused).
 gymnasium.register_envs(ale_py)
+# The ALE's banner ("A.L.E: Arcade Learning Environment (version ...)", "[Powered by Stella]")
+# would come before a run's first line; its warnings and errors still print.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
 
 ALE_ENTRY_MODULE = "ale_py"  # every ALE environment's entry point lives in this package
 FIRE_ACTION = 1  # ALE's minimal action sets put FIRE at index 1 when a game has it

@@ -41,6 +41,7 @@ import os
 import sys
 import time
 
+import quiet_startup  # isort: skip  # noqa: F401 -- as in every script, before anything else
 import numpy as np
 
 from PER import Memory, UniformMemory

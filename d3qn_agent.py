@@ -26,8 +26,9 @@ its names in its order, and where they are here:
                                 greedy evaluations choose the saved model
   test                          greedy episodes of a saved model (--record FILE.gif films one)
 The plumbing a tutorial reader does not need lives beside this file: settings.py (command line,
-presets), reporting.py (log lines, TensorBoard, plots), priority_figure.py, recording.py (GIF),
-checkpoint.py (--checkpoint-every, --resume, stopping on Ctrl-C or SIGTERM).
+presets), reporting.py (log lines, the time left, TensorBoard, plots), priority_figure.py,
+recording.py (GIF), checkpoint.py (--checkpoint-every, --resume, stopping on Ctrl-C or SIGTERM),
+quiet_startup.py (TensorFlow's start-up lines kept off the terminal).
 """
 
 from __future__ import annotations
@@ -38,9 +39,7 @@ import sys
 import time
 from typing import Any
 
-# TensorFlow prints several start-up lines about CUDA and oneDNN on import; keep its warnings.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import gymnasium as gym
 import keras
 import numpy as np

@@ -3,7 +3,9 @@
 `d3qn_agent.DQNAgent` calls a `TrainingReport` in one line where something happened (a gradient
 step, an episode, an evaluation, the start and end of `run`); the report prints the progress
 lines, writes TensorBoard scalars (`--tensorboard`), redraws the learning curve
-`plots/<name>.png` and, at the end, the priority figure `plots/<name>_priorities.png`.
+`plots/<name>.png` and, at the end, the priority figure `plots/<name>_priorities.png`. What a run
+will cost, an early "estimate: about 2 h 55 min to step 500,000 at 47 steps/s" line and the time
+left on each progress line, is a `Forecast` (apex.py's too).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import checkpoint
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
 TENSORBOARD_ROOT = "runs"  # --tensorboard without a directory writes to runs/<run name>
+ESTIMATE_AFTER_SECONDS = 30.0  # seconds of training measured before the estimate is given
 
 
 def describe(config: Namespace) -> str:
@@ -40,6 +43,73 @@ def describe(config: Namespace) -> str:
                  else f"target copy every {config.target_update} steps")
     parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
     return ", ".join(parts)
+
+
+def duration(seconds: float) -> str:
+    """A duration as a reader plans with it: "45 s", "14 min", "2 h 55 min" (rounded)."""
+    if seconds < 89.5:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+class Forecast:
+    """What the rest of a run will take, at the speed it has had since its training began.
+
+    The speed is measured from `begin`, which a script calls once its first gradient steps are
+    done, so that neither the fast steps before learning starts nor the compilation count;
+    evaluations count as they come. `estimate` gives the one early line, "estimate: about 2 h
+    55 min to step 500,000 at 47 steps/s", once ESTIMATE_AFTER_SECONDS are measured; from then on
+    `time_left` gives each progress line its time left. Times are `time.perf_counter()` values,
+    passed in.
+    """
+
+    def __init__(self, total_steps: int, unit: str = "step") -> None:
+        self.total_steps = total_steps
+        self.unit = unit  # what a step is called: "step", apex.py's "env step"
+        self.mark: tuple[float, int] | None = None  # (time, step) where the measurement began
+        self.estimated = False
+
+    def begin(self, step: int, now: float) -> None:
+        """Start measuring at `step` (the first call counts; later ones do nothing)."""
+        if self.mark is None:
+            self.mark = (now, step)
+
+    def speed(self, step: int, now: float) -> float | None:
+        """Steps per second since `begin`; None before any step or time was measured."""
+        if self.mark is None or now <= self.mark[0] or step <= self.mark[1]:
+            return None
+        return (step - self.mark[1]) / (now - self.mark[0])
+
+    def estimate(self, step: int, now: float) -> str | None:
+        """The estimate line, the first time it is due (None before, after, and at the end)."""
+        speed = self.speed(step, now)
+        if (self.estimated or speed is None or step >= self.total_steps
+                or now - self.mark[0] < ESTIMATE_AFTER_SECONDS):
+            return None
+        self.estimated = True
+        return (f"estimate: about {duration((self.total_steps - step) / speed)} to "
+                f"{self.unit} {self.total_steps:,} at {speed:,.{0 if speed >= 10 else 1}f} "
+                f"{self.unit}s/s")
+
+    def time_left(self, step: int, now: float) -> str | None:
+        """"2 h 50 min" to TOTAL_STEPS at the speed since `begin`, once the estimate was given."""
+        speed = self.speed(step, now)
+        if not self.estimated or speed is None:
+            return None
+        return duration(max(0, self.total_steps - step) / speed)
+
+
+def onednn_enabled() -> bool | None:
+    """Whether TensorFlow runs its oneDNN kernels in this process (None: it cannot tell).
+
+    Decided when TensorFlow is imported: on Linux by itself on CPUs with neural-network
+    instructions, elsewhere with TF_ENABLE_ONEDNN_OPTS=1 (docs/atari.md)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # not in TensorFlow's public API
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
 
 
 def tensorboard_dir(flag: Any, name: str) -> str | None:
@@ -131,6 +201,7 @@ class TrainingReport:
         self._start = (time.perf_counter(), 0)  # (time, env step) where this process began
         self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, gradient steps since a write
         self._interval_start = (time.perf_counter(), 0)  # (time, env step) of the last write
+        self.forecast = Forecast(config.total_steps)
 
     def __enter__(self) -> TrainingReport:
         return self
@@ -148,9 +219,14 @@ class TrainingReport:
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
+        if len(agent.state_shape) == 3 and not agent.config.xla and onednn_enabled() is False:
+            print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
+                  "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
+                  "choice (docs/atari.md)", flush=True)
         now = time.perf_counter()
         self._last_plot_time = now
         self._start = self._interval_start = (now, agent.step)
+        self.forecast = Forecast(agent.config.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         """Write `scalars` to TensorBoard at env step `step` (nothing without TensorBoard)."""
@@ -161,6 +237,7 @@ class TrainingReport:
                        is_weights: np.ndarray) -> None:
         """Note the gradient steps of one `replay` call (their losses, |TD errors| and IS
         weights, one per step), as `gradient_step` notes each."""
+        self.forecast.begin(agent.step, time.perf_counter())
         last = agent.step // agent.config.train_frequency
         for k, loss in enumerate(losses):
             self.gradient_step(agent, last - len(losses) + 1 + k, float(loss), abs_errors[k],
@@ -195,13 +272,17 @@ class TrainingReport:
         self._interval_start = (now, agent.step)
 
     def episode(self, agent: Any, score: float, average: float) -> None:
-        """The tutorial's line for a finished episode (with the speed), and its scalars."""
+        """The tutorial's line for a finished episode (with the speed and, once estimated, the
+        time left), after the estimate when it is due; and its scalars."""
         self.write(agent.step, {"episode/score": score, "episode/average_score": average})
-        then, start_step = self._start
-        speed = (agent.step - start_step) / (time.perf_counter() - then)
+        now, (then, start_step) = time.perf_counter(), self._start
+        if estimate := self.forecast.estimate(agent.step, now):
+            print(estimate, flush=True)
+        left = self.forecast.time_left(agent.step, now)
         print(f"episode: {agent.episode}, step: {agent.step}/{agent.config.total_steps}, "
               f"score: {score:g}, e: {agent.epsilon:.2f}, average: {average:.1f}, "
-              f"{speed:.0f} steps/s", flush=True)
+              f"{(agent.step - start_step) / (now - then):.0f} steps/s"
+              + (f", {left} left" if left else ""), flush=True)
 
     def evaluation(self, agent: Any, returns: np.ndarray, seconds: float, note: str) -> None:
         """The line and scalar of a greedy evaluation that took `seconds`."""

@@ -11,7 +11,9 @@ from typing import Any
 
 def skip_end_of_run(agent: Any) -> None:
     """Stub out what `DQNAgent.run` does once its budget is spent: the final evaluation, saving
-    the last network, the plots and the summary line. A real run does them once, at its end."""
+    the last network, the plots and the summary line. A real run does them once, at its end.
+    Checkpoints are off too (the Pong preset writes one every 25,000 steps and at the end)."""
+    agent.config.checkpoint_every = 0
     agent.evaluate_and_keep_best = lambda: None
     agent.save = lambda name: None
     agent.report.finish = lambda agent: None

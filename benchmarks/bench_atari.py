@@ -238,6 +238,8 @@ def measure(args: argparse.Namespace) -> float:
                      learning_starts=args.learning_starts,
                      exploration_steps=args.exploration_steps,
                      train_frequency=args.train_frequency, model_dir=work_dir, plot_dir=work_dir)
+        if hasattr(d3qn_agent, "XLA"):  # XLA as the flag block sets it, not the Pong preset:
+            flags["xla"] = d3qn_agent.XLA  # docs/atari.md's numbers were measured so
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
         print(f"{args.env_name}: {reporting.describe(config)}; batch {config.batch_size}, a "

@@ -38,8 +38,9 @@ EVALUATION_STEPS = (250_000, 500_000)  # the Atari defaults evaluate every 250,0
 SOLVED_MEAN = 18.0  # the README's Pong target, a 100-episode mean
 WINDOWS = (100, 50)  # episodes in the two moving averages the table reports; the plot uses 50
 
-EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: (-?[\d.]+), .*, "
-                          r"(\d+) steps/s$")
+# Logs since the estimate end an episode line with the time left: "..., 47 steps/s, 2 h 3 min left".
+EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: (-?[\d.]+), .*?, "
+                          r"(\d+) steps/s(?:, [\w ]+ left)?$")
 EVALUATION_LINE = re.compile(r"^evaluation at step (\d+): mean (-?[\d.]+) \+/- ([\d.]+) over")
 RESUME_LINE = re.compile(r"^resuming from .* at step (\d+)$")
 # Older logs say "interrupted at step N:", newer ones name the signal: "interrupted by SIGTERM at".

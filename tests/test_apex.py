@@ -137,6 +137,17 @@ def test_progress_line_and_plot_name_eight_of_many_actors(tmp_path, capsys):
     assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_progress_line_after_the_estimate_carries_the_time_left(tmp_path, capsys):
+    learner = apex.Learner(small_config(tmp_path, total_steps=50_000))
+    learner.env_steps = 2_000
+    learner.forecast.begin(0, time.perf_counter() - 100.0)  # the first update, 100 s ago
+    learner.log_progress()
+    # 2,000 env steps in 100 s: 20 a second; 48,000 left take 2,400 s.
+    estimate, line = capsys.readouterr().out.splitlines()
+    assert estimate == "estimate: about 40 min to env step 50,000 at 20 env steps/s"
+    assert "] env steps 2,000 (" in line and "/s, 40 min left), updates 0 (" in line
+
+
 def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(
         local_ray, tmp_path, capsys):
     learner = apex.Learner(small_config(tmp_path, total_steps=10**6, eval_every=500,

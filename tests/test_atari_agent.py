@@ -56,7 +56,7 @@ def test_image_input_gets_the_nature_dqn_torso(dueling):
 # --- Atari defaults --------------------------------------------------------------------------
 
 
-def test_pong_agent_uses_the_atari_defaults_and_the_frame_store(tmp_path):
+def test_pong_agent_uses_the_atari_defaults_its_preset_and_the_frame_store(tmp_path):
     agent = pong_agent(tmp_path)
     config = agent.config
     assert agent.state_shape == PONG_STATE and agent.action_size == PONG_ACTIONS
@@ -64,8 +64,11 @@ def test_pong_agent_uses_the_atari_defaults_and_the_frame_store(tmp_path):
     assert agent.MEMORY.capacity == 100_000
     assert isinstance(agent.optimizer, keras.optimizers.Adam)
     assert float(agent.optimizer.learning_rate) == pytest.approx(1e-4)
-    assert (config.batch_size, config.learning_starts, config.target_update,
-            config.train_frequency) == (32, 10_000, 1_000, 4)
+    assert (config.batch_size, config.learning_starts, config.target_update) == (
+        32, 10_000, 1_000)
+    # The Pong preset: the documented run's budget, train frequency, XLA and checkpoints.
+    assert (config.total_steps, config.train_frequency, config.xla,
+            config.checkpoint_every) == (500_000, 2, False, 25_000)
     # Linear epsilon: 1 -> 0.01 over the first 100k steps, then flat.
     assert agent.epsilon_at(0) == 1.0
     assert agent.epsilon_at(50_000) == pytest.approx(0.505)
@@ -82,10 +85,10 @@ def test_explicit_flags_override_the_atari_defaults_one_by_one(tmp_path):
     # Flags that were not given keep their Atari values.
     config = agent.config
     assert (config.learning_starts, config.train_frequency, config.epsilon_min) == (
-        10_000, 4, 0.01)
+        10_000, 2, 0.01)
 
 
-def test_run_trains_every_fourth_step_from_learning_starts(tmp_path, monkeypatch):
+def test_run_trains_every_second_step_from_learning_starts(tmp_path, monkeypatch):
     agent = pong_agent(tmp_path, total_steps=40, learning_starts=8, memory_size=200,
                        batch_size=4, max_episode_steps=20, eval_episodes=1)
     replay_steps = []
@@ -97,7 +100,7 @@ def test_run_trains_every_fourth_step_from_learning_starts(tmp_path, monkeypatch
 
     monkeypatch.setattr(agent, "replay", counting_replay)
     agent.run()
-    assert replay_steps == list(range(8, 41, 4))
+    assert replay_steps == list(range(8, 41, 2))  # the Pong preset's train frequency
     assert len(agent.MEMORY) > 0 and agent.episode == 2  # two 20-step episodes (time limit)
 
 

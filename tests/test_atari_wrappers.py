@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import gymnasium
 import numpy as np
 import pytest
@@ -22,6 +26,14 @@ def pong():
     env = make_env(PONG, seed=0)
     yield env
     env.close()
+
+
+def test_the_first_game_prints_no_ale_banner_before_a_runs_first_line():
+    program = "import atari_wrappers; atari_wrappers.make_env('PongNoFrameskip-v4').reset(seed=0)"
+    done = subprocess.run([sys.executable, "-c", program], cwd=Path(__file__).parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Arcade Learning Environment" not in done.stdout + done.stderr
 
 
 def test_observations_are_uint8_channels_last_stacks(pong):

@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import pong_per_vs_uniform as report
 
 # A run that logged episodes 1-3, was stopped at step 350 after its checkpoint at step 200,
-# and was resumed from that checkpoint: episodes 2 and 3 were replayed, 3 with another score.
+# and was resumed from that checkpoint: episodes 2 and 3 were replayed, 3 with another score;
+# the resumed chunk gave its estimate, and its last episode line the time left.
 LOG = """\
 training on PongNoFrameskip-v4 until step 500: double DQN, dueling, uniform replay
 episode: 1, step: 100/500, score: -21, e: 0.50, average: -21.0, 10 steps/s
@@ -23,7 +24,8 @@ resuming from models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000200
 training on PongNoFrameskip-v4 until step 500: double DQN, dueling, uniform replay
 evaluation at step 250: mean -18.0 +/- 2.0 over 10 greedy episodes
 episode: 3, step: 300/500, score: -13, e: 0.01, average: -17.7, 20 steps/s
-episode: 4, step: 400/500, score: 21, e: 0.01, average: -8.0, 25 steps/s
+estimate: about 5 s to step 500 at 20 steps/s
+episode: 4, step: 400/500, score: 21, e: 0.01, average: -8.0, 25 steps/s, 5 s left
 checkpoint: models/DDQN_PongNoFrameskip-v4_Dueling.checkpoints/step-0000000450
 """
 # The committed logs' stop line is the one above; d3qn_agent.py now names the signal that

@@ -18,6 +18,7 @@ import pytest
 
 import apex
 import d3qn_agent
+import reporting
 import settings
 from d3qn_agent import DQNAgent, main
 
@@ -85,6 +86,49 @@ def test_the_atari_preset_gives_way_to_an_edited_batch_size(monkeypatch):
     assert (config.batch_size, config.learning_rate, config.lr_decay) == (64, 1e-4, False)
     assert "lr_decay False (Atari preset)" in notes
     assert any(note.startswith("batch_size 64 (BATCH_SIZE at the top") for note in notes)
+
+
+@pytest.mark.parametrize("pong", ["PongNoFrameskip-v4", "ALE/Pong-v5"])
+def test_pong_at_the_top_gets_the_documented_run(monkeypatch, pong):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", pong)
+    config, notes = resolve()
+    assert (config.total_steps, config.train_frequency, config.xla, config.checkpoint_every) == (
+        500_000, 2, False, 25_000)
+    assert (config.learning_rate, config.batch_size) == (1e-4, 32)  # the Atari preset's
+    for note in ("total_steps 500000", "train_frequency 2", "xla False", "checkpoint_every 25000"):
+        assert f"{note} ({pong} preset)" in notes
+    assert "learning_rate 0.0001 (Atari preset)" in notes
+
+
+def test_other_atari_games_keep_the_literature_budget(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "ALE/Breakout-v5")
+    config, notes = resolve()
+    assert (config.total_steps, config.train_frequency, config.xla) == (10_000_000, 4, True)
+    assert "total_steps 10000000 (Atari preset)" in notes
+
+
+def test_an_edit_wins_over_the_pong_preset(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
+    monkeypatch.setattr(d3qn_agent, "TRAIN_FREQUENCY", 4)
+    config, notes = resolve(xla=True)
+    assert (config.train_frequency, config.xla, config.total_steps) == (4, True, 500_000)
+    assert ("train_frequency 4 (TRAIN_FREQUENCY at the top of d3qn_agent.py; the "
+            "PongNoFrameskip-v4 preset has 2)") in notes
+    assert "xla True (--xla; the PongNoFrameskip-v4 preset has False)" in notes
+
+
+def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
+        monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
+    agent = DQNAgent(memory_size=100, model_dir=str(tmp_path), plot_dir=str(tmp_path))
+    for onednn, noted in ((False, True), (True, False), (None, False)):
+        monkeypatch.setattr(reporting, "onednn_enabled", lambda onednn=onednn: onednn)
+        agent.report.start(agent)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("training on PongNoFrameskip-v4 until step 500,000: ")
+        assert lines[1].startswith("settings: total_steps 500000 (PongNoFrameskip-v4 preset), ")
+        assert "train_frequency 2 (PongNoFrameskip-v4 preset)" in lines[1]
+        assert any("TF_ENABLE_ONEDNN_OPTS=1" in line for line in lines[2:]) == noted
 
 
 def test_the_command_line_wins_over_an_edit_and_says_so(monkeypatch):

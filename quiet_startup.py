@@ -1,0 +1,176 @@
+"""The first line a script prints is its own: TensorFlow's harmless start-up lines are filtered.
+
+Importing TensorFlow 2.21 on a machine without a GPU writes, before any line of ours,
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 00:00:1795603320.601570   13363 port.cc:153] oneDNN custom operations are on. ...
+    I0000 00:00:1795603320.601873   13363 cudart_stub.cc:31] Could not find cuda drivers on ...
+    E0000 00:00:1795603324.059660   13363 cuda_platform.cc:52] failed call to cuInit: ...
+
+(the first three twice). Its C++ code logs them before absl is initialised, so
+TF_CPP_MIN_LOG_LEVEL does not reach them (tensorflow/tensorflow PR #102212, abseil-cpp #1957),
+and it writes them to file descriptor 2 itself, where `sys.stderr` or `logging` never see them.
+
+`import quiet_startup`, placed before anything imports TensorFlow, sets TF_CPP_MIN_LOG_LEVEL=2
+(which does quiet TensorFlow's later INFO lines) and, when the program is a script of this
+repository (`python d3qn_agent.py`, `python benchmarks/bench_atari.py`), points descriptor 2 at a
+pipe read by a forwarding process: this file run as a script, which drops exactly those lines
+(`HARMLESS`), turns TensorFlow's "Created device ... GPU" line into one line of ours (`gpu_line`)
+and writes every other line to the real stderr as soon as it arrives. A process rather than a
+thread in the script, so that what a crash writes last (an abort message, faulthandler's
+traceback) still gets out; it ends by itself when the last writer closes the pipe, and at a
+normal exit the script waits for it (at most FINISH_SECONDS), so that no line comes after the
+shell's prompt. Exit codes are untouched.
+
+Imported under pytest, in a Ray worker, a notebook or any program that is not a script of this
+repository, it only sets the log level: their stderr is not the user's terminal, or not ours to
+redirect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+# The prefix absl puts on a log line: severity and date (0000 before absl is initialised),
+# time (seconds since the epoch before), thread id, then the source file and line.
+ABSL_PREFIX = r"{severity}\d{{4}} \d\d:\d\d:\d+\.\d+ +\d+ {source}:\d+\] "
+HARMLESS = re.compile("|".join([
+    re.escape("WARNING: All log messages before absl::InitializeLog() is called are written to "
+              "STDERR"),
+    ABSL_PREFIX.format(severity="I", source=r"port\.cc") + re.escape(
+        "oneDNN custom operations are on. You may see slightly different numerical results due "
+        "to floating-point round-off errors from different computation orders. To turn them "
+        "off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`."),
+    ABSL_PREFIX.format(severity="I", source=r"cudart_stub\.cc") + re.escape(
+        "Could not find cuda drivers on your machine, GPU will not be used."),
+    # Error 303, as on this project's machine without a CUDA driver, where the cudart_stub line
+    # comes too; any other cuInit failure (a driver that is there but fails) stays visible.
+    ABSL_PREFIX.format(severity="E", source=r"cuda_platform\.cc") + re.escape(
+        "failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"),
+]))
+GPU_DEVICE = re.compile(
+    ABSL_PREFIX.format(severity="I", source=r"gpu_device\.cc")
+    + r"Created device \S+ with (?P<megabytes>\d+) MB memory: +-> device: (?P<index>\d+), "
+      r"name: (?P<name>.+), pci bus id: \S+, compute capability: (?P<capability>\S+)")
+PARTIAL_LINE_SECONDS = 0.1  # a line without its newline yet (a prompt) waits at most this long
+FINISH_SECONDS = 2.0  # at exit, wait at most this long for the forwarder to write the last lines
+READ_BYTES = 65536
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO and WARNING lines
+
+
+def gpu_line(line: str) -> str | None:
+    """Our one line for TensorFlow's "Created device ... GPU" log line, None for other lines."""
+    found = GPU_DEVICE.fullmatch(line)
+    if found is None:
+        return None
+    return (f"TensorFlow uses GPU {found['index']}: {found['name']} (compute capability "
+            f"{found['capability']}, {int(found['megabytes']):,} MB)")
+
+
+def filtered(line: bytes) -> bytes:
+    """What the terminal gets for one line read from stderr (`line` without its newline): nothing
+    for a HARMLESS line, our line for a GPU, otherwise the line itself and its newline."""
+    text = line.decode("utf-8", "replace").removesuffix("\r")
+    if HARMLESS.fullmatch(text):
+        return b""
+    ours = gpu_line(text)
+    return line + b"\n" if ours is None else ours.encode() + b"\n"
+
+
+def forward(source: int, sink: int) -> None:
+    """Copy the lines read from descriptor `source` to `sink`, through `filtered`, until the end
+    of the input. A line is written as soon as its newline arrives; a last piece without one
+    after PARTIAL_LINE_SECONDS. Once `sink` fails (a closed terminal), the rest is read and
+    dropped, so that the writers never block on a full pipe."""
+    pending = b""
+    sink_open = True
+
+    def write(data: bytes) -> None:
+        nonlocal sink_open
+        while data and sink_open:
+            try:
+                data = data[os.write(sink, data):]
+            except OSError:
+                sink_open = False
+
+    while True:
+        if pending and not select.select([source], [], [], PARTIAL_LINE_SECONDS)[0]:
+            write(pending)
+            pending = b""
+            continue
+        chunk = os.read(source, READ_BYTES)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        write(b"".join(map(filtered, lines)))
+    write(pending)
+
+
+def is_repository_script() -> bool:
+    """True when the program running is a script of this repository (`python d3qn_agent.py`,
+    `python benchmarks/bench_atari.py`), not pytest, a Ray worker or a notebook."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    root = Path(__file__).resolve().parent
+    return path is not None and Path(path).resolve().parent in (root, root / "benchmarks")
+
+
+def install() -> None:
+    """Point descriptor 2 at a forwarding process running `forward` (see the module's
+    docstring). Does nothing where it cannot work: not POSIX, not the main thread, descriptor 2
+    closed, or no Python executable to start."""
+    if (os.name != "posix" or not sys.executable
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    try:
+        real_stderr = os.dup(2)
+    except OSError:
+        return
+    read_end, write_end = os.pipe()
+    # The forwarder inherits ignored SIGINT and SIGTERM: Ctrl-C or a kill of the process group
+    # stops the script, whose last lines the forwarder still writes before it ends.
+    handlers = {number: signal.signal(number, signal.SIG_IGN)
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        forwarder = subprocess.Popen([sys.executable, "-I", "-S", __file__], stdin=read_end,
+                                     stdout=real_stderr, stderr=real_stderr)
+    except OSError:
+        for descriptor in (real_stderr, read_end, write_end):
+            os.close(descriptor)
+        return
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    os.close(read_end)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    atexit.register(finish, forwarder, real_stderr)
+
+
+def finish(forwarder: subprocess.Popen, real_stderr: int) -> None:
+    """At exit: give descriptor 2 back to the real stderr, which closes our end of the pipe,
+    and let the forwarder write what is left (a traceback, say) before the shell's prompt."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr
+            sys.stderr.flush()
+    os.dup2(real_stderr, 2)
+    # On a timeout a child process still holds the pipe; the forwarder ends when it does.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        forwarder.wait(timeout=FINISH_SECONDS)
+
+
+if __name__ == "__main__":  # the forwarding process that `install` starts
+    forward(sys.stdin.fileno(), sys.stdout.fileno())
+elif is_repository_script():
+    install()

@@ -1,0 +1,105 @@
+"""quiet_startup.py keeps TensorFlow's known start-up lines off stderr and lets every other line
+through: the filter fed by hand (no TensorFlow), the forwarding process on a real descriptor 2
+(exit codes and tracebacks kept), and `python d3qn_agent.py`, whose first line is its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import quiet_startup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The lines TensorFlow 2.21 printed on importing on this project's CPU-only machine (#32).
+HARMLESS_LINES = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795603320.601570   13363 port.cc:153] oneDNN custom operations are on. You may "
+    "see slightly different numerical results due to floating-point round-off errors from "
+    "different computation orders. To turn them off, set the environment variable "
+    "`TF_ENABLE_ONEDNN_OPTS=0`.",
+    "I0000 00:00:1795603320.601873   13363 cudart_stub.cc:31] Could not find cuda drivers on your "
+    "machine, GPU will not be used.",
+    "E0000 00:00:1795603324.059660   13363 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
+    "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+]
+OTHER_LINES = [
+    # TensorFlow's, but not known to be harmless: another cuInit failure, another message.
+    "E0000 00:00:1795603324.059660   13363 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
+    "CUDA error: Failed call to cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)",
+    "I0000 00:00:1795603687.581224   16148 cpu_feature_guard.cc:227] This TensorFlow binary is "
+    "optimized to use available CPU instructions in performance-critical operations.",
+    # A known message quoted inside another line.
+    "error: WARNING: All log messages before absl::InitializeLog() is called are written to "
+    "STDERR",
+    "Traceback (most recent call last):",
+    "",
+]
+GPU_LINE = ("I0000 00:00:1795603699.123456   16148 gpu_device.cc:2020] Created device "
+            "/job:localhost/replica:0/task:0/device:GPU:0 with 13942 MB memory:  -> device: 0, "
+            "name: Tesla T4, pci bus id: 0000:00:04.0, compute capability: 7.5")
+
+
+def test_the_known_lines_are_dropped_and_every_other_line_kept():
+    for line in HARMLESS_LINES:
+        assert quiet_startup.filtered(line.encode()) == b"", line
+        assert quiet_startup.filtered(line.encode() + b"\r") == b""  # written with CRLF
+    for line in OTHER_LINES:
+        assert quiet_startup.filtered(line.encode()) == line.encode() + b"\n", line
+    assert quiet_startup.filtered(b"\xff\xfe not utf-8") == b"\xff\xfe not utf-8\n"
+
+
+def test_a_gpu_is_one_line_of_ours():
+    assert quiet_startup.filtered(GPU_LINE.encode()) == (
+        b"TensorFlow uses GPU 0: Tesla T4 (compute capability 7.5, 13,942 MB)\n")
+
+
+def test_forward_copies_a_pipe_through_the_filter_to_its_end(tmp_path):
+    lines = [*HARMLESS_LINES[:2], "keep me", HARMLESS_LINES[2], "keep me too"]
+    source, writer = os.pipe()
+    with os.fdopen(writer, "wb") as pipe:
+        pipe.write("\n".join(lines).encode() + b"\nno newline at the end")
+    with open(tmp_path / "out", "wb") as sink:
+        quiet_startup.forward(source, sink.fileno())
+    os.close(source)
+    assert (tmp_path / "out").read_bytes() == b"keep me\nkeep me too\nno newline at the end"
+
+
+def run_with_filter(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh Python with the filter installed on its descriptor 2."""
+    program = f"import quiet_startup; quiet_startup.install()\n{code}"
+    return subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_installed_the_filter_keeps_exit_codes_tracebacks_and_unknown_lines():
+    noise = "".join(line + "\n" for line in HARMLESS_LINES)
+    done = run_with_filter(f"import os\nos.write(2, {noise!r}.encode() + b'keep me\\n')\n"
+                           "print('out')\nraise ValueError('boom')")
+    assert done.returncode == 1 and done.stdout == "out\n"
+    assert done.stderr.splitlines()[0] == "keep me"
+    assert done.stderr.splitlines()[-1] == "ValueError: boom"
+    assert "Traceback (most recent call last):" in done.stderr
+    assert not any(line in done.stderr for line in HARMLESS_LINES)
+    done = run_with_filter("import sys\nsys.stderr.write('no newline')\nsys.exit(4)")
+    assert (done.returncode, done.stderr) == (4, "no newline")
+
+
+def test_not_active_under_pytest():
+    assert not quiet_startup.is_repository_script()
+
+
+def test_the_first_line_of_a_training_run_is_the_programs(tmp_path):
+    command = [sys.executable, str(ROOT / "d3qn_agent.py"), "--total-steps", "300",
+               "--learning-starts", "100", "--eval-every", "300", "--eval-episodes", "1",
+               "--hidden-units", "16", "--model-dir", str(tmp_path), "--plot-dir", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("training on CartPole-v1 until step 300: double DQN"), lines[:3]
+    assert lines[-1].startswith("done: 300 steps")
+    for known in ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit"):
+        assert known not in done.stdout
