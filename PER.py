@@ -37,7 +37,8 @@ What changed behind the kept names:
 - `SumTree.get_leaf` never returns an empty leaf, and a value on the boundary of two leaves
   selects the later one; `find` searches a whole batch of values in one compiled call.
 - `Memory.store`: the highest priority ever given is kept as priorities change, O(1), instead of
-  a scan of all the leaves, O(N).
+  a scan of all the leaves, O(N). A transition with NaN or inf, or an action that is not an
+  integer in range, is refused (ValueError) before anything is written.
 - `Memory.sample`: the stratified sampling is vectorized (one value per segment, all drawn at
   once); it returns the importance-sampling weights too, as (tree_idx, batch, is_weights), with
   the batch as arrays; slots not filled yet are never sampled.
@@ -58,8 +59,10 @@ from replay_storage import (
     NO_SLOTS,
     TransitionStorage,
     check_block,
+    check_block_values,
     check_capacity,
     check_saved_value,
+    check_transition,
     require,
 )
 
@@ -331,8 +334,13 @@ class ReplayMemory:
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
         self.capacity = check_capacity(capacity)
+        if action_count is not None and (isinstance(action_count, bool) or not isinstance(
+                action_count, int | np.integer) or action_count < 1):
+            raise ValueError(f"action_count must be an integer >= 1 or None, got {action_count!r}")
+        self.action_count = action_count
         if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
             raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
         _check_range("gamma", gamma, 0.0, 1.0)
@@ -443,12 +451,14 @@ class UniformMemory(ReplayMemory):
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, observer)
+        super().__init__(capacity, storage, rng, n_step, gamma, observer, action_count)
 
     def store(self, experience: tuple) -> None:
-        """Add one (state, action, reward, next_state, done) transition. O(1)."""
-        slot, _ = self.storage.add(experience)
+        """Add one (state, action, reward, next_state, done) transition. O(1). ValueError
+        naming the field, and nothing written, for a transition `check_transition` refuses."""
+        slot, _ = self.storage.add(check_transition(experience, self.action_count))
         self._note_store(slot)
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
@@ -514,6 +524,7 @@ class Memory(ReplayMemory):
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
         """An empty memory of `capacity` slots; ValueError naming an argument out of range.
 
@@ -533,8 +544,10 @@ class Memory(ReplayMemory):
             rng: the random generator of the strata, or its seed.
             n_step, gamma: the sampled batch holds n-step returns (see `n_step_batch`).
             observer: told of every store and sample (`ReplayObserver`), or None.
+            action_count: the actions are 0..action_count - 1; a store of another is refused
+                (None: any integer >= 0).
         """
-        super().__init__(capacity, storage, rng, n_step, gamma, observer)
+        super().__init__(capacity, storage, rng, n_step, gamma, observer, action_count)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -557,8 +570,13 @@ class Memory(ReplayMemory):
             self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple) -> None:
-        """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N)."""
-        slot, freed = self.storage.add(experience)
+        """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N).
+
+        A transition `check_transition` refuses (NaN or inf in a state or the reward, an action
+        that is not an integer in 0..action_count - 1, ...) raises ValueError naming the field
+        and its value, before anything is written: a full memory keeps its oldest transition.
+        """
+        slot, freed = self.storage.add(check_transition(experience, self.action_count))
         self._note_store(slot)
         if self.rank_based:
             self._abs_errors[freed] = -np.inf
@@ -682,13 +700,15 @@ class Memory(ReplayMemory):
         that the n-step chains of the others run through to their end (the sender sends them
         again at the head of its next block): they get priority 0 and are never sampled.
 
-        Bad input (lengths, shapes, NaN, infinite or negative errors) raises ValueError and
-        changes nothing. The storage takes the block in one vectorized write when it has
-        `add_block`; `FrameStackStorage`, which must see each transition to share its frames,
-        takes it one `add` at a time, and a transition it rejects raises after the ones before
-        it were stored (with their priorities).
+        Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store`
+        would refuse) raises ValueError and changes nothing. The storage takes the block in one
+        vectorized write when it has `add_block`; `FrameStackStorage`, which must see each
+        transition to share its frames, takes it one `add` at a time, and a transition it rejects
+        (a next state that is not its state shifted by a frame) raises after the ones before it
+        were stored (with their priorities).
         """
         columns = check_block(transitions, self.capacity)
+        check_block_values(columns, self.action_count)
         k = len(columns[0])
         if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
                 0 <= context < k):
