@@ -49,6 +49,7 @@ What changed behind the kept names:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -73,6 +74,22 @@ TOP = 1023  # the nodes of the 10 levels nearest the root, where a batch's walks
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
     """A numpy Generator: `rng` itself, or a new one seeded with `rng` (None: fresh entropy)."""
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
+    """Bytes per slot of a full replay memory as the agents build it, for refusing a size that
+    cannot fit before allocating it: image stacks (3-d states) in a `FrameStackStorage` (one
+    uint8 frame, an int64 action, a float32 reward, done and holds flags), other states in a
+    `TransitionStorage` (state and next state, the agents' int64 actions and float64 rewards,
+    done and holds flags), plus the priorities of `kind`: "uniform" none, "proportional" the
+    sum and min trees (two float64 nodes a slot each) and `SumTree.data` (a pointer a slot),
+    "rank-based" four float64 or int64 arrays and a flag. tests/test_per.py measures it."""
+    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
+    if len(state_shape) == 3:
+        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
+    else:
+        transition = 2 * state_bytes + 8 + 8 + 1 + 1
+    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
 
 
 def check_leaves(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -33,10 +34,17 @@ from typing import Any
 
 import numpy as np
 
+from replay_storage import all_finite
+
 PREFIX = "step-"
 TEMPORARY_PREFIX = ".tmp-"
 LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class NonFiniteError(RuntimeError):
+    """A training step produced NaN or inf, or the environment returned one; the run stops with
+    its last good state saved (`saved_on`)."""
 
 
 class StopRequest:
@@ -80,6 +88,36 @@ def saved_on(error_type: type[Exception], agent: Any) -> Iterator[None]:
         yield
     except error_type as error:
         raise error_type(f"{error}. Last good state saved to {save_agent(agent)}") from error
+
+
+def check_environment_step(step: int, reward: Any, observation: Any) -> None:
+    """NonFiniteError naming env step `step` and the value if the environment returned a reward
+    or an observation holding NaN or inf, so the run stops before the transition is stored and
+    its last good state (`saved_on`) is the one before this step. ~0.5 us for CartPole."""
+    if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
+            np.asarray(reward, dtype=np.float64)).all():
+        raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")
+    observation = observation if type(observation) is np.ndarray else np.asarray(observation)
+    if observation.dtype.kind == "f" and not all_finite(observation):
+        value = observation[~np.isfinite(observation)].flat[0].item()
+        raise NonFiniteError(f"the environment returned an observation holding {value!r} at env "
+                             f"step {step}")
+
+
+def model_load_error(path: str, error: Exception) -> ValueError:
+    """The one-line error for a `.keras` file that Keras could not load (with `error`): there is
+    none, it cannot be read, or it is not a valid .keras file (for a file that is not a zip
+    archive Keras itself says "File not found")."""
+    if not os.path.exists(path):
+        return ValueError(f"no saved model at {path!r}; train first (python d3qn_agent.py)")
+    try:
+        with open(path, "rb") as file:
+            is_zip = zipfile.is_zipfile(file)
+    except OSError as os_error:
+        return ValueError(f"cannot read model {path!r}: {os_error.strerror or os_error}")
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {first_line}" if is_zip else "not a zip archive"
+    return ValueError(f"cannot load model {path!r}: not a valid .keras file ({reason})")
 
 
 def save_agent(agent: Any) -> str:
