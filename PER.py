@@ -37,7 +37,8 @@ What changed behind the kept names:
 - `SumTree.get_leaf` never returns an empty leaf, and a value on the boundary of two leaves
   selects the later one; `find` searches a whole batch of values in one compiled call.
 - `Memory.store`: the highest priority ever given is kept as priorities change, O(1), instead of
-  a scan of all the leaves, O(N).
+  a scan of all the leaves, O(N). A transition with NaN or inf, or an action that is not an
+  integer in range, is refused (ValueError) before anything is written.
 - `Memory.sample`: the stratified sampling is vectorized (one value per segment, all drawn at
   once); it returns the importance-sampling weights too, as (tree_idx, batch, is_weights), with
   the batch as arrays; slots not filled yet are never sampled.
@@ -48,6 +49,7 @@ What changed behind the kept names:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -58,8 +60,10 @@ from replay_storage import (
     NO_SLOTS,
     TransitionStorage,
     check_block,
+    check_block_values,
     check_capacity,
     check_saved_value,
+    check_transition,
     require,
 )
 
@@ -70,6 +74,22 @@ TOP = 1023  # the nodes of the 10 levels nearest the root, where a batch's walks
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
     """A numpy Generator: `rng` itself, or a new one seeded with `rng` (None: fresh entropy)."""
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
+    """Bytes per slot of a full replay memory as the agents build it, for refusing a size that
+    cannot fit before allocating it: image stacks (3-d states) in a `FrameStackStorage` (one
+    uint8 frame, an int64 action, a float32 reward, done and holds flags), other states in a
+    `TransitionStorage` (state and next state, the agents' int64 actions and float64 rewards,
+    done and holds flags), plus the priorities of `kind`: "uniform" none, "proportional" the
+    sum and min trees (two float64 nodes a slot each) and `SumTree.data` (a pointer a slot),
+    "rank-based" four float64 or int64 arrays and a flag. tests/test_per.py measures it."""
+    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
+    if len(state_shape) == 3:
+        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
+    else:
+        transition = 2 * state_bytes + 8 + 8 + 1 + 1
+    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
 
 
 def check_leaves(
@@ -331,8 +351,13 @@ class ReplayMemory:
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
         self.capacity = check_capacity(capacity)
+        if action_count is not None and (isinstance(action_count, bool) or not isinstance(
+                action_count, int | np.integer) or action_count < 1):
+            raise ValueError(f"action_count must be an integer >= 1 or None, got {action_count!r}")
+        self.action_count = action_count
         if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
             raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
         _check_range("gamma", gamma, 0.0, 1.0)
@@ -443,12 +468,14 @@ class UniformMemory(ReplayMemory):
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, observer)
+        super().__init__(capacity, storage, rng, n_step, gamma, observer, action_count)
 
     def store(self, experience: tuple) -> None:
-        """Add one (state, action, reward, next_state, done) transition. O(1)."""
-        slot, _ = self.storage.add(experience)
+        """Add one (state, action, reward, next_state, done) transition. O(1). ValueError
+        naming the field, and nothing written, for a transition `check_transition` refuses."""
+        slot, _ = self.storage.add(check_transition(experience, self.action_count))
         self._note_store(slot)
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
@@ -514,6 +541,7 @@ class Memory(ReplayMemory):
         n_step: int = 1,
         gamma: float = 0.99,
         observer: ReplayObserver | None = None,
+        action_count: int | None = None,
     ) -> None:
         """An empty memory of `capacity` slots; ValueError naming an argument out of range.
 
@@ -533,8 +561,10 @@ class Memory(ReplayMemory):
             rng: the random generator of the strata, or its seed.
             n_step, gamma: the sampled batch holds n-step returns (see `n_step_batch`).
             observer: told of every store and sample (`ReplayObserver`), or None.
+            action_count: the actions are 0..action_count - 1; a store of another is refused
+                (None: any integer >= 0).
         """
-        super().__init__(capacity, storage, rng, n_step, gamma, observer)
+        super().__init__(capacity, storage, rng, n_step, gamma, observer, action_count)
         _check_range("alpha", alpha, 0.0, np.inf)
         _check_range("beta", beta, 0.0, 1.0)
         _check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -557,8 +587,13 @@ class Memory(ReplayMemory):
             self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple) -> None:
-        """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N)."""
-        slot, freed = self.storage.add(experience)
+        """Add one (state, action, reward, next_state, done) with the maximum priority. O(log N).
+
+        A transition `check_transition` refuses (NaN or inf in a state or the reward, an action
+        that is not an integer in 0..action_count - 1, ...) raises ValueError naming the field
+        and its value, before anything is written: a full memory keeps its oldest transition.
+        """
+        slot, freed = self.storage.add(check_transition(experience, self.action_count))
         self._note_store(slot)
         if self.rank_based:
             self._abs_errors[freed] = -np.inf
@@ -682,13 +717,15 @@ class Memory(ReplayMemory):
         that the n-step chains of the others run through to their end (the sender sends them
         again at the head of its next block): they get priority 0 and are never sampled.
 
-        Bad input (lengths, shapes, NaN, infinite or negative errors) raises ValueError and
-        changes nothing. The storage takes the block in one vectorized write when it has
-        `add_block`; `FrameStackStorage`, which must see each transition to share its frames,
-        takes it one `add` at a time, and a transition it rejects raises after the ones before
-        it were stored (with their priorities).
+        Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store`
+        would refuse) raises ValueError and changes nothing. The storage takes the block in one
+        vectorized write when it has `add_block`; `FrameStackStorage`, which must see each
+        transition to share its frames, takes it one `add` at a time, and a transition it rejects
+        (a next state that is not its state shifted by a frame) raises after the ones before it
+        were stored (with their priorities).
         """
         columns = check_block(transitions, self.capacity)
+        check_block_values(columns, self.action_count)
         k = len(columns[0])
         if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
                 0 <= context < k):

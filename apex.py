@@ -34,12 +34,14 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+import grpc
 import numpy as np
 import ray
 import tensorflow as tf
@@ -101,6 +103,13 @@ UPLOAD_EXCLUDES = [".git", "models", "plots", "runs", "__pycache__", ".pytest_ca
 RECENT_EPISODES = 10  # episodes per actor in a progress line's mean return
 SHOWN_ACTORS = 8  # actors named in a progress line and the plot's legend, spread over the epsilons
 LOCAL_START_ATTEMPTS = 3  # tries to start the local Ray
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# check_reachable's request to a Ray GCS (a read of no key) and to a Ray client server (the
+# PING its clients send first), as (method, serialized request); and answers Ray never gives
+RAY_PROBES = {"gcs": ("/ray.rpc.InternalKVGcsService/InternalKVGet", b""),
+              "client": ("/ray.rpc.RayletDriver/ClusterInfo", b"\x08\x06")}
+NOT_RAY_ANSWERS = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   grpc.StatusCode.UNAVAILABLE)
 IDLE_SLEEP = 0.005  # seconds a paced learner or actor waits before asking again
 
 
@@ -307,6 +316,8 @@ class Replay:
     long its own operations take (for benchmarks/bench_apex.py).
     """
 
+    BYTES_PER_SLOT = 8  # `stamps`, beside the memory's own (settings.check_replay_memory)
+
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
         storage = FrameStackStorage(config.memory_size) if len(state_shape) == 3 else None
@@ -408,18 +419,58 @@ class Replay:
 # Learner and the run
 # ---------------------------------------------------------------------------------------------
 def check_reachable(address: str, timeout: float) -> None:
-    """ValueError unless a TCP connection to `address` ("host:port", "ray://host:port") opens
-    within `timeout` seconds. "auto" is left to Ray, which fails at once without a cluster."""
+    """ValueError unless a Ray cluster answers at `address` ("host:port", "ray://host:port")
+    within `timeout` seconds. "auto" is left to Ray, which fails at once without a cluster.
+
+    ray.init itself retries for minutes at an address that listens but is not Ray (an HTTP
+    server, a socket that accepts and says nothing), so the probe (`ray_answer`) asks what Ray
+    would: a TCP connection, a gRPC handshake and a request that Ray serves, where ray.init will
+    look (for a loopback GCS address, at this machine's network address). It runs in a thread
+    that the deadline abandons, so a name lookup that hangs is bounded too."""
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--address must be auto, host:port or ray://host:port, got {address!r}")
+    client = address.startswith("ray://")
+    where = ""
+    if host in LOOPBACK and not client:  # ray.init looks for it at this machine's own address
+        host = ray.util.get_node_ip_address()
+        where = f" ({host}:{port}, where Ray looks for it)"
+    answers: list[str] = []
+    probe = threading.Thread(target=lambda: answers.append(ray_answer(
+        host, int(port), timeout, client)), daemon=True)
+    probe.start()
+    probe.join(timeout + 0.5)  # its own steps end by the deadline; a name lookup may not
+    reason = answers[0] if answers else "no answer: the name lookup did not finish"
+    if reason:
+        raise ValueError(f"cannot reach the Ray cluster at {address}{where} within {timeout:g} "
+                         f"s ({reason})")
+
+
+def ray_answer(host: str, port: int, timeout: float, client: bool = False) -> str:
+    """"" if `host:port` answers as a Ray GCS (or with `client`, a Ray client server) within
+    `timeout` seconds, else why not: the TCP error, no gRPC handshake, or a gRPC server that
+    lacks Ray's services. An answer to the request of RAY_PROBES other than NOT_RAY_ANSWERS is
+    Ray's (a cluster with token authentication answers UNAUTHENTICATED)."""
+    deadline = time.monotonic() + timeout
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as error:
-        raise ValueError(f"cannot reach the Ray cluster at {address} within {timeout:g} s "
-                         f"({error.strerror or error})") from error
+        return error.strerror or str(error) or type(error).__name__
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=max(deadline - time.monotonic(), 0))
+        method, request = RAY_PROBES["client" if client else "gcs"]
+        channel.unary_unary(method)(request, timeout=max(deadline - time.monotonic(), 0))
+    except grpc.FutureTimeoutError:
+        return "it accepts connections but does not answer as Ray does: no gRPC handshake"
+    except grpc.RpcError as error:
+        if error.code() in NOT_RAY_ANSWERS:
+            return f"it speaks gRPC, but not as Ray does: {error.code().name}"
+    finally:
+        channel.close()
+    return ""
 
 
 def connect_ray(config: argparse.Namespace, address: str | None) -> None:
@@ -477,6 +528,9 @@ class Learner:
             eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
             plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1,
             xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
+        # The replay's memory is allocated in its own Ray actor: check here that it fits.
+        settings.check_replay_memory(config, self.agent.state_shape, self.agent.state_dtype,
+                                     Replay.BYTES_PER_SLOT)
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.
@@ -688,17 +742,19 @@ class Learner:
               f"greedy episodes{note}", flush=True)
 
     def run(self) -> None:
-        """Launch, train, stop the actors, evaluate the last network, save and summarise."""
+        """Launch, train, stop the actors, evaluate the last network, save and summarise. A
+        stop signal once the training ended lets the evaluation and the saving finish."""
         self.launch()
         try:
             self.train()
         finally:
             self.training_end = (time.perf_counter(), self.env_steps, self.updates)
             self.stop_actors()
-        self.fetch_status()
-        if not self.evaluations or self.evaluations[-1][1] != self.updates:
-            self.evaluate()  # the last network, unless evaluated already
-        self.finish()
+        with checkpoint.stop_requests():
+            self.fetch_status()
+            if not self.evaluations or self.evaluations[-1][1] != self.updates:
+                self.evaluate()  # the last network, unless evaluated already
+            self.finish()
 
     # ---- ending ------------------------------------------------------------------------------
     def stop_actors(self, timeout: float = 30.0) -> None:
@@ -725,9 +781,10 @@ class Learner:
             self.replay = None
         seconds = time.perf_counter() - self.start_time
         if ending:
+            best = (f"best {self.model_path}" if self.evaluations else
+                    "no best network (no evaluation yet)")
             print(f"{ending} at env step {self.env_steps:,}: last network "
-                  f"{self.last_model_path}, best {self.model_path}, plot {self.plot_path}",
-                  flush=True)
+                  f"{self.last_model_path}, {best}, plot {self.plot_path}", flush=True)
             return
         solved = (f"solved at env step {self.solved[0]:,}, {self.solved[1]:.0f} s after start"
                   if self.solved else "not solved")
@@ -772,11 +829,12 @@ def interrupt(signum: int, frame: Any) -> None:
 
 def run_until_stopped(learner: Learner) -> int:
     """Run `learner` to its end (0). Ctrl-C or SIGTERM stops every actor and saves the network
-    and the plot (0); an actor failing for good saves them too (1). The previous signal
-    handlers come back afterwards."""
-    with checkpoint.on_stop_signals(interrupt):
+    and the plot (0); an actor failing for good saves them too (1). A second stop signal while
+    they are saved is noted and ignored. The previous signal handlers come back afterwards."""
+    with checkpoint.stop_requests():  # the handler while `learner` saves (after `interrupt`)
         try:
-            learner.run()
+            with checkpoint.on_stop_signals(interrupt):
+                learner.run()
             return 0
         except KeyboardInterrupt as interruption:
             learner.finish("interrupted by "
@@ -802,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)
+        if warning := settings.no_training_warning(config):
+            print(warning, file=sys.stderr)
         address = config.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             check_reachable(address, config.connect_timeout)

@@ -35,6 +35,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from replay_storage import all_finite
 
 PREFIX = "step-"
 RUN_PREFIX = "run-"
@@ -77,6 +80,11 @@ class WriteError(ValueError):
         if error.errno is not None:
             reason += f" [errno {error.errno}, {errno.errorcode.get(error.errno, '?')}]"
         super().__init__(f"cannot write {path}: {reason}; {outcome}")
+
+
+class NonFiniteError(RuntimeError):
+    """A training step produced NaN or inf, or the environment returned one; the run stops with
+    its last good state saved (`saved_on`)."""
 
 
 class StopRequest:
@@ -279,6 +287,36 @@ def being_written(path: Path) -> bool:
     except PermissionError:  # it exists, as another user's
         return True
     return True
+
+
+def check_environment_step(step: int, reward: Any, observation: Any) -> None:
+    """NonFiniteError naming env step `step` and the value if the environment returned a reward
+    or an observation holding NaN or inf, so the run stops before the transition is stored and
+    its last good state (`saved_on`) is the one before this step. ~0.5 us for CartPole."""
+    if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
+            np.asarray(reward, dtype=np.float64)).all():
+        raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")
+    observation = observation if type(observation) is np.ndarray else np.asarray(observation)
+    if observation.dtype.kind == "f" and not all_finite(observation):
+        value = observation[~np.isfinite(observation)].flat[0].item()
+        raise NonFiniteError(f"the environment returned an observation holding {value!r} at env "
+                             f"step {step}")
+
+
+def model_load_error(path: str, error: Exception) -> ValueError:
+    """The one-line error for a `.keras` file that Keras could not load (with `error`): there is
+    none, it cannot be read, or it is not a valid .keras file (for a file that is not a zip
+    archive Keras itself says "File not found")."""
+    if not os.path.exists(path):
+        return ValueError(f"no saved model at {path!r}; train first (python d3qn_agent.py)")
+    try:
+        with open(path, "rb") as file:
+            is_zip = zipfile.is_zipfile(file)
+    except OSError as os_error:
+        return ValueError(f"cannot read model {path!r}: {os_error.strerror or os_error}")
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {first_line}" if is_zip else "not a zip archive"
+    return ValueError(f"cannot load model {path!r}: not a valid .keras file ({reason})")
 
 
 # ---- Saving and loading an agent ----------------------------------------------------------------

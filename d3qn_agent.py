@@ -49,9 +49,10 @@ import atari_wrappers
 import checkpoint
 import recording
 import settings
+from checkpoint import NonFiniteError
 from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
-from priority_figure import PriorityFigure
+from priority_figure import PriorityFigure, ReplayStatistics
 from replay_storage import FrameStackStorage
 from reporting import AVERAGE_WINDOW, TrainingReport
 
@@ -210,10 +211,6 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
     return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
 
 
-class NonFiniteError(RuntimeError):
-    """A training step produced NaN or inf; the run stops with its last good state saved."""
-
-
 def episode_seed(seed: int, *indices: int) -> int:
     """A reset seed for one episode, so that every episode can be replayed from its seed alone.
 
@@ -252,9 +249,8 @@ class DQNAgent:
 
         # The replay memory: PER's Memory or UniformMemory, one interface. Images keep each
         # frame once; the priority figure counts who gets replayed (~1% of a CartPole step).
-        if len(self.state_shape) == 3 and config.memory_size <= self.state_shape[-1]:
-            raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({self.state_shape[-1]}) "
-                             f"for images, got {config.memory_size}")
+        settings.check_replay_memory(config, self.state_shape, self.state_dtype,
+                                     ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
         replay_options = dict(
             storage=FrameStackStorage(config.memory_size) if len(self.state_shape) == 3 else None,
@@ -417,12 +413,10 @@ class DQNAgent:
 
         The architecture comes from the file (HIDDEN_UNITS need not match); the optimizer starts
         afresh. ValueError if the file is missing, unreadable, or for another environment."""
-        if not os.path.isfile(name):
-            raise ValueError(f"no saved model at {name!r}; train first (python d3qn_agent.py)")
         try:
             model = keras.models.load_model(name)
         except Exception as err:  # Keras raises several types for a corrupt or foreign file
-            raise ValueError(f"cannot load model {name!r}: {err}") from err
+            raise checkpoint.model_load_error(name, err) from err
         expected = (None, *self.state_shape)
         if tuple(model.input_shape) != expected or model.output_shape[-1] != self.action_size:
             raise ValueError(f"model {name!r} maps {model.input_shape} -> {model.output_shape}, "
@@ -452,8 +446,8 @@ class DQNAgent:
 
         Greedy evaluations every EVAL_EVERY steps pick the network saved to `Model_name` (the
         last one goes beside it, `..._last.keras`). Ctrl-C or SIGTERM stops after the current
-        step with a checkpoint, the last network and the plots; a NaN loss raises
-        NonFiniteError after a checkpoint of the last good state.
+        step with a checkpoint, the last network and the plots; NaN or inf in a loss, a reward
+        or an observation raises NonFiniteError after a checkpoint of the last good state.
         """
         config = self.config
         self.report.start(self)
@@ -464,6 +458,7 @@ class DQNAgent:
             while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
+                checkpoint.check_environment_step(self.step + 1, reward, next_state)  # no NaN
                 self.step += 1
                 self.episode_actions.append(action)
                 self.episode_score += reward
@@ -623,7 +618,8 @@ class DQNAgent:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; bad input or a failed write (disk full) prints one `error:` line
-    and returns 2, a training step that turns NaN returns 3 (after saving the last good state)."""
+    and returns 2, NaN or inf from training or the environment returns 3 (after saving the last
+    good state)."""
     parser = settings.d3qn_parser(sys.modules[__name__])
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv, parser)
     try:
@@ -637,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        agent.run()
+        with checkpoint.stop_requests():  # a stop once the budget is spent: the run finishes
+            agent.run()
     except (NonFiniteError, checkpoint.WriteError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, checkpoint.WriteError) else 3

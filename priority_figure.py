@@ -57,6 +57,8 @@ class ReplayStatistics:
     so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
     """
 
+    BYTES_PER_SLOT = 16  # replay_counts and stored_at
+
     def __init__(self, capacity: int) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
         self.stored_at = np.zeros(capacity, dtype=np.int64)

@@ -11,6 +11,7 @@ left on each progress line, is a `Forecast` (apex.py's too).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from argparse import Namespace
@@ -21,6 +22,7 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 
 import checkpoint
+import settings
 
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
@@ -211,11 +213,14 @@ class TrainingReport:
             self.tensorboard.flush()
 
     def start(self, agent: Any) -> None:
-        """The run's first lines: what trains, the values presets decided, TensorBoard's place."""
+        """The run's first lines: what trains, the values presets decided, a warning if it will
+        not train (`settings.no_training_warning`), TensorBoard's place."""
         print(f"training on {agent.config.env_name} until step {agent.config.total_steps:,}: "
               f"{describe(agent.config)}", flush=True)
         if agent.settings_notes:
             print(f"settings: {', '.join(agent.settings_notes)}", flush=True)
+        if warning := settings.no_training_warning(agent.config):
+            print(warning, file=sys.stderr, flush=True)
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import numbers
+import os
 import re
 import textwrap
 from collections.abc import Callable
@@ -30,9 +31,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 import atari_wrappers
 import recording
 from checkpoint import LATEST
+from PER import replay_bytes_per_slot
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 
@@ -287,6 +291,63 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
     if values["batch_size"] > values["memory_size"]:
         raise ValueError(f"BATCH_SIZE ({values['batch_size']}) must not exceed MEMORY_SIZE "
                          f"({values['memory_size']})")
+    if values.get("epsilon_min", 0.0) > values.get("epsilon_start", 1.0):
+        raise ValueError(f"EPSILON_MIN ({values['epsilon_min']}) must not exceed EPSILON_START "
+                         f"({values['epsilon_start']}): exploration would rise")
+
+
+def no_training_warning(config: argparse.Namespace) -> str | None:
+    """A warning line for a run whose budget ends before its first gradient step, or None.
+
+    Such a run would save its untrained network as the best without a word; it is not refused,
+    since some runs only collect experience on purpose (benchmarks/bench_checkpoint.py).
+    d3qn_agent.py calls replay() every TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL env steps once
+    LEARNING_STARTS steps and a batch are collected; apex.py updates once LEARNING_STARTS
+    transitions, an env step each, are in the replay."""
+    first = max(config.learning_starts, 1) + 1  # apex.py
+    if "train_frequency" in config:  # d3qn_agent.py
+        period = config.train_frequency * config.gradient_steps_per_call
+        first = -(-max(config.learning_starts, config.batch_size, 1) // period) * period
+    if first <= config.total_steps:
+        return None
+    return (f"warning: TOTAL_STEPS ({config.total_steps:,}) ends before the first gradient step "
+            f"(env step {first:,}, LEARNING_STARTS being {config.learning_starts:,}): this run "
+            "will not train, and the network it saves as best is the untrained one")
+
+
+def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...],
+                        state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
+    """ValueError, before the replay memory of MEMORY_SIZE slots is allocated, if it cannot
+    hold one frame stack (image states) or would not fit in this machine's memory: its size in
+    GiB (`PER.replay_bytes_per_slot`, plus `other_bytes_per_slot` that the caller keeps per slot
+    beside it) against the machine's. Flags without USE_PER (apex.py) mean proportional PER."""
+    size = config.memory_size
+    if len(state_shape) == 3 and size <= state_shape[-1]:
+        raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
+                         f"images, got {size}")
+    kind = ("uniform" if not getattr(config, "use_per", True) else
+            "rank-based" if getattr(config, "per_rank_based", False) else "proportional")
+    per_slot = replay_bytes_per_slot(state_shape, state_dtype, kind) + other_bytes_per_slot
+    machine = machine_memory_bytes()
+    if machine and size * per_slot > machine:
+        raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
+                         f"{size * per_slot / 2**30:,.1f} GiB ({per_slot} bytes per transition "
+                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, {kind} "
+                         f"replay), more than this machine's {machine / 2**30:,.1f} GiB")
+
+
+def machine_memory_bytes() -> int | None:
+    """The memory this process may use in bytes: the machine's physical memory, or a container's
+    smaller limit (cgroup v2 memory.max); None where the system says neither."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        physical = None
+    try:
+        limit = int(Path("/sys/fs/cgroup/memory.max").read_text())
+    except (OSError, ValueError):  # no cgroup v2 here, or "max": no limit
+        return physical
+    return limit if physical is None else min(limit, physical)
 
 
 def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:

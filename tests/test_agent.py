@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import keras
@@ -235,13 +236,15 @@ def test_soft_and_hard_target_updates(tmp_path):
 
 
 @pytest.mark.parametrize("limit", [5, None])
-def test_only_termination_is_stored_as_done(tmp_path, limit):
+def test_only_termination_is_stored_as_done(tmp_path, capsys, limit):
     agent = small_agent(tmp_path, max_episode_steps=limit, failure_reward=-100.0,
                         total_steps=120, learning_starts=10_000, eval_every=10_000,
                         eval_episodes=1)
     stored = []
     agent.remember = lambda *transition: stored.append(transition)
     agent.run()
+    # A run that collects only says so at its start (settings.no_training_warning).
+    assert capsys.readouterr().err.startswith("warning: TOTAL_STEPS (120) ends before the first ")
     dones = [done for *_, done in stored]
     rewards = [reward for _, _, reward, _, _ in stored]
     if limit:  # CartPole cannot fail within 5 steps: every episode is cut by the time limit
@@ -318,6 +321,12 @@ def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and
         (["--gamma", "1.5"], "GAMMA (--gamma) must be in [0, 1], got 1.5"),
         (["--n-step", "0"], "N_STEP (--n-step) must be positive, got 0"),
         (["--test"], "no saved model"),
+        (["--epsilon-start", "0.2", "--epsilon-min", "0.5"],
+         "EPSILON_MIN (0.5) must not exceed EPSILON_START (0.2): exploration would rise"),
+        # 96 TiB: one line before anything is allocated, not a MemoryError traceback
+        (["--memory-size", "1000000000000"], "MEMORY_SIZE (--memory-size) 1,000,000,000,000 "
+         "needs a replay memory of 98,720.2 GiB (106 bytes per transition of (4,) float32 "
+         "states, proportional replay), more than this machine's"),
     ],
 )
 def test_bad_input_gives_one_error_line(tmp_path, capsys, argv, message):
@@ -328,14 +337,23 @@ def test_bad_input_gives_one_error_line(tmp_path, capsys, argv, message):
     assert message in err
 
 
-def test_corrupt_model_file_gives_one_error_line(tmp_path, capsys):
-    agent_name = small_agent(tmp_path).Model_name
-    Path(agent_name).parent.mkdir(parents=True, exist_ok=True)
-    Path(agent_name).write_bytes(b"not a keras file")
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"not a keras file", "(not a zip archive)"),  # Keras itself says "File not found"
+    ("zip", "(KeyError: \"There is no item named 'config.json' in the archive\")"),
+])
+def test_corrupt_model_file_gives_one_error_line(tmp_path, capsys, content, reason):
+    agent_name = Path(small_agent(tmp_path).Model_name)
+    agent_name.parent.mkdir(parents=True, exist_ok=True)
+    if content == "zip":
+        with zipfile.ZipFile(agent_name, "w") as archive:
+            archive.writestr("weights.txt", "not a network")
+    else:
+        agent_name.write_bytes(content)
     argv = ["--test", "--model-dir", str(tmp_path / "models"), "--hidden-units", "32", "32"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: cannot load model") and "\n" not in err
+    assert err == (f"error: cannot load model {str(agent_name)!r}: not a valid .keras file "
+                   f"{reason}")
 
 
 def test_command_line_smoke_run_writes_model_and_plot_then_tests_it(tmp_path):

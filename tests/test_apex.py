@@ -8,11 +8,17 @@ others build the actor, the replay and the learner in this process, without Ray.
 
 from __future__ import annotations
 
+import concurrent.futures
+import http.server
 import os
+import re
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import ray
@@ -229,6 +235,9 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
          "error: cannot reach the Ray cluster at 127.0.0.1:1"),
         (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
         (["--epsilon", "1.5"], "error: EPSILON (--epsilon) must be in [0, 1], got 1.5"),
+        (["--memory-size", "1000000000000"], "error: MEMORY_SIZE (--memory-size) "
+         "1,000,000,000,000 needs a replay memory of 91,269.6 GiB (98 bytes per transition of "
+         "(4,) float32 states, proportional replay), more than this machine's"),
     ],
 )
 def test_bad_flags_give_one_error_line_before_ray_starts(capsys, argv, message):
@@ -236,3 +245,82 @@ def test_bad_flags_give_one_error_line_before_ray_starts(capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
     assert message in err
+
+
+class QuietHTTPHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # the test reads stderr
+        pass
+
+
+@pytest.fixture(params=["silent", "silent on loopback", "http", "grpc"])
+def not_ray(request):
+    """(port, what the error says) of a listener that is not Ray on every interface: a socket
+    that accepts and says nothing, an HTTP server, a gRPC server without Ray's services; or a
+    silent one on the loopback interface alone, where ray.init does not look."""
+    no_handshake = "it accepts connections but does not answer as Ray does: no gRPC handshake"
+    if request.param.startswith("silent"):
+        host = "127.0.0.1" if request.param.endswith("loopback") else ""
+        listener = socket.create_server((host, 0))  # the kernel accepts for it
+        yield listener.getsockname()[1], "Connection refused" if host else no_handshake
+        listener.close()
+    elif request.param == "http":
+        server = http.server.HTTPServer(("", 0), QuietHTTPHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield server.server_address[1], no_handshake
+        server.shutdown()
+        server.server_close()
+    else:
+        server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        port = server.add_insecure_port("[::]:0")
+        server.start()
+        yield port, "it speaks gRPC, but not as Ray does: UNIMPLEMENTED"
+        server.stop(None)
+
+
+def test_an_address_that_is_not_ray_is_refused_within_the_timeout(not_ray):
+    # ray.init would retry for minutes there; the probe gives up after --connect-timeout, and
+    # main prints its message as the `error:` line (test_bad_flags_give_one_error_line...).
+    port, reason = not_ray
+    with pytest.raises(ValueError) as refused:
+        apex.check_reachable(f"127.0.0.1:{port}", 1.0)
+    where = f"{ray.util.get_node_ip_address()}:{port}"
+    assert str(refused.value) == (f"cannot reach the Ray cluster at 127.0.0.1:{port} ({where}, "
+                                  f"where Ray looks for it) within 1 s ({reason})")
+    if reason != "Connection refused":  # what a ray:// address would reach: the same
+        with pytest.raises(ValueError, match=re.escape(f"within 1 s ({reason})")):
+            apex.check_reachable(f"ray://{where}", 1.0)
+
+
+def test_the_probe_accepts_a_ray_cluster(local_ray):
+    apex.check_reachable(ray.get_runtime_context().gcs_address, 10.0)
+
+
+def test_a_stop_at_env_step_0_names_no_best_network(tmp_path, capsys):
+    learner = apex.Learner(small_config(tmp_path))
+    learner.finish("interrupted by SIGTERM")
+    assert capsys.readouterr().out.strip() == (
+        f"interrupted by SIGTERM at env step 0: last network {learner.last_model_path}, no best "
+        f"network (no evaluation yet), plot {learner.plot_path}")
+    assert Path(learner.last_model_path).is_file() and Path(learner.plot_path).is_file()
+    assert not Path(learner.model_path).exists()
+
+
+def test_a_stop_during_the_final_evaluation_lets_the_run_finish(tmp_path, capsys, monkeypatch):
+    # The run's end alone, without Ray: training is over, the actors are stopped.
+    learner = apex.Learner(small_config(tmp_path, eval_episodes=1))
+    for step in ("launch", "train", "fetch_status"):
+        monkeypatch.setattr(learner, step, lambda: None)
+    evaluate = learner.evaluate
+
+    def sigterm_then_evaluate() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        evaluate()
+
+    learner.evaluate = sigterm_then_evaluate
+    handler = signal.getsignal(signal.SIGTERM)
+    assert apex.run_until_stopped(learner) == 0
+    assert signal.getsignal(signal.SIGTERM) is handler
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("evaluation at env step 0") and lines[-1].startswith("done: 0 "), (
+        lines)
+    assert Path(learner.model_path).is_file() and Path(learner.last_model_path).is_file()

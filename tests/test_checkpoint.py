@@ -2,7 +2,8 @@
 not fit.
 
 The runs are real `python d3qn_agent.py` subprocesses on CartPole with a tiny network, but for
-the NaN test and the resumption after a stop signal, which run `d3qn_agent` in this process.
+the NaN tests, the stops at the end of a run and the resumption after a stop signal, which run
+`d3qn_agent` in this process.
 """
 
 import errno
@@ -17,7 +18,9 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -277,7 +280,8 @@ def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, capsys, damaged)
     assert str(path) in error
 
 
-def test_nan_stops_training_with_the_last_good_state_saved(tmp_path):
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # on purpose
+def test_a_diverging_training_step_stops_with_the_last_good_state_saved(tmp_path):
     import d3qn_agent
 
     agent = d3qn_agent.DQNAgent(
@@ -287,12 +291,12 @@ def test_nan_stops_training_with_the_last_good_state_saved(tmp_path):
     )
     env_step = agent.env.step
 
-    def poisoned_step(action):  # from step 100 on, rewards are NaN
+    def exploding_step(action):  # from step 100 on, rewards are finite but overflow float32
         observation, reward, terminated, truncated, info = env_step(action)
-        return observation, np.nan if agent.step >= 99 else reward, terminated, truncated, info
+        return observation, 1e39 if agent.step >= 99 else reward, terminated, truncated, info
 
-    agent.env.step = poisoned_step
-    with pytest.raises(d3qn_agent.NonFiniteError, match="Last good state saved to"):
+    agent.env.step = exploding_step
+    with pytest.raises(d3qn_agent.NonFiniteError, match=r"non-finite loss.*Last good state saved"):
         agent.run()
     assert 100 <= agent.step < 1000
     assert all(np.isfinite(weights).all() for weights in agent.model.get_weights())
@@ -508,3 +512,88 @@ def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
     agent.training_run.lock.release()
     assert not any(path.exists() for path in leftovers)
     assert all(path.exists() for path in others)  # not this run's to remove
+
+
+# An environment with a bug: its reward or observation turns into POISON["value"] after
+# POISON["after"] steps (no poison while POISON["field"] is "": the bug fixed).
+POISON: dict[str, Any] = {"field": "", "value": 0.0, "after": 0}
+POISONED = "PoisonedCartPole-v0"
+
+
+class PoisonedCartPole(gym.Wrapper):
+    """CartPole-v1 with POISON applied to its steps."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(gym.make("CartPole-v1", **kwargs))
+        self.steps = 0
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if POISON["field"] and self.steps > POISON["after"]:
+            if POISON["field"] == "reward":
+                reward = POISON["value"]
+            else:
+                observation = observation.copy()
+                observation[2] = POISON["value"]
+        return observation, reward, terminated, truncated, info
+
+
+if POISONED not in gym.registry:
+    gym.register(POISONED, entry_point=PoisonedCartPole)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("reward", float("nan"), "reward nan"), ("observation", -np.inf, "an observation holding -inf"),
+])
+def test_nan_from_the_environment_stops_the_run_and_resume_works_once_it_is_fixed(
+        tmp_path, capsys, monkeypatch, field, value, said):
+    import d3qn_agent
+
+    monkeypatch.setitem(POISON, "field", field)
+    monkeypatch.setitem(POISON, "value", value)
+    monkeypatch.setitem(POISON, "after", 150)
+    flags = agent_command(tmp_path, "--env-name", POISONED, "--total-steps", "300")[2:]
+    assert d3qn_agent.main(flags) == 3
+    root = tmp_path / "models" / f"DDQN_{POISONED}_Dueling_PER.checkpoints"
+    [saved] = sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
+    assert saved.name == "step-0000000150"  # the step before the bad one, which is not stored
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the environment returned {said} at env step 151. Last good state saved to "
+        f"{saved}"]
+    assert_complete(saved)
+    memory = checkpoint.read_arrays(saved / "memory.npz")
+    assert memory["storage.written"] == 150
+    for key in ("storage.state", "storage.reward", "storage.next_state", "tree.sums"):
+        assert np.isfinite(memory[key]).all(), key
+
+    monkeypatch.setitem(POISON, "field", "")  # the environment fixed
+    assert d3qn_agent.main([*flags, "--resume"]) == 0
+    resumed = capsys.readouterr().out
+    assert f"resuming from {saved} at step 150" in resumed and "done: 150 steps in" in resumed
+
+
+@pytest.mark.parametrize("during", ["evaluate", "save"])
+def test_a_stop_during_the_final_evaluation_or_save_lets_the_run_finish(
+        tmp_path, capsys, monkeypatch, during):
+    import d3qn_agent
+
+    original = getattr(d3qn_agent.DQNAgent, during)
+
+    def then_sigterm(agent, *args):  # at the end: the final evaluation, or saving a network
+        if agent.step == 200:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(agent, *args)
+
+    def outside_the_run(signum, frame):
+        raise AssertionError("SIGTERM reached the handler from before the run")
+
+    monkeypatch.setattr(d3qn_agent.DQNAgent, during, then_sigterm)
+    previous = signal.signal(signal.SIGTERM, outside_the_run)
+    try:
+        assert d3qn_agent.main(agent_command(tmp_path, "--total-steps", "200")[2:]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("done: 200 steps in"), lines[-3:]
+    assert (tmp_path / "models" / f"{RUN_NAME}_last.keras").is_file()

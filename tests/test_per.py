@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from PER import Memory, SumTree, UniformMemory
+from PER import Memory, SumTree, UniformMemory, replay_bytes_per_slot
 from replay_storage import FrameStackStorage, TransitionStorage
 
 
@@ -387,9 +387,97 @@ def test_memory_bad_input_raises_and_changes_nothing():
         memory.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
     with pytest.raises(ValueError, match="experience"):
         memory.store((1, 2, 3))
-    for name, value in (("alpha", -1.0), ("beta", 1.5), ("epsilon", 0.0), ("abs_err_upper", 0)):
+    for name, value in (("alpha", -1.0), ("beta", 1.5), ("epsilon", 0.0), ("abs_err_upper", 0),
+                        ("action_count", 0)):
         with pytest.raises(ValueError, match=name):
             Memory(4, **{name: value})
+
+
+def state_dicts_equal(first: dict, second: dict) -> bool:
+    return first.keys() == second.keys() and all(
+        np.array_equal(first[key], second[key]) for key in first)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
+def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_writes_nothing(
+        kind):
+    memory = {"uniform": UniformMemory, "proportional": Memory,
+              "rank": lambda *args, **kwargs: Memory(*args, rank_based=True, **kwargs),
+              }[kind](4, rng=0, action_count=2)
+    for i in range(6):  # full, wrapped around: the next store overwrites the oldest, slot 2
+        memory.store(experience(i))
+    before = memory.state_dict()
+    state, nan_state = np.full(3, 9.0, np.float32), np.array([1.0, np.nan, 2.0], np.float32)
+    refused = [
+        ((state, 0, np.nan, state, False), "reward must be a finite number, got nan"),
+        ((state, 0, -np.inf, state, False), "reward must be a finite number, got -inf"),
+        ((state, 0, None, state, False), "reward must be a finite number, got None"),
+        ((nan_state, 0, 1.0, state, False), "^state must be finite, got nan"),
+        ((state, 0, 1.0, state * np.inf, False), "next_state must be finite, got inf"),
+        ((state, -1, 1.0, state, False), r"action must be an integer in 0\.\.1, got -1"),
+        ((state, 2, 1.0, state, False), r"action must be an integer in 0\.\.1, got 2"),
+        ((state, 1.7, 1.0, state, False), "action must be an integer, got 1.7"),
+        ((state, True, 1.0, state, False), "action must be an integer, got True"),
+        ((state, "1", 1.0, state, False), "action must be an integer, got '1'"),
+        ((state, 1, 1.0, state, 0.5), "done must be True or False, got 0.5"),
+        ((state, 1, 1.0, ["a", "b", "c"], False), "next_state must hold numbers"),
+    ]
+    for transition, message in refused:
+        with pytest.raises(ValueError, match=message):
+            memory.store(transition)
+        assert state_dicts_equal(memory.state_dict(), before), transition
+    # Integers of every kind, numpy floats and 0 / 1 for done are fine.
+    memory.store((state, np.int32(1), np.float32(0.5), state, 1))
+    memory.store((state, np.array(0), 2, state, np.bool_(False)))
+    assert (memory.storage.fields[0][[2, 3]] == 9).all()
+
+
+def test_a_frame_memory_refuses_an_action_out_of_range_and_writes_nothing():
+    frames = np.arange(1, 9, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+    stacks = [np.stack(frames[i:i + 2], axis=-1) for i in range(7)]
+    memory = Memory(4, storage=FrameStackStorage(4), rng=0, action_count=3)
+    for i in range(5):
+        memory.store((stacks[i], i % 3, 1.0, stacks[i + 1], False))
+    before = memory.state_dict()
+    for action in (-1, 3):
+        with pytest.raises(ValueError, match=f"action must be an integer in 0..2, got {action}"):
+            memory.store((stacks[5], action, 1.0, stacks[6], False))
+        assert state_dicts_equal(memory.state_dict(), before)
+
+
+def array_bytes(*holders: object) -> int:
+    """Bytes of the numpy arrays the objects hold as attributes, alone or in tuples."""
+    arrays = [item for holder in holders for value in vars(holder).values()
+              for item in (value if isinstance(value, tuple) else (value,))
+              if isinstance(item, np.ndarray)]
+    return sum(array.nbytes for array in arrays)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank-based"])
+@pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])
+def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
+    # Filled as the agents fill it: float32 vectors or uint8 frame stacks, Python int actions,
+    # float rewards, bool dones; a sample lets the rank-based memory sort every slot.
+    capacity = 4096
+    frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
+    storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
+    make = {"uniform": UniformMemory, "proportional": Memory,
+            "rank-based": lambda *args, **kwargs: Memory(*args, rank_based=True, **kwargs)}[kind]
+    memory = make(capacity, storage=storage, rng=0)
+    for i in range(capacity):
+        if storage is None:
+            state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
+        else:
+            state = np.stack(frames[i:i + 4], axis=-1)
+            next_state = np.stack(frames[i + 1:i + 5], axis=-1)
+        memory.store((state, i % 2, 1.0, next_state, False))
+    memory.sample(32)
+    holders = [memory, memory.storage, *([memory.tree] if kind == "proportional" else [])]
+    measured = array_bytes(*holders) / capacity
+    # What stays is a few fixed arrays (the tree's queue of 1,023 nodes, a pending stack): < 3
+    # bytes a slot here, nothing for the millions of slots the estimate is for.
+    assert 0 <= measured - replay_bytes_per_slot(state_shape, np.dtype(
+        np.float32 if storage is None else np.uint8), kind) < 3
 
 
 # UniformMemory and storage -----------------------------------------------------------------------
@@ -611,7 +699,7 @@ def test_store_block_bad_input_raises_and_changes_nothing():
         ((block(0, 9), np.ones(9)), {}, "1..8 transitions"),
         (((np.zeros((3, 3)), np.zeros(2), np.zeros(3), np.zeros((3, 3)), np.zeros(3)),
           np.ones(3)), {}, r"different lengths \[3, 2, 3, 3, 3\]"),
-        (((np.zeros((2, 4)), np.zeros(2), np.zeros(2), np.zeros((2, 4)), np.zeros(2)),
+        (((np.zeros((2, 4)), np.zeros(2, int), np.zeros(2), np.zeros((2, 4)), np.zeros(2)),
           np.ones(2)), {}, r"state has shape \(4,\), but the memory holds \(3,\)"),
     ]
     for args, kwargs, message in bad_calls:
@@ -619,3 +707,30 @@ def test_store_block_bad_input_raises_and_changes_nothing():
             memory.store_block(*args, **kwargs)
     np.testing.assert_array_equal(memory.tree.tree, before)
     assert len(memory) == 2 and memory.storage.write_pointer == 2
+
+
+@pytest.mark.parametrize("rank_based", [False, True])
+def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing(rank_based):
+    memory = Memory(8, rng=0, rank_based=rank_based, action_count=2)
+    memory.store_block(block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
+    before = memory.state_dict()
+
+    def with_bad(field: int, value: object) -> tuple:
+        columns = [np.array(column) for column in block(100, 4)]
+        columns[field] = columns[field].astype(np.result_type(columns[field], value))
+        columns[field][2] = value
+        return tuple(columns)
+
+    refused = [
+        (with_bad(2, np.nan), "reward must be finite, got nan \\(transition 2 of the block\\)"),
+        (with_bad(0, np.inf), "^state must be finite, got inf \\(transition 2"),
+        (with_bad(3, -np.inf), "next_state must be finite, got -inf \\(transition 2"),
+        (with_bad(1, -1), "action must be an integer in 0..1, got -1 \\(transition 2"),
+        (with_bad(1, 2), "action must be an integer in 0..1, got 2 \\(transition 2"),
+        (with_bad(1, 0.5), "actions must be integers, got dtype float64"),
+        (with_bad(4, 3), "done must be True or False, got 3 \\(transition 2"),
+    ]
+    for transitions, message in refused:
+        with pytest.raises(ValueError, match=message):
+            memory.store_block(transitions, np.ones(4))
+        assert state_dicts_equal(memory.state_dict(), before), message

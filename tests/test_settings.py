@@ -8,6 +8,7 @@ module); one test edits a copy of d3qn_agent.py itself and reads what the run pr
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -208,6 +209,82 @@ def test_apex_obeys_an_edit_over_its_atari_preset(monkeypatch):
     config, notes = apex.resolve_config({})
     assert (config.batch_size, config.learning_rate) == (64, 1e-4)
     assert "learning_rate 0.0001 (Atari preset)" in notes
+
+
+# --- what a run needs: flags that agree, a replay memory that fits, a budget that trains ---
+
+
+def test_an_exploration_rate_that_would_rise_is_refused(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "EPSILON_MIN", 0.5)
+    with pytest.raises(ValueError, match=re.escape(
+            "EPSILON_MIN (0.5) must not exceed EPSILON_START (0.2): exploration would rise")):
+        resolve(epsilon_start=0.2)
+    config, _ = resolve(epsilon_start=0.5)  # a constant rate is fine
+    assert (config.epsilon_start, config.epsilon_min) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize(("given", "first"), [
+    ({"total_steps": 120, "learning_starts": 10_000}, 10_016),  # 313 calls of 2 x 16 steps
+    ({"total_steps": 64, "learning_starts": 50, "batch_size": 16}, None),  # trains at its end
+    ({"total_steps": 63, "learning_starts": 50, "batch_size": 16}, 64),
+    ({"total_steps": 100, "learning_starts": 0, "train_frequency": 1,
+      "gradient_steps_per_call": 1}, 128),  # a batch of 128 is not collected
+    ({"total_steps": 128, "learning_starts": 0, "train_frequency": 1,
+      "gradient_steps_per_call": 1}, None),
+])
+def test_a_run_that_cannot_train_is_warned_of(given, first):
+    config, _ = resolve(**given)
+    warning = settings.no_training_warning(config)
+    if first is None:
+        assert warning is None
+    else:
+        assert warning == (
+            f"warning: TOTAL_STEPS ({given['total_steps']:,}) ends before the first gradient "
+            f"step (env step {first:,}, LEARNING_STARTS being {given['learning_starts']:,}): "
+            "this run will not train, and the network it saves as best is the untrained one")
+
+
+def test_an_apex_run_that_cannot_train_is_warned_of():
+    config, _ = apex.resolve_config({"total_steps": 1_000, "learning_starts": 1_000})
+    assert "(env step 1,001, LEARNING_STARTS being 1,000)" in settings.no_training_warning(config)
+    config, _ = apex.resolve_config({"total_steps": 1_001, "learning_starts": 1_000})
+    assert settings.no_training_warning(config) is None
+
+
+@pytest.mark.parametrize(("size", "state_shape", "dtype", "kind", "needs"), [
+    # per slot: state and next state (16 + 16), action 8, reward 8, two flags, sum and min
+    # trees and a pointer (40), and the 16 bytes the caller keeps beside it: 106
+    (10_000_000, (4,), np.float32, "proportional", None),  # 0.99 GiB
+    (20_000_000, (4,), np.float32, "proportional", "2.0 GiB (106 bytes"),
+    (16_000_000, (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
+    (20_000_000, (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 for the ranks
+    # one 84 x 84 frame, action 8, reward 4, two flags, trees 40, the caller's 16: 7,126
+    (150_000, (84, 84, 4), np.uint8, "proportional", None),  # 0.995 GiB
+    (200_000, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7126 bytes"),
+])
+def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
+        monkeypatch, size, state_shape, dtype, kind, needs):
+    monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)
+    config = argparse.Namespace(memory_size=size, use_per=kind != "uniform",
+                                per_rank_based=kind == "rank-based")
+    if needs is None:
+        settings.check_replay_memory(config, state_shape, dtype, 16)
+        return
+    with pytest.raises(ValueError) as refused:
+        settings.check_replay_memory(config, state_shape, dtype, 16)
+    assert str(refused.value) == (
+        f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of {needs} per transition "
+        f"of {state_shape} {np.dtype(dtype)} states, {kind} replay), more than this machine's "
+        "1.0 GiB")
+    monkeypatch.setattr(settings, "machine_memory_bytes", lambda: None)  # the system won't say
+    settings.check_replay_memory(config, state_shape, dtype, 16)
+
+
+def test_an_image_memory_must_hold_a_frame_stack():
+    config = argparse.Namespace(memory_size=4, use_per=True, per_rank_based=False)
+    with pytest.raises(ValueError, match=re.escape(
+            "MEMORY_SIZE must exceed the frame stack (4) for images, got 4")):
+        settings.check_replay_memory(config, (84, 84, 4), np.uint8)
 
 
 # --- the promise end to end: edit the file, run it ------------------------------------------
