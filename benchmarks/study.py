@@ -120,6 +120,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] 
     import d3qn_agent
     import settings
 
+    code = commit()  # the code this process loads; the checkout may move on while it trains
     work_dir = run.work_dir(work_root)
     work_dir.mkdir(parents=True, exist_ok=True)
     flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
@@ -147,7 +148,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] 
     result = {
         "study": run.study, "game": run.game, "variant": run.variant, "seed": run.seed,
         "command": shlex.join(["python", "d3qn_agent.py", *run.arguments()]),
-        "commit": commit(),
+        "commit": code,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "settings": {name: list(value) if isinstance(value, tuple) else value
                      for name, value in vars(agent.config).items()
