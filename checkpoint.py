@@ -289,18 +289,27 @@ def being_written(path: Path) -> bool:
     return True
 
 
-def check_environment_step(step: int, reward: Any, observation: Any) -> None:
+def check_environment_step(step: int, reward: Any, observation: Any, reset: bool = False
+                           ) -> None:
     """NonFiniteError naming env step `step` and the value if the environment returned a reward
-    or an observation holding NaN or inf, so the run stops before the transition is stored and
-    its last good state (`saved_on`) is the one before this step. ~0.5 us for CartPole."""
+    or an observation holding NaN or inf (`reset`: the observation of a reset after that step),
+    so the run stops before the transition is stored and its last good state (`saved_on`) is
+    the one before. ~0.5 us for CartPole."""
     if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
             np.asarray(reward, dtype=np.float64)).all():
         raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")
-    observation = observation if type(observation) is np.ndarray else np.asarray(observation)
-    if observation.dtype.kind == "f" and not all_finite(observation):
+    if not is_finite(observation):
+        observation = np.asarray(observation)
         value = observation[~np.isfinite(observation)].flat[0].item()
-        raise NonFiniteError(f"the environment returned an observation holding {value!r} at env "
-                             f"step {step}")
+        where = f"its reset after env step {step}" if reset else f"env step {step}"
+        raise NonFiniteError(f"the environment returned an observation holding {value!r} at "
+                             f"{where}")
+
+
+def is_finite(observation: Any) -> bool:
+    """Whether `observation` holds no NaN or inf (integer observations, like frames, always)."""
+    observation = observation if type(observation) is np.ndarray else np.asarray(observation)
+    return observation.dtype.kind != "f" or all_finite(observation)
 
 
 def model_load_error(path: str, error: Exception) -> ValueError:
@@ -350,7 +359,8 @@ def save_agent(agent: Any) -> str:
         "rng": agent.rng.bit_generator.state,
         "episode_actions": agent.episode_actions,
         "episode_score": agent.episode_score,
-        "state_sha256": state_digest(agent.state),
+        # None for the observation of a reset that returned NaN: a fixed environment's differs.
+        "state_sha256": state_digest(agent.state) if is_finite(agent.state) else None,
         **agent.priority_figure.progress(),
         "run": {"id": run.run_id, "started": run.started, "flags": vars(agent.config)},
     }, indent=1)
@@ -437,6 +447,8 @@ def load_agent(agent: Any, where: str = LATEST) -> str:
         raise ValueError(f"checkpoint file {directory / 'memory.npz'}: {error}") from error
     try:
         restore_progress(agent, progress)
+    except NonFiniteError as error:  # a good checkpoint; the environment is not fixed yet
+        raise ValueError(f"cannot resume from {directory}: {error}") from error
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"checkpoint file {progress_file} is corrupt: {error!r}") from error
     agent.training_run = (TrainingRun(run["id"], run["started"]) if run is not None
@@ -533,7 +545,7 @@ def restore_progress(agent: Any, progress: dict[str, Any]) -> None:
     agent.episode_actions = [int(action) for action in progress["episode_actions"]]
     agent.episode_score = float(progress["episode_score"])
     agent.priority_figure.restore_progress(progress)
-    if state_digest(agent.state) != progress["state_sha256"]:
+    if progress["state_sha256"] not in (None, state_digest(agent.state)):
         raise ValueError("replaying the episode in progress did not reproduce its observation "
                          "(is the environment deterministic under a seed?)")
 

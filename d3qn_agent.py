@@ -614,6 +614,7 @@ class DQNAgent:
         self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
         self.episode_score = 0.0
         self.episode_actions = []
+        checkpoint.check_environment_step(self.step, 0.0, self.state, reset=True)  # no NaN
 
 
 def main(argv: list[str] | None = None) -> int:

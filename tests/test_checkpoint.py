@@ -521,16 +521,23 @@ POISONED = "PoisonedCartPole-v0"
 
 
 class PoisonedCartPole(gym.Wrapper):
-    """CartPole-v1 with POISON applied to its steps."""
+    """CartPole-v1 with POISON applied to its steps ("reward", "observation") or its resets."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(gym.make("CartPole-v1", **kwargs))
         self.steps = 0
 
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        if POISON["field"] == "reset" and self.steps > POISON["after"]:
+            observation = observation.copy()
+            observation[0] = POISON["value"]
+        return observation, info
+
     def step(self, action):
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
-        if POISON["field"] and self.steps > POISON["after"]:
+        if POISON["field"] in ("reward", "observation") and self.steps > POISON["after"]:
             if POISON["field"] == "reward":
                 reward = POISON["value"]
             else:
@@ -571,6 +578,36 @@ def test_nan_from_the_environment_stops_the_run_and_resume_works_once_it_is_fixe
     assert d3qn_agent.main([*flags, "--resume"]) == 0
     resumed = capsys.readouterr().out
     assert f"resuming from {saved} at step 150" in resumed and "done: 150 steps in" in resumed
+
+
+def test_nan_from_a_reset_stops_the_run_and_resume_works_once_it_is_fixed(
+        tmp_path, capsys, monkeypatch):
+    import d3qn_agent
+
+    monkeypatch.setitem(POISON, "field", "reset")
+    monkeypatch.setitem(POISON, "value", float("nan"))
+    monkeypatch.setitem(POISON, "after", 150)
+    flags = agent_command(tmp_path, "--env-name", POISONED, "--total-steps", "300")[2:]
+    assert d3qn_agent.main(flags) == 3
+    root = tmp_path / "models" / f"DDQN_{POISONED}_Dueling_PER.checkpoints"
+    [saved] = sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
+    step = int(saved.name.removeprefix(checkpoint.PREFIX))
+    assert step > 150  # the first reset after step 150 ends the episode running then
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the environment returned an observation holding nan at its reset after env "
+        f"step {step}. Last good state saved to {saved}"]
+    memory = checkpoint.read_arrays(saved / "memory.npz")
+    assert memory["storage.written"] == step
+    assert np.isfinite(memory["storage.state"]).all()
+
+    # Still broken (every reset now): one line that says so, and no "corrupt" checkpoint.
+    monkeypatch.setitem(POISON, "after", -1)
+    error = resume_fails(tmp_path, capsys, "--env-name", POISONED, "--total-steps", "300",
+                         "--resume")
+    assert "observation holding nan" in error and "corrupt" not in error
+    monkeypatch.setitem(POISON, "field", "")  # the environment fixed
+    assert d3qn_agent.main([*flags, "--resume"]) == 0
+    assert "done: " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("during", ["evaluate", "save"])
