@@ -330,18 +330,24 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
     import matplotlib.pyplot as plt
     from rliable import plot_utils
 
-    games = list(found)
-    variants = [name for name in VARIANTS if all(name in found[game] for game in games)]
+    # Every variant side by side: the games whose runs so far cover each variant that any has.
+    variants = [name for name in VARIANTS if any(name in runs for runs in found.values())]
+    games = [game for game, runs in found.items() if all(name in runs for name in variants)]
+    if not games:
+        raise ValueError(f"no game of study {study!r} has runs of every variant "
+                         f"({', '.join(variants)}) yet")
     labels = {name: VARIANTS[name][0] for name in variants}
     colors = dict(zip(labels.values(), ("tab:red", "tab:orange", "tab:blue"), strict=False))
     estimates = [iqm_interval({name: [run["final_score"] for run in found[game][name]]
                                for name in variants}) for game in games]
-    figure, _ = plot_utils.plot_interval_estimates(
+    figure, axes = plot_utils.plot_interval_estimates(
         {labels[name]: np.array([points[name] for points, _ in estimates]) for name in variants},
         {labels[name]: np.stack([intervals[name] for _, intervals in estimates], axis=1)
          for name in variants},
-        metric_names=games, algorithms=list(labels.values()), colors=colors,
-        xlabel="IQM of the last networks' greedy score (95% CI)", subfigure_width=3.6)
+        metric_names=games, algorithms=list(labels.values()), colors=colors, xlabel="",
+        max_ticks=3, subfigure_width=3.6, row_height=0.6)
+    for axis in np.ravel(axes):
+        axis.set_xlabel("IQM of the last networks (95% CI)", fontsize="medium")
     plot_dir.mkdir(parents=True, exist_ok=True)
     paths = [plot_dir / f"{study}_iqm.png", plot_dir / f"{study}_sample_efficiency.png"]
     figure.savefig(paths[0], dpi=100, bbox_inches="tight")

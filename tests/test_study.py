@@ -62,7 +62,10 @@ def test_report_from_hand_made_results(tmp_path):
         write_result(tmp_path, "Game-v0", "per", seed, per, 1000 if per >= 100 else None,
                      [0.0, per])
         write_result(tmp_path, "Game-v0", "uniform", seed, uniform, None, [0.0, uniform])
+    # A game whose uniform runs are still to come: in the tables, not yet in the figures.
+    write_result(tmp_path, "Later-v0", "per", 0, 50.0, None, [0.0, 50.0])
     text = study.report("handmade", tmp_path, tmp_path / "plots")
+    assert "| Later-v0 | PER (proportional) | 1 | 50.0 [50.0, 50.0] |" in text
     scores_table = text.split("\n\n")[0]
     rows = {line.split(" | ")[1]: line for line in scores_table.splitlines()
             if "Game-v0" in line}
