@@ -14,7 +14,7 @@ Three parts, built from this repository's own pieces:
            a small local `PER.UniformMemory`, computes their |TD errors| with the learner's own
            `d3qn_agent.td_errors`, and sends them in blocks of BLOCK_SIZE, with those
            priorities, to the replay. Every WEIGHT_SYNC_EVERY env steps it pulls fresh weights.
-  replay   one Ray actor holding a `PER.Memory` (with `FrameStackStorage` for Atari ids):
+  replay   one Ray actor holding a `PER.Memory` (with `FrameStackStorage` for image games):
            `store_block` inserts a block with its priorities, `sample` serves prioritized
            batches with IS weights, `batch_update` takes the learner's new priorities, and the
            oldest transitions are overwritten first.
@@ -48,12 +48,13 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+import atari_wrappers
 import checkpoint
 import settings
 from d3qn_agent import DQNAgent, OurModel, deal, episode_seed, make_env, td_errors
 from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
-from replay_storage import FrameStackStorage
+from replay_storage import storage_for
 from reporting import Forecast, TensorBoardWriter, tensorboard_dir
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +321,8 @@ class Replay:
 
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
-        storage = FrameStackStorage(config.memory_size) if len(state_shape) == 3 else None
+        storage = storage_for(state_shape, config.memory_size,
+                              stacked=atari_wrappers.is_atari(config.env_name))
         self.memory = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
                              beta_increment=0.0, storage=storage,
                              rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,

@@ -47,20 +47,22 @@ import tensorflow as tf
 
 import atari_wrappers
 import checkpoint
+import minatar_wrappers
 import recording
 import settings
 from checkpoint import NonFiniteError
 from greedy_policy import GreedyPolicy
+from patch_conv import PatchConv2D
 from PER import Memory, UniformMemory
 from priority_figure import PriorityFigure, ReplayStatistics
-from replay_storage import FrameStackStorage
+from replay_storage import storage_for
 from reporting import AVERAGE_WINDOW, TrainingReport
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: ENV_NAME -> --env-name, and so on. An
 # edit here wins over the presets for other games (settings.py), as the command line does.
 # ---------------------------------------------------------------------------------------------
-ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ids ("ALE/Pong-v5") go through atari_wrappers
+ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
@@ -103,15 +105,15 @@ TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars
 
 def make_env(env_name: str, max_episode_steps: int | None = None,
              render_mode: str | None = None) -> gym.Env:
-    """Create the environment (Atari ids through atari_wrappers); an unknown id raises
-    ValueError. `render_mode="rgb_array"` makes `env.render()` return the screen (--record)."""
-    if render_mode == "rgb_array":
-        # Drawn off-screen (pygame for the classic-control games), so no display is needed; SDL
-        # would otherwise print errors about a missing display on a headless machine.
+    """Create the environment (Atari and MinAtar ids through their wrappers' modules); an
+    unknown id raises ValueError. `render_mode="rgb_array"`: `env.render()` gives the screen."""
+    if render_mode == "rgb_array":  # drawn off-screen: no display needed, no SDL errors without
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if atari_wrappers.is_atari(env_name):
         return atari_wrappers.make_env(env_name, max_episode_steps=max_episode_steps,
                                        render_mode=render_mode)
+    if minatar_wrappers.is_minatar(env_name):
+        return minatar_wrappers.make_env(env_name, max_episode_steps, render_mode)
     try:
         return gym.make(env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
     except gym.error.Error as err:
@@ -132,9 +134,6 @@ class DuelingCombine(keras.layers.Layer):
         value, advantage = inputs
         return value + advantage - keras.ops.mean(advantage, axis=-1, keepdims=True)
 
-    def compute_output_shape(self, input_shapes: list) -> tuple:
-        return input_shapes[1]
-
 
 def OurModel(  # the tutorial's name
     input_shape: tuple[int, ...],
@@ -145,16 +144,20 @@ def OurModel(  # the tutorial's name
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself).
 
     A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image the
-    Nature-DQN torso (1/255, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512). The head is one
+    Nature-DQN torso (1/255, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512), or for an image too
+    small for its strides the MinAtar paper's (1/255, conv 16x3x3/1, dense 128). The head is one
     linear layer, or the dueling pair V, A combined by `DuelingCombine`.
     """
     if len(input_shape) == 3:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
         x = keras.layers.Rescaling(1.0 / 255.0)(inputs)
-        for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+        small = min(input_shape[:2]) < 36  # the Nature convolutions need 36x36 pixels at least
+        if small:  # a 3x3 convolution, computed as one matrix product (patch_conv.py: faster)
+            x = PatchConv2D(16, 3, activation="relu")(x)
+        for filters, kernel, stride in () if small else ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
         x = keras.layers.Flatten()(x)
-        x = keras.layers.Dense(512, activation="relu")(x)
+        x = keras.layers.Dense(128 if small else 512, activation="relu")(x)
     elif len(input_shape) == 1:
         inputs = keras.Input(shape=input_shape, dtype="float32", name="state")
         x = inputs
@@ -212,10 +215,8 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
 
 
 def episode_seed(seed: int, *indices: int) -> int:
-    """A reset seed for one episode, so that every episode can be replayed from its seed alone.
-
-    Derived with numpy's SeedSequence, so runs with nearby seeds do not share episodes.
-    """
+    """A reset seed for one episode, so that every episode can be replayed from its seed alone
+    (numpy's SeedSequence: runs with nearby seeds do not share episodes)."""
     return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
 
 
@@ -247,13 +248,14 @@ class DQNAgent:
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
-        # The replay memory: PER's Memory or UniformMemory, one interface. Images keep each
-        # frame once; the priority figure counts who gets replayed (~1% of a CartPole step).
+        # The replay memory: PER's Memory or UniformMemory, one interface. Images keep each frame
+        # once (Atari's 4 stacked on the last axis); the priority figure counts who is replayed.
         settings.check_replay_memory(config, self.state_shape, self.state_dtype,
                                      ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
         replay_options = dict(
-            storage=FrameStackStorage(config.memory_size) if len(self.state_shape) == 3 else None,
+            storage=storage_for(self.state_shape, config.memory_size,
+                                stacked=atari_wrappers.is_atari(config.env_name)),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,
             gamma=config.gamma, observer=self.priority_figure.statistics)
         self.planned_gradient_steps = max(

@@ -2,11 +2,11 @@
 
 `act` needs one greedy action per environment step. Through TensorFlow, even a traced call costs
 ~300 µs of fixed overhead; CartPole's whole 4-256-256-(1+2) forward pass costs ~20 µs in numpy.
-So for a multilayer perceptron (`OurModel` for vector states) `GreedyPolicy` runs the forward
-pass in numpy on a copy of the weights, taken again at the first call after the agent says they
-changed (`weights_changed()`: after training, loading, or restoring a checkpoint), one copy
-per training call: every 16 CartPole steps. For images the
-convolutions stay in a traced TensorFlow function.
+So for a multilayer perceptron, and for the small-image torso (MinAtar's `PatchConv2D`),
+`GreedyPolicy` runs the forward pass in numpy on a copy of the weights, taken again at the first
+call after the agent says they changed (`weights_changed()`: after training, loading, or
+restoring a checkpoint), one copy per training call: every 16 CartPole steps. The Nature torso's
+84x84 convolutions stay in a traced TensorFlow function, where they are cheaper.
 
 With the dueling head, Q(s, a) = V(s) + A(s, a) - mean A(s, .) differs from A(s, a) by the same
 amount for every action, so the greedy action is argmax A(s, .), and V is not computed.
@@ -20,32 +20,59 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from patch_conv import PatchConv2D
+
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
+HEADS = ("q_values", "action_advantage")  # OurModel's layers whose argmax is the greedy action
+TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras.layers.Dense)
 
 
-def mlp_layers(model: keras.Model) -> list[keras.layers.Dense] | None:
-    """The Dense layers of an `OurModel` MLP, from the input to the head whose argmax is the
-    greedy action (A for the dueling head, else Q); None for any other network (conv torso)."""
-    if len(model.input_shape) != 2:
+def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
+    """The layers a numpy forward pass runs, from the input to the head whose argmax is the
+    greedy action (A for the dueling head, else Q), for an `OurModel` MLP or small-image torso
+    (Rescaling, PatchConv2D, Flatten, Dense); None for any other network (Conv2D's torso)."""
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
+              and layer.name != "state_value" and layer.__class__.__name__ != "DuelingCombine"]
+    if not layers or layers[-1].name not in HEADS or len(model.layers) - len(layers) not in (
+            1, 3):  # the input, and with the dueling head V and the combining layer
         return None
-    dense = [layer for layer in model.layers
-             if isinstance(layer, keras.layers.Dense) and layer.name != "state_value"]
-    others = [layer.__class__.__name__ for layer in model.layers
-              if not isinstance(layer, (keras.layers.InputLayer, keras.layers.Dense))]
-    head = dense[-1].name if dense else None
-    if (head, others) not in (("q_values", []), ("action_advantage", ["DuelingCombine"])):
-        return None
-    if any(layer.activation.__name__ not in NUMPY_ACTIVATIONS for layer in dense):
-        return None
-    return dense
+    for layer in layers:
+        if not isinstance(layer, TORSO_LAYERS):
+            return None
+        activation = getattr(layer, "activation", None)
+        if activation is not None and activation.__name__ not in NUMPY_ACTIVATIONS:
+            return None
+    return layers
+
+
+def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.ndarray
+                  ) -> np.ndarray:
+    """One layer of `numpy_layers` applied to a float32 batch `x`."""
+    if isinstance(layer, keras.layers.Rescaling):
+        return x * np.float32(layer.scale) + np.float32(layer.offset)
+    if isinstance(layer, keras.layers.Flatten):
+        return x.reshape(len(x), -1)
+    kernel, bias = weights
+    if isinstance(layer, PatchConv2D):
+        # As PatchConv2D computes it: the kh x kw shifted views side by side along the channels,
+        # times the kernel (kh, kw, channels, filters) flattened to (kh * kw * channels, filters).
+        kh, kw = kernel.shape[:2]
+        rows, cols = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+        patches = np.concatenate([x[:, i:i + rows, j:j + cols] for i in range(kh)
+                                  for j in range(kw)], axis=-1)
+        x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
+    else:
+        x = x @ kernel + bias
+    return NUMPY_ACTIVATIONS[layer.activation.__name__](x)
 
 
 class GreedyPolicy:
-    """argmax_a Q(s, a) for a batch of states: numpy for an MLP, a traced TensorFlow call else."""
+    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else a traced
+    TensorFlow call."""
 
     def __init__(self, model: keras.Model, state_dtype: Any) -> None:
-        self.layers = mlp_layers(model)
-        self._weights: list[np.ndarray] | None = None
+        self.layers = numpy_layers(model)
+        self._weights: list[list[np.ndarray]] | None = None
         if self.layers is None:
             spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
             self._traced = tf.function(
@@ -55,12 +82,11 @@ class GreedyPolicy:
         else:
             # One traced call reads all the weights: ~0.2 ms, where `.numpy()` on each
             # variable costs ~0.1 ms apiece.
-            variables = [v for layer in self.layers for v in (layer.kernel, layer.bias)]
+            variables = [v for layer in self.layers for v in layer.weights]
+            self._counts = [len(layer.weights) for layer in self.layers]
             self._read_weights = tf.function(
                 lambda: [tf.identity(v) for v in variables],
                 autograph=False).get_concrete_function()
-            self._activations = [NUMPY_ACTIVATIONS[layer.activation.__name__]
-                                 for layer in self.layers]
 
     def weights_changed(self) -> None:
         """Note that the network's weights changed: the next call copies them (~0.2 ms)."""
@@ -71,8 +97,11 @@ class GreedyPolicy:
         if self.layers is None:
             return self._traced(states).numpy()
         if self._weights is None:
-            self._weights = [tensor.numpy() for tensor in self._read_weights()]
+            flat = [tensor.numpy() for tensor in self._read_weights()]
+            ends = np.cumsum(self._counts)
+            self._weights = [flat[end - count:end] for end, count in zip(ends, self._counts,
+                                                                          strict=True)]
         x = np.asarray(states, np.float32)
-        for i, activation in enumerate(self._activations):
-            x = activation(x @ self._weights[2 * i] + self._weights[2 * i + 1])
+        for layer, weights in zip(self.layers, self._weights, strict=True):
+            x = numpy_forward(layer, weights, x)
         return x.argmax(axis=1)

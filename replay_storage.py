@@ -16,9 +16,10 @@ Two storages implement it:
 
 - `TransitionStorage`: one row per transition in five typed arrays (CartPole and any other
   vector observation; the default).
-- `FrameStackStorage`: for stacked Atari frames (`atari_wrappers.make_env`'s observations), each
-  84x84 frame kept once and the stacks rebuilt when sampled (~7 KB per transition instead of
-  ~56 KB for a uint8 state + next state pair).
+- `FrameStackStorage`: for uint8 images, each frame kept once: stacked Atari frames
+  (`atari_wrappers.make_env`'s observations) with their stacks rebuilt when sampled (~7 KB per
+  transition instead of ~56 KB for a uint8 state + next state pair), or with `stack_axis=None`
+  unstacked frames such as MinAtar's (`minatar_wrappers`), whose next state is the next slot's.
 
 PER.py's `Memory` and `UniformMemory` take either through `storage=`.
 """
@@ -299,6 +300,16 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
+def storage_for(state_shape: tuple[int, ...], capacity: int, stacked: bool
+                ) -> FrameStackStorage | None:
+    """The storage for states of `state_shape`: None (the memories' default TransitionStorage)
+    for vectors, else a `FrameStackStorage` of `capacity` slots, whose states are stacks along
+    their last axis when `stacked` (Atari) and single frames otherwise (MinAtar)."""
+    if len(state_shape) != 3:
+        return None
+    return FrameStackStorage(capacity, stack_axis=-1 if stacked else None)
+
+
 class FrameStackStorage:
     """Replay storage for stacked frames that keeps every frame once, as uint8.
 
@@ -321,6 +332,9 @@ class FrameStackStorage:
     back exactly, and no frame of an earlier episode can leak into a stack. This needs next_state
     to be state shifted by one frame, as frame stacking produces; `add` checks it.
 
+    With `stack_axis=None` each observation is one frame (S = 1, as for MinAtar's grids): a
+    slot holds a whole observation, and next_state is simply the next slot's.
+
     Writing slot w overwrites a frame that the transitions of slots w .. w+S-1 read; `add` reports
     those that held one as freed. Overhead: S slots per episode hold no transition, so
     `capacity` slots hold about capacity * T / (T + S) transitions for episodes of T steps.
@@ -332,13 +346,15 @@ class FrameStackStorage:
     this project's 2-core CPU); `get` copies 2S frames per slot (~1.5 ms for 32 slots).
     """
 
-    def __init__(self, capacity: int, stack_axis: int = -1) -> None:
-        """Make an empty storage of `capacity` slots; `stack_axis` is the states' stacking axis."""
+    def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
+        """Make an empty storage of `capacity` slots; `stack_axis` is the states' stacking axis,
+        None for states that are one frame each."""
         # Two slots at least: one stack of one frame plus its next frame.
         self.capacity = check_capacity(capacity, minimum=2)
-        if isinstance(stack_axis, bool) or not isinstance(stack_axis, int | np.integer):
-            raise ValueError(f"stack_axis must be an int, got {stack_axis!r}")
-        self.stack_axis = int(stack_axis)
+        if stack_axis is not None and (
+                isinstance(stack_axis, bool) or not isinstance(stack_axis, int | np.integer)):
+            raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
+        self.stack_axis = None if stack_axis is None else int(stack_axis)
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
         self.written = 0
         self.actions = np.zeros(self.capacity, dtype=np.int64)
@@ -360,19 +376,22 @@ class FrameStackStorage:
     @property
     def stack_size(self) -> int:
         """Frames per stacked state (0 before the first add)."""
-        return 0 if self.state_shape is None else self.state_shape[self.stack_axis]
+        if self.state_shape is None:
+            return 0
+        return 1 if self.stack_axis is None else self.state_shape[self.stack_axis]
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one (state, action, reward, next_state, done) transition.
 
         States are uint8 stacks, e.g. (84, 84, 4) with `stack_axis=-1`, and next_state must be
-        state shifted by one frame. Returns the slot that now holds this transition and an int64
-        array of the slots that stopped holding a transition because of this write (never the
-        returned slot). Raises ValueError for a malformed experience, leaving the storage as it was.
+        state shifted by one frame (with `stack_axis=None`: any uint8 frames of one shape).
+        Returns the slot that now holds this transition and an int64 array of the slots that
+        stopped holding a transition because of this write (never the returned slot). Raises
+        ValueError for a malformed experience, leaving the storage as it was.
         """
         state, action, reward, next_state, done = self._checked(experience)
-        state_frames = state.transpose(self._frames_first)  # views, stacking axis first
-        next_frames = next_state.transpose(self._frames_first)
+        state_frames = self._as_frames(state)  # views, stacking axis first
+        next_frames = self._as_frames(next_state)
         if self._pending_stack is not None and np.array_equal(self._pending_stack, state):
             slot = self._pending_slot  # same episode: the state's frames are in the ring
             freed = self._write([next_frames[-1]])
@@ -441,7 +460,7 @@ class FrameStackStorage:
         frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
         return {
             "capacity": np.array(self.capacity),
-            "stack_axis": np.array(self.stack_axis),
+            "stack_axis": np.array([] if self.stack_axis is None else [self.stack_axis], np.int64),
             "state_shape": np.array(shape, dtype=np.int64),
             "next_slot": np.array(self._next_slot),
             "pending_slot": np.array(self._pending_slot),
@@ -464,7 +483,8 @@ class FrameStackStorage:
         frames = np.asarray(arrays["frames"])
         if not 0 <= written <= self.capacity or (shape and frames.shape[0] != written):
             raise ValueError(f"saved written={written} does not match frames {frames.shape}")
-        self.stack_axis = int(arrays["stack_axis"])
+        saved_axis = np.asarray(arrays["stack_axis"]).reshape(-1)  # [] for None
+        self.stack_axis = int(saved_axis[0]) if saved_axis.size else None
         self.frames, self.state_shape, self._pending_stack = None, None, None
         if shape:
             self._allocate(shape)
@@ -486,12 +506,12 @@ class FrameStackStorage:
         state, next_state = np.asarray(state), np.asarray(next_state)
         for name, value in (("state", state), ("next_state", next_state)):
             if value.dtype != np.uint8:
-                raise ValueError(f"{name} must be uint8 stacked frames, got dtype {value.dtype}")
+                raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
         shape = state.shape if self.state_shape is None else self.state_shape
         for name, value in (("state", state), ("next_state", next_state)):
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
-        if self.state_shape is None:
+        if self.state_shape is None and self.stack_axis is not None:
             if state.ndim < 2 or not -state.ndim <= self.stack_axis < state.ndim:
                 raise ValueError(f"state shape {shape} has no stacking axis {self.stack_axis}")
             if self.capacity < shape[self.stack_axis] + 1:
@@ -521,8 +541,11 @@ class FrameStackStorage:
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
         """Allocate the frame ring (np.zeros: pages are only backed by memory once written)."""
         self.state_shape = tuple(state_shape)
-        self._frames_first = self._stack_axis_first(len(state_shape))
-        frame_shape = [state_shape[axis] for axis in self._frames_first[1:]]
+        if self.stack_axis is None:
+            frame_shape = list(state_shape)
+        else:
+            self._frames_first = self._stack_axis_first(len(state_shape))
+            frame_shape = [state_shape[axis] for axis in self._frames_first[1:]]
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
 
     def _stack_axis_first(self, ndim: int) -> tuple[int, ...]:
@@ -530,8 +553,16 @@ class FrameStackStorage:
         axis = self.stack_axis % ndim
         return (axis, *(i for i in range(ndim) if i != axis))
 
+    def _as_frames(self, state: np.ndarray) -> np.ndarray:
+        """A view of `state` as its frames, oldest first: (S, *frame_shape)."""
+        if self.stack_axis is None:
+            return state[np.newaxis]
+        return state.transpose(self._frames_first)
+
     def _is_shifted(self, state: np.ndarray, next_state: np.ndarray) -> bool:
         """True if next_state's frames 0..S-2 equal state's frames 1..S-1."""
+        if self.stack_axis is None:
+            return True  # one frame each: nothing shared to compare
         order = self._stack_axis_first(state.ndim)
         state_frames, next_frames = state.transpose(order), next_state.transpose(order)
         # Contiguous copies first: comparing strided views directly is several times slower.
@@ -544,6 +575,8 @@ class FrameStackStorage:
 
     def _stacks(self, slots: np.ndarray) -> np.ndarray:
         """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
+        if self.stack_axis is None:
+            return self.frames[slots]
         stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
         by_frame = stacks.transpose(0, *(axis + 1 for axis in self._frames_first))
         # One gather per frame position: much faster than gathering all and transposing.

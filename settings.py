@@ -6,7 +6,8 @@ flag (`--n-step`), whose help is that comment. A flag's value comes from the fir
 
   1. the command line, `--n-step 1`;
   2. the flag block, where the reader edited it: `N_STEP = 1` at the top of the script;
-  3. a preset, for the flags still as shipped: Atari ids (ATARI_PRESET), a game of GAME_PRESETS,
+  3. a preset, for the flags still as shipped: Atari ids (ATARI_PRESET), MinAtar ids
+     (MINATAR_PRESET), a game of GAME_PRESETS,
      rank-based PER (RANK_BASED_PRESET); a later one of these wins over an earlier one;
   4. the flag block as shipped.
 
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import atari_wrappers
+import minatar_wrappers
 import recording
 from checkpoint import LATEST
 from PER import replay_bytes_per_slot
@@ -129,6 +131,24 @@ ATARI_PRESET: dict[str, Any] = {
     "eval_every": 250_000,
     "eval_episodes": 10,
     "test_episodes": 3,
+}
+# MinAtar ids (minatar_wrappers.py): the MinAtar paper's DQN (Young & Tian 2019, its
+# examples/dqn.py) and Revisiting Rainbow's (Obando-Ceron & Castro 2021, Dopamine's MinAtar
+# settings), with 3-step returns as in Rainbow. Its torso is OurModel's small one.
+MINATAR_PRESET: dict[str, Any] = {
+    "total_steps": 2_000_000,  # the MinAtar README's curves at 2M frames (the paper runs 5M)
+    "memory_size": 100_000,  # both papers
+    "batch_size": 32,  # both papers
+    "learning_rate": 1e-4,  # Revisiting Rainbow's Adam step (the paper: centred RMSProp 2.5e-4)
+    "lr_decay": False,  # a constant step, as in both
+    "learning_starts": 5_000,  # the paper's replay start size (Revisiting Rainbow: 1,000)
+    "target_update": 1_000,  # both papers
+    "train_frequency": 4,  # Revisiting Rainbow (the paper: a gradient step every frame)
+    "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
+    "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
+    "n_step": 3,  # Rainbow's and Revisiting Rainbow's
+    "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
+    "eval_episodes": 10,
 }
 # Other classic-control games: batch, Adam step, replay size, target period, exploration and gamma
 # follow the RL Zoo's tuned DQN settings for each game; the 3-step returns (Rainbow) carry rewards
@@ -233,6 +253,8 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply."""
     env_name = values["env_name"]
     presets = [("Atari", ATARI_PRESET)] if atari_wrappers.is_atari(env_name) else []
+    if minatar_wrappers.is_minatar(env_name):
+        presets.append(("MinAtar", MINATAR_PRESET))
     if env_name in GAME_PRESETS:
         presets.append((env_name, GAME_PRESETS[env_name]))
     if values["per_rank_based"]:
@@ -444,7 +466,8 @@ def format_preset(preset: dict[str, Any]) -> str:
 
 def all_d3qn_presets() -> list[Preset]:
     """Every preset d3qn_agent.py knows, for --help."""
-    return [("Atari ids", ATARI_PRESET), *GAME_PRESETS.items(), ("--rank-based", RANK_BASED_PRESET)]
+    return [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
+            ("--rank-based", RANK_BASED_PRESET)]
 
 
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:

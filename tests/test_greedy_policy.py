@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from d3qn_agent import OurModel
-from greedy_policy import GreedyPolicy, mlp_layers
+from greedy_policy import GreedyPolicy, numpy_layers
 
 
 @pytest.mark.parametrize("dueling", [True, False])
@@ -34,9 +34,23 @@ def test_the_weights_are_copied_again_only_after_weights_changed():
     assert (after != before).any()
 
 
-def test_images_go_through_tensorflow():
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_actions(dueling):
+    model = OurModel((10, 10, 7), 3, dueling)  # MinAtar's Freeway: 7 channels
+    policy = GreedyPolicy(model, np.uint8)
+    assert [layer.__class__.__name__ for layer in policy.layers] == [
+        "Rescaling", "PatchConv2D", "Flatten", "Dense", "Dense"]
+    frames = np.random.default_rng(3).integers(2, size=(500, 10, 10, 7), dtype=np.uint8) * 255
+    q_values = np.asarray(model(frames))
+    np.testing.assert_array_equal(policy(frames), q_values.argmax(axis=1))
+    model.set_weights([-w for w in model.get_weights()])
+    policy.weights_changed()
+    np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))
+
+
+def test_atari_images_go_through_tensorflow():
     model = OurModel((84, 84, 4), 6, True)
-    assert mlp_layers(model) is None
+    assert numpy_layers(model) is None
     policy = GreedyPolicy(model, np.uint8)
     frames = np.random.default_rng(2).integers(256, size=(5, 84, 84, 4), dtype=np.uint8)
     np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))

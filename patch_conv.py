@@ -1,0 +1,65 @@
+"""`PatchConv2D`: a small stride-1 convolution computed as one matrix product, for MinAtar's torso.
+
+MinAtar's network (`OurModel` for images under 36x36) starts with a 16-filter 3x3 convolution of
+a 10x10 frame. On a CPU, TensorFlow's Conv2D spends most of a gradient step's time on such tiny
+convolutions (and XLA makes them slower still); the same convolution written as "gather every
+3x3 patch, multiply by the kernel" is one slice-and-concatenate plus one matrix product, which
+XLA fuses: about 2-3x faster a gradient step here (`benchmarks/bench_atari.py --minatar`).
+
+The layer holds its weights exactly as Conv2D does (kernel (kh, kw, channels, filters), bias), so
+it computes the same function, and `greedy_policy.py` runs it in numpy as it runs a Conv2D.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="d3qn")
+class PatchConv2D(keras.layers.Layer):
+    """Conv2D(filters, kernel_size, strides=1, padding="valid") on channels-last images.
+
+    For an input (batch, rows, cols, channels) and a k x k kernel, every output position (r, c)
+    is activation(sum over i, j < k and channels of x[r + i, c + j, ch] * kernel[i, j, ch, f]
+    + bias[f]). The k*k shifted views of the image are concatenated along the channels, in the
+    kernel's (i, j, channel) order, and multiplied by the kernel reshaped to (k*k*channels,
+    filters). Cost: k*k copies of the image and one (positions, k*k*channels) x (.., filters)
+    product per image.
+    """
+
+    def __init__(self, filters: int, kernel_size: int, activation: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(filters, int) or filters < 1:
+            raise ValueError(f"filters must be a positive int, got {filters!r}")
+        if not isinstance(kernel_size, int) or kernel_size < 1:
+            raise ValueError(f"kernel_size must be a positive int, got {kernel_size!r}")
+        self.filters = filters
+        self.kernel_size = kernel_size
+        self.activation = keras.activations.get(activation)
+
+    def build(self, input_shape: tuple) -> None:
+        channels = input_shape[-1]
+        self.kernel = self.add_weight(
+            shape=(self.kernel_size, self.kernel_size, channels, self.filters),
+            initializer="glorot_uniform", name="kernel")  # Conv2D's defaults
+        self.bias = self.add_weight(shape=(self.filters,), initializer="zeros", name="bias")
+
+    def call(self, inputs: Any) -> Any:
+        k = self.kernel_size
+        rows, cols = inputs.shape[1] - k + 1, inputs.shape[2] - k + 1
+        patches = keras.ops.concatenate(
+            [inputs[:, i:i + rows, j:j + cols, :] for i in range(k) for j in range(k)], axis=-1)
+        kernel = keras.ops.reshape(self.kernel, (-1, self.filters))
+        return self.activation(keras.ops.matmul(patches, kernel) + self.bias)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        k = self.kernel_size
+        return (input_shape[0], input_shape[1] - k + 1, input_shape[2] - k + 1, self.filters)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "activation": keras.activations.serialize(self.activation)}

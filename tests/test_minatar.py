@@ -1,0 +1,216 @@
+"""MinAtar: the ids through make_env, the small-image torso, the frame storage, the preset, a short
+run that learns, --test --record, and checkpoint/resume on a MinAtar game."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import d3qn_agent
+import minatar_wrappers
+import settings
+from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
+from patch_conv import PatchConv2D
+from replay_storage import FrameStackStorage, storage_for
+
+ROOT = Path(__file__).resolve().parents[1]
+BREAKOUT = "MinAtar/Breakout-v1"
+CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}
+# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+# --- environments ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("game", minatar_wrappers.GAMES)
+def test_each_game_gives_uint8_frames_and_a_seed_repeats_its_episode(game):
+    env = make_env(f"MinAtar/{game}-v1")
+    assert env.observation_space.shape == (10, 10, CHANNELS[game])
+    assert env.observation_space.dtype == np.uint8
+
+    def play(seed: int) -> tuple[list[np.ndarray], list[float]]:
+        frame, _ = env.reset(seed=seed)
+        frames, rewards, rng = [frame], [], np.random.default_rng(seed)
+        for _ in range(200):  # sticky actions and spawns both come from the reset's seed
+            action = int(rng.integers(env.action_space.n))
+            frame, reward, terminated, truncated, _ = env.step(action)
+            frames.append(frame)
+            rewards.append(reward)
+            if terminated or truncated:
+                break
+        return frames, rewards
+
+    frames, rewards = play(7)
+    again, rewards_again = play(7)
+    assert rewards == rewards_again
+    assert all(np.array_equal(a, b) for a, b in zip(frames, again, strict=True))
+    assert set(np.unique(np.stack(frames))) <= {0, 255}
+    assert any(not np.array_equal(a, b) for a, b in zip(frames, play(8)[0], strict=False))
+
+
+def test_v0_has_all_six_actions_and_v1_the_minimal_set():
+    with pytest.warns(DeprecationWarning, match="out of date"):  # gymnasium prefers -v1
+        assert make_env("MinAtar/Breakout-v0").action_space.n == 6
+    assert make_env(BREAKOUT).action_space.n == 3
+
+
+def test_an_unknown_game_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match=r"'MinAtar/Pong-v1'.*MinAtar/Breakout-v1"):
+        make_env("MinAtar/Pong-v1")
+
+
+def test_the_screen_is_a_uint8_picture_of_the_grid():
+    env = make_env(BREAKOUT, render_mode="rgb_array")
+    frame, _ = env.reset(seed=0)
+    screen = env.render()
+    scale = minatar_wrappers.SCREEN_SCALE
+    assert screen.shape == (10 * scale, 10 * scale, 3) and screen.dtype == np.uint8
+    occupied = frame.any(axis=-1)  # cells with an object are coloured, the others black
+    cells = screen[::scale, ::scale]
+    assert (cells[~occupied] == 0).all() and cells[occupied].any(axis=-1).all()
+
+
+# --- network and replay ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
+def test_small_frames_get_the_minatar_torso(dueling):
+    model = OurModel((10, 10, 7), 3, dueling)
+    assert model.input.dtype == "uint8"
+    assert not any(isinstance(layer, keras.layers.Conv2D) for layer in model.layers)
+    conv = [layer for layer in model.layers if isinstance(layer, PatchConv2D)]
+    assert len(conv) == 1 and (conv[0].filters, conv[0].kernel_size) == (16, 3)
+    assert conv[0].output.shape == (None, 8, 8, 16)
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    assert dense[0].units == 128 and dense[0].input.shape == (None, 8 * 8 * 16)
+    assert any(isinstance(layer, DuelingCombine) for layer in model.layers) == dueling
+    frames = np.random.default_rng(0).integers(2, size=(5, 10, 10, 7), dtype=np.uint8) * 255
+    assert np.asarray(model(frames)).shape == (5, 3)
+
+
+def test_patch_conv_is_conv2d_and_loads_in_safe_mode(tmp_path):
+    images = np.random.default_rng(1).normal(size=(4, 10, 10, 6)).astype(np.float32)
+    patch, conv = PatchConv2D(16, 3, activation="relu"), keras.layers.Conv2D(16, 3,
+                                                                           activation="relu")
+    expected = patch(images)
+    conv(images)
+    conv.set_weights(patch.get_weights())  # the same weights, in the same layout
+    np.testing.assert_allclose(np.asarray(expected), np.asarray(conv(images)), atol=1e-5)
+    model = OurModel((10, 10, 6), 4, dueling=True)
+    model.save(tmp_path / "minatar.keras")
+    loaded = keras.models.load_model(tmp_path / "minatar.keras", safe_mode=True)
+    frames = np.random.default_rng(2).integers(2, size=(3, 10, 10, 6), dtype=np.uint8) * 255
+    np.testing.assert_array_equal(np.asarray(loaded(frames)), np.asarray(model(frames)))
+
+
+def test_patch_conv_refuses_a_bad_size():
+    with pytest.raises(ValueError, match="kernel_size must be a positive int, got 0"):
+        PatchConv2D(16, 0)
+
+
+def test_single_frames_come_back_exactly_and_each_is_stored_once():
+    rng = np.random.default_rng(3)
+    storage = FrameStackStorage(100, stack_axis=None)
+    episodes = [[rng.integers(2, size=(10, 10, 4), dtype=np.uint8) * 255 for _ in range(length)]
+                for length in (6, 4)]
+    slots = []
+    for frames in episodes:
+        for t in range(len(frames) - 1):
+            slot, freed = storage.add((frames[t], t % 3, float(t), frames[t + 1],
+                                       t == len(frames) - 2))
+            slots.append(slot)
+            assert freed.size == 0
+    transitions = [(frames[t], frames[t + 1])
+                   for frames in episodes for t in range(len(frames) - 1)]
+    assert storage.written == sum(len(frames) for frames in episodes)  # one slot per frame
+    states, _, _, next_states, dones = storage.get(np.array(slots))
+    for i, (state, next_state) in enumerate(transitions):
+        np.testing.assert_array_equal(states[i], state)
+        np.testing.assert_array_equal(next_states[i], next_state)
+    assert dones.sum() == 2
+    restored = FrameStackStorage(100, stack_axis=None)
+    restored.load_state_dict(storage.state_dict())
+    assert restored.stack_axis is None and restored.state_shape == (10, 10, 4)
+    for got, expected in zip(restored.get(np.array(slots)), storage.get(np.array(slots)),
+                             strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_each_kind_of_state_gets_its_storage():
+    assert storage_for((4,), 10, stacked=False) is None
+    assert storage_for((84, 84, 4), 10, stacked=True).stack_axis == -1
+    assert storage_for((10, 10, 4), 10, stacked=False).stack_axis is None
+
+
+# --- the agent -----------------------------------------------------------------------------
+
+
+def test_minatar_at_the_top_gets_the_minatar_preset(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", BREAKOUT)
+    config, notes = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, {})
+    for name, value in settings.MINATAR_PRESET.items():
+        assert getattr(config, name) == value, name
+        assert f"{name} {value} (MinAtar preset)" in notes
+
+
+def test_a_short_run_learns_above_random_play_and_records_a_gif(tmp_path):
+    agent = DQNAgent(BREAKOUT, total_steps=10_000, learning_starts=1_000,
+                     exploration_steps=3_000, eval_every=10_000, eval_episodes=20, seed=0,
+                     model_dir=str(tmp_path / "models"), plot_dir=str(tmp_path / "plots"))
+    agent.run()
+    storage = agent.MEMORY.storage  # one byte per cell, each frame once
+    assert isinstance(storage, FrameStackStorage) and storage.frames.dtype == np.uint8
+    env, rng, random_returns = make_env(BREAKOUT), np.random.default_rng(0), []
+    for episode in range(20):
+        env.reset(seed=episode_seed(0, 9, episode))
+        done, score = False, 0.0
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(3)))
+            score, done = score + reward, terminated or truncated
+        random_returns.append(score)
+    learned = agent.evaluations[-1][2]
+    assert learned >= 1.0 and learned >= 3 * np.mean(random_returns), (learned, random_returns)
+
+    gif = tmp_path / "breakout.gif"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "d3qn_agent.py"), "--env-name", BREAKOUT, "--test",
+         "--test-episodes", "1", "--model", agent.Model_name, "--record", str(gif)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "episode: 1/1" in result.stdout and gif.stat().st_size > 0
+
+
+TINY = ["--env-name", BREAKOUT, "--memory-size", "600", "--batch-size", "16",
+        "--learning-starts", "100", "--train-frequency", "1", "--gradient-steps-per-call", "4",
+        "--target-update", "50", "--exploration-steps", "200", "--eval-every", "1000000",
+        "--eval-episodes", "1", "--seed", "5", "--total-steps", "600", "--checkpoint-every", "300"]
+
+
+def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path):
+    def train(directory: Path, *flags: str) -> None:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "d3qn_agent.py"), *TINY, "--model-dir",
+             str(directory / "models"), "--plot-dir", str(directory / "plots"), *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(straight)
+    steps = sorted((straight / "models").rglob("step-*"))
+    assert [path.name for path in steps] == ["step-0000000300", "step-0000000600"]
+    shutil.copytree(steps[0], resumed / steps[0].relative_to(straight))
+    train(resumed, "--resume")
+    finished = sorted((resumed / "models").rglob("step-0000000600"))
+    assert len(finished) == 1
+    expected = json.loads((steps[1] / "progress.json").read_text())
+    got = json.loads((finished[0] / "progress.json").read_text())
+    for key in ("step", "episode", "scores", "rng", "episode_actions"):
+        assert got[key] == expected[key], key
