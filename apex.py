@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = settings.build_parser(
         sys.modules[__name__], settings.APEX_FLAGS,
         "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
-        [("Atari ids", settings.APEX_ATARI_PRESET)])
+        [("Atari ids", settings.APEX_ATARI_PRESET), ("MinAtar ids", settings.APEX_MINATAR_PRESET)])
     flags = settings.explicit_flags(argv, parser)
     try:
         config, notes = resolve_config(flags)

@@ -238,15 +238,21 @@ APEX_FLAGS: dict[str, Flag] = {
     "actor_cpus": Flag(1.0, POSITIVE),
     "object_store_mb": Flag(500, POSITIVE),
 }
-# Atari ids in apex.py take d3qn_agent.py's Atari values for the flags the two scripts share;
-# its target period (env steps) and train frequency become learner updates at the same data rate.
-APEX_ATARI_PRESET: dict[str, Any] = {
-    **{name: ATARI_PRESET[name] for name in ("total_steps", "memory_size", "batch_size",
-                                             "learning_rate", "learning_starts", "n_step",
-                                             "eval_every", "eval_episodes")},
-    "target_update": ATARI_PRESET["target_update"] // ATARI_PRESET["train_frequency"],
-    "updates_per_step": 1.0 / ATARI_PRESET["train_frequency"],
-}
+
+
+def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
+    """apex.py's values for a game of d3qn_agent.py's `preset`: the flags the two scripts
+    share, and its target period (env steps) and train frequency as learner updates at the same
+    data rate."""
+    shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "learning_starts",
+              "n_step", "eval_every", "eval_episodes")
+    return {**{name: preset[name] for name in shared},
+            "target_update": preset["target_update"] // preset["train_frequency"],
+            "updates_per_step": 1.0 / preset["train_frequency"]}
+
+
+APEX_ATARI_PRESET = apex_preset(ATARI_PRESET)
+APEX_MINATAR_PRESET = apex_preset(MINATAR_PRESET)
 
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
@@ -263,8 +269,12 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
 
 
 def apex_presets(values: dict[str, Any]) -> list[Preset]:
-    """The presets apex.py applies: Atari ids only."""
-    return [("Atari", APEX_ATARI_PRESET)] if atari_wrappers.is_atari(values["env_name"]) else []
+    """The presets apex.py applies: Atari and MinAtar ids only."""
+    if atari_wrappers.is_atari(values["env_name"]):
+        return [("Atari", APEX_ATARI_PRESET)]
+    if minatar_wrappers.is_minatar(values["env_name"]):
+        return [("MinAtar", APEX_MINATAR_PRESET)]
+    return []
 
 
 def resolve(

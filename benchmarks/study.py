@@ -2,6 +2,7 @@
 
     python benchmarks/study.py run classic_control            # 4 games x 3 variants x seeds 0-9
     python benchmarks/study.py report classic_control         # tables and figures from the files
+    python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 2 x seeds 0-4
     python benchmarks/study.py run screen-lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
@@ -12,11 +13,12 @@ cores), each a process of its own with CPU_COUNT / JOBS TensorFlow threads. A fi
 skipped; a run that was stopped (Ctrl-C, SIGTERM, a kill, a lost session) continues from its
 newest checkpoint, kept under --work-dir outside the repository, so a study can span sessions.
 
-A finished run writes benchmarks/results/<study>/<game>/<variant>/seed<N>.json: the command, the
-commit, the settings, the evaluation curve, the steps to solve, wall time and steps/s (with the
-load average: another job shares the cores), the last training episodes' scores, and the last
-network's returns on FINAL_EPISODES fresh greedy episodes, whose seeds no evaluation during
-training used (the same episodes for every variant of a seed).
+A finished run writes benchmarks/results/<study>/<game>/<variant>/seed<N>.json (a "/" in the
+game's id as "-"): the command, the commit, the settings, the evaluation curve, the steps to
+solve, wall time and steps/s (with the load average: another job shares the cores), the last
+training episodes' scores, and the last network's returns on FINAL_EPISODES fresh greedy
+episodes, whose seeds no evaluation during training used (the same episodes for every variant
+of a seed).
 
 `report` reads only those files: per game and variant the IQM of the last networks' scores with
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
@@ -58,6 +60,12 @@ CHECKPOINTS_PER_RUN = 5  # a stopped run loses at most a fifth of its budget
 # CartPole and LunarLander).
 TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -76.6, "LunarLander-v3": 200.0,
            "MountainCar-v0": -100.8}
+# The study of issue #31: the five MinAtar games at the MinAtar preset's 2M frames, against the
+# MinAtar paper's DQN at 5M frames (its README's curves: training returns at epsilon 0.1, as the
+# preset's training returns are; Seaquest's from before minatar 1.0.11's fix).
+MINATAR_TARGETS = {"MinAtar/Asterix-v1": 17.0, "MinAtar/Breakout-v1": 10.0,
+                   "MinAtar/Freeway-v1": 50.0, "MinAtar/Seaquest-v1": 20.0,
+                   "MinAtar/SpaceInvaders-v1": 43.0}
 VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
     "per": ("PER (proportional)", []),
     "per-rank": ("PER (rank-based)", ["--rank-based"]),
@@ -67,7 +75,9 @@ VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
 RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "steps_to_solve",
                  "final_score", "wall_seconds", "steps_per_second", "load_average", "settings")
 STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
-                               "seeds": list(range(10))}}
+                               "seeds": list(range(10))},
+           "minatar": {"games": list(MINATAR_TARGETS), "variants": ["per", "uniform"],
+                       "seeds": list(range(5))}}
 
 
 @dataclass(frozen=True)
@@ -84,11 +94,16 @@ class Run:
     def name(self) -> str:
         return f"{self.game}/{self.variant}/seed{self.seed}"
 
+    @property
+    def folder(self) -> str:
+        """The game's folder: its id, with the "/" of a namespaced id ("MinAtar/...") as "-"."""
+        return self.game.replace("/", "-")
+
     def result_path(self, results: Path = RESULTS) -> Path:
-        return results / self.study / self.game / self.variant / f"seed{self.seed}.json"
+        return results / self.study / self.folder / self.variant / f"seed{self.seed}.json"
 
     def work_dir(self, work_root: Path) -> Path:
-        return work_root / self.study / self.game / self.variant / f"seed{self.seed}"
+        return work_root / self.study / self.folder / self.variant / f"seed{self.seed}"
 
     def arguments(self) -> list[str]:
         """The run's d3qn_agent.py command-line flags."""
@@ -153,7 +168,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] 
         "settings": {name: list(value) if isinstance(value, tuple) else value
                      for name, value in vars(agent.config).items()
                      if name not in ("model_dir", "plot_dir", "checkpoint_every")},
-        "target": TARGETS.get(run.game),
+        "target": {**TARGETS, **MINATAR_TARGETS}.get(run.game),
         "solved_score": agent.solved_score,
         "evaluation": {"steps": steps, "episodes": episodes, "means": means},
         "steps_to_solve": agent.steps_to_solve,

@@ -324,3 +324,11 @@ def test_a_stop_during_the_final_evaluation_lets_the_run_finish(tmp_path, capsys
     assert lines[-2].startswith("evaluation at env step 0") and lines[-1].startswith("done: 0 "), (
         lines)
     assert Path(learner.model_path).is_file() and Path(learner.last_model_path).is_file()
+
+
+def test_minatar_ids_get_the_minatar_preset_and_a_replay_of_single_frames(tmp_path):
+    config = small_config(tmp_path, env_name="MinAtar/Breakout-v1", block_size=10)
+    assert (config.learning_rate, config.target_update) == (1e-4, 250)  # the preset's, in updates
+    assert config.updates_per_step == 0.25  # the MinAtar preset's gradient step every 4 steps
+    replay = apex.Replay(config, (10, 10, 4))
+    assert replay.memory.storage.stack_axis is None  # each 10x10 frame kept once, as uint8

@@ -98,6 +98,15 @@ def test_finished_runs_are_skipped(tmp_path):
     assert study.pending_runs(runs, tmp_path) == [runs[0], runs[1], runs[3]]
 
 
+def test_a_namespaced_game_gets_one_folder_and_is_read_back_by_its_id(tmp_path):
+    run = study.Run("handmade", "MinAtar/Breakout-v1", "per", 3)
+    assert run.result_path(tmp_path) == tmp_path / "handmade/MinAtar-Breakout-v1/per/seed3.json"
+    write_result(tmp_path, "MinAtar/Breakout-v1", "per", 3, 7.0, None, [0.0, 7.0])
+    found = study.load_results("handmade", tmp_path)
+    assert [result["final_score"] for result in found["MinAtar/Breakout-v1"]["per"]] == [7.0]
+    assert study.pending_runs([run], tmp_path) == []
+
+
 # A tiny CartPole run: checkpoints every 400 steps (a fifth), no XLA to compile.
 TINY = ("--total-steps", "2000", "--eval-every", "500", "--learning-starts", "200",
         "--exploration-steps", "1000", "--no-xla")
