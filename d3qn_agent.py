@@ -107,7 +107,7 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
              render_mode: str | None = None) -> gym.Env:
     """Create the environment (Atari and MinAtar ids through their wrappers' modules); an
     unknown id raises ValueError. `render_mode="rgb_array"`: `env.render()` gives the screen."""
-    if render_mode == "rgb_array":  # drawn off-screen: no display needed, no SDL errors without
+    if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if atari_wrappers.is_atari(env_name):
         return atari_wrappers.make_env(env_name, max_episode_steps=max_episode_steps,
@@ -151,13 +151,15 @@ def OurModel(  # the tutorial's name
     if len(input_shape) == 3:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
         x = keras.layers.Rescaling(1.0 / 255.0)(inputs)
-        small = min(input_shape[:2]) < 36  # the Nature convolutions need 36x36 pixels at least
-        if small:  # a 3x3 convolution, computed as one matrix product (patch_conv.py: faster)
-            x = PatchConv2D(16, 3, activation="relu")(x)
-        for filters, kernel, stride in () if small else ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
+        if min(input_shape[:2]) < 36:  # too small for the Nature strides (MinAtar's 10x10)
+            x = PatchConv2D(16, 3, activation="relu")(x)  # a 3x3 conv as one product: faster
+            units = 128
+        else:
+            for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+                x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
+            units = 512
         x = keras.layers.Flatten()(x)
-        x = keras.layers.Dense(128 if small else 512, activation="relu")(x)
+        x = keras.layers.Dense(units, activation="relu")(x)
     elif len(input_shape) == 1:
         inputs = keras.Input(shape=input_shape, dtype="float32", name="state")
         x = inputs
