@@ -147,6 +147,9 @@ MINATAR_PRESET: dict[str, Any] = {
     "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
     "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
     "n_step": 3,  # Rainbow's and Revisiting Rainbow's
+    # 64 gradient steps per XLA call: 0.78 ms a step against 0.87 ms with 16, measured side by
+    # side here; 500,000 steps make that a minute of a 2M run.
+    "gradient_steps_per_call": 64,
     "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
     "eval_episodes": 10,
 }
