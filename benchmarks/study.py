@@ -73,11 +73,15 @@ VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
 }
 # What the report reads of a result file (a run writes more: commit, settings, returns, ...).
 RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "steps_to_solve",
-                 "final_score", "wall_seconds", "steps_per_second", "load_average", "settings")
+                 "final_score", "training_scores_last_100", "wall_seconds", "steps_per_second",
+                 "load_average", "settings")
+# Which score a study's targets are for: the last networks' greedy episodes, or (MinAtar, whose
+# published curves are training returns) the mean of each run's last 100 training episodes.
+LAST_NETWORKS, TRAINING = "last networks", "last 100 training episodes"
 STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
-                               "seeds": list(range(10))},
+                               "seeds": list(range(10)), "target_on": LAST_NETWORKS},
            "minatar": {"games": list(MINATAR_TARGETS), "variants": ["per", "uniform"],
-                       "seeds": list(range(5))}}
+                       "seeds": list(range(5)), "target_on": TRAINING}}
 
 
 @dataclass(frozen=True)
@@ -276,10 +280,12 @@ def iqm_interval(scores: dict[str, Any], reps: int | None = None
 def improvement_interval(better: Any, baseline: Any, reps: int | None = None
                          ) -> tuple[float, np.ndarray]:
     """P(a run of `better` scores above a run of `baseline`), ties counting half, and its CI
-    (rliable's probability of improvement, a Mann-Whitney U statistic)."""
+    (rliable's probability of improvement, a Mann-Whitney U statistic). One game: two lists of
+    run scores; several: two (runs, games) arrays, and P is the average over the games."""
     from rliable import metrics
 
-    pair = (np.asarray(better, float)[:, np.newaxis], np.asarray(baseline, float)[:, np.newaxis])
+    pair = tuple(np.asarray(scores, float).reshape(len(scores), -1)
+                 for scores in (better, baseline))
     point, interval = interval_estimates({"pair": pair}, metrics.probability_of_improvement,
                                          reps or BOOTSTRAP_REPS)
     return float(point["pair"]), np.asarray(interval["pair"]).ravel()
@@ -302,16 +308,30 @@ def format_interval(point: float, interval: np.ndarray, digits: int = 1) -> str:
     return f"{point:.{digits}f} [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
 
 
-def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
-    """The report's markdown: a row per game and variant, then PER against uniform."""
-    lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | seeds at target "
-             "| median steps to solve | mean wall time (s) | mean steps/s | mean load average |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    improvements = ["| game | variant | P(improves on uniform) [95% CI] |", "|---|---|---|"]
+def training_score(run: dict) -> float:
+    """The mean return of a run's last 100 training episodes (exploring as it trained)."""
+    return float(np.mean(run["training_scores_last_100"]))
+
+
+def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST_NETWORKS
+                  ) -> str:
+    """The report's markdown: a row per game and variant, then PER against uniform, per game
+    and over the games that have the same number of runs of each. `target_on` says which
+    score the games' targets are for (LAST_NETWORKS or TRAINING)."""
+    lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | IQM of last 100 "
+             f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
+             "solve | mean wall time (s) | mean steps/s | mean load average |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    improvements = ["| game | variant | P(last network improves on uniform) [95% CI] |",
+                    "|---|---|---|"]
     for game, variants in found.items():
         scores = {variant: [run["final_score"] for run in runs]
                   for variant, runs in variants.items()}
+        training = {variant: [training_score(run) for run in runs]
+                    for variant, runs in variants.items()}
         points, intervals = iqm_interval(scores)
+        training_points, training_intervals = iqm_interval(training)
+        judged = training if target_on == TRAINING else scores
         target = variants[next(iter(variants))][0]["target"]
         for variant, runs in variants.items():
             solve = [run["steps_to_solve"] if run["steps_to_solve"] is not None else np.inf
@@ -322,8 +342,9 @@ def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
                 game, VARIANTS[variant][0], str(len(runs)),
                 format_interval(points[variant], intervals[variant]),
                 f"{np.mean(scores[variant]):.1f}",
+                format_interval(training_points[variant], training_intervals[variant]),
                 "n/a" if target is None else
-                f"{sum(score >= target for score in scores[variant])}/{len(runs)} (>= {target:g})",
+                f"{sum(score >= target for score in judged[variant])}/{len(runs)} (>= {target:g})",
                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
                 f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
@@ -333,6 +354,19 @@ def report_tables(found: dict[str, dict[str, list[dict]]]) -> str:
                 point, interval = improvement_interval(scores[variant], scores["uniform"])
                 improvements.append(f"| {game} | {VARIANTS[variant][0]} | "
                                     f"{format_interval(point, interval, 2)} |")
+    for variant in (name for name in VARIANTS if name != "uniform"):
+        # Over the games: rliable averages P over games of as many runs each.
+        paired = {game: (runs[variant], runs["uniform"]) for game, runs in found.items()
+                  if variant in runs and "uniform" in runs}
+        full = max((min(len(ours), len(theirs)) for ours, theirs in paired.values()), default=0)
+        games = [game for game, (ours, theirs) in paired.items()
+                 if len(ours) == len(theirs) == full]
+        if len(games) > 1:
+            matrices = [np.array([[run["final_score"] for run in runs] for runs in columns]).T
+                        for columns in zip(*(paired[game] for game in games), strict=True)]
+            point, interval = improvement_interval(*matrices)
+            improvements.append(f"| all {len(games)} games | {VARIANTS[variant][0]} | "
+                                f"{format_interval(point, interval, 2)} |")
     return "\n".join([*lines, "", *improvements]) + "\n"
 
 
@@ -396,7 +430,7 @@ def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots")
     found = load_results(study, results)
     if not found:
         raise ValueError(f"no result files for study {study!r} under {results / study}")
-    tables = report_tables(found)
+    tables = report_tables(found, STUDIES.get(study, {}).get("target_on", LAST_NETWORKS))
     (results / study / "report.md").write_text(
         f"Written by `python benchmarks/study.py report {study}` from the result files "
         f"beside it.\n\n{tables}")

@@ -46,13 +46,15 @@ def test_probability_of_improvement_checkable_by_hand():
 
 def write_result(results: Path, game: str, variant: str, seed: int, score: float,
                  solved: int | None, curve: list[float]) -> None:
-    """A result file with the fields the report reads and made-up numbers."""
+    """A result file with the fields the report reads and made-up numbers: its training
+    episodes average half its last network's score."""
     path = study.Run("handmade", game, variant, seed).result_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "game": game, "variant": variant, "seed": seed, "command": "python d3qn_agent.py",
         "target": 100.0, "evaluation": {"steps": [1000, 2000], "means": curve},
-        "steps_to_solve": solved, "final_score": score, "wall_seconds": 10.0,
+        "steps_to_solve": solved, "final_score": score,
+        "training_scores_last_100": [score / 2 - 1, score / 2 + 1], "wall_seconds": 10.0,
         "steps_per_second": 200.0, "load_average": [2.5, 2.0, 1.5],
         "settings": {"total_steps": 2000}}))
 
@@ -62,7 +64,10 @@ def test_report_from_hand_made_results(tmp_path):
         write_result(tmp_path, "Game-v0", "per", seed, per, 1000 if per >= 100 else None,
                      [0.0, per])
         write_result(tmp_path, "Game-v0", "uniform", seed, uniform, None, [0.0, uniform])
-    # A game whose uniform runs are still to come: in the tables, not yet in the figures.
+        write_result(tmp_path, "Other-v0", "per", seed, 2.0 + seed, None, [0.0, 1.0])
+        write_result(tmp_path, "Other-v0", "uniform", seed, 1.0 - seed, None, [0.0, 1.0])
+    # A game whose uniform runs are still to come: in the tables, not yet in the figures, nor
+    # in the probability of improvement over the games.
     write_result(tmp_path, "Later-v0", "per", 0, 50.0, None, [0.0, 50.0])
     text = study.report("handmade", tmp_path, tmp_path / "plots")
     assert "| Later-v0 | PER (proportional) | 1 | 50.0 [50.0, 50.0] |" in text
@@ -71,15 +76,27 @@ def test_report_from_hand_made_results(tmp_path):
             if "Game-v0" in line}
     # IQM of 4 runs: the middle two. PER 120, 140 -> 130; uniform 20, 30 -> 25.
     assert "| 130.0 [" in rows["PER (proportional)"]
+    assert "| 65.0 [" in rows["PER (proportional)"]  # the training episodes: half of it
     assert "| 4/4 (>= 100) | 1,000 |" in rows["PER (proportional)"]
     assert "| 25.0 [" in rows["uniform"]
     assert "| 0/4 (>= 100) | not solved by 2,000 | 10 | 200 | 2.5 |" in rows["uniform"]
     # Every PER run beats every uniform run.
     assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
+    assert "| all 2 games | PER (proportional) | 1.00 [1.00, 1.00] |" in text
     assert (tmp_path / "handmade" / "report.md").read_text().endswith(
         text.split("\nfigure:")[0])
     for figure in ("handmade_iqm.png", "handmade_sample_efficiency.png"):
         assert (tmp_path / "plots" / figure).stat().st_size > 10_000
+
+
+def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
+    for seed, score in enumerate([100.0, 120.0, 140.0, 300.0]):  # training 50, 60, 70, 150
+        write_result(tmp_path, "Game-v0", "per", seed, score, None, [0.0, score])
+    found = study.load_results("handmade", tmp_path)
+    assert "| 4/4 (>= 100) |" in study.report_tables(found)
+    text = study.report_tables(found, study.TRAINING)
+    assert "seeds at target (last 100 training episodes)" in text
+    assert "| 1/4 (>= 100) |" in text
 
 
 def test_report_refuses_a_result_file_without_a_field_it_reads(tmp_path):
