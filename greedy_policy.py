@@ -31,16 +31,15 @@ def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
     """The layers a numpy forward pass runs, from the input to the head whose argmax is the
     greedy action (A for the dueling head, else Q), for an `OurModel` MLP or small-image torso
     (Rescaling, PatchConv2D, Flatten, Dense); None for any other network (Conv2D's torso)."""
+    # Everything but the input and, with the dueling head, V and the layer combining V and A.
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
-              and layer.name != "state_value" and layer.__class__.__name__ != "DuelingCombine"]
-    if not layers or layers[-1].name not in HEADS or len(model.layers) - len(layers) not in (
-            1, 3):  # the input, and with the dueling head V and the combining layer
+              and layer.name != "state_value" and type(layer).__name__ != "DuelingCombine"]
+    if not layers or layers[-1].name not in HEADS:
         return None
     for layer in layers:
-        if not isinstance(layer, TORSO_LAYERS):
-            return None
         activation = getattr(layer, "activation", None)
-        if activation is not None and activation.__name__ not in NUMPY_ACTIVATIONS:
+        if not isinstance(layer, TORSO_LAYERS) or (
+                activation is not None and activation.__name__ not in NUMPY_ACTIVATIONS):
             return None
     return layers
 
