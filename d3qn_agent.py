@@ -83,6 +83,7 @@ BATCH_SIZE = 128  # transitions per gradient step
 GAMMA = 0.99  # discount factor
 N_STEP = 3  # rewards summed per TD target: r_t + ... + gamma^(n-1) r_t+n-1 + gamma^n Q(s_t+n)
 LEARNING_RATE = 1e-3  # Adam step size
+ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling (Keras' default)
 LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
@@ -413,9 +414,8 @@ class DQNAgent:
             target.assign(tau * online + (1.0 - tau) * target)
 
     def load(self, name: str) -> None:
-        """Load a `.keras` file saved by `save` into the online and target networks.
-
-        The architecture comes from the file (HIDDEN_UNITS need not match); the optimizer starts
+        """Load a `.keras` file saved by `save` into the online and target networks: the
+        architecture comes from the file (HIDDEN_UNITS need not match), the optimizer starts
         afresh. ValueError if the file is missing, unreadable, or for another environment."""
         try:
             model = keras.models.load_model(name)
@@ -584,7 +584,7 @@ class DQNAgent:
             # drives the schedule, and it is part of every checkpoint).
             learning_rate = keras.optimizers.schedules.PolynomialDecay(
                 learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
-        self.optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
+        self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon)
         self.optimizer.build(self.model.trainable_variables)  # no variable created in a graph
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
 

@@ -90,6 +90,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "gamma": Flag(0.99, UNIT),
     "n_step": Flag(3, POSITIVE),
     "learning_rate": Flag(1e-3, POSITIVE),
+    "adam_epsilon": Flag(1e-7, POSITIVE),
     "lr_decay": Flag(True),
     "grad_clip": Flag(10.0, POSITIVE),
     "learning_starts": Flag(1_000, NON_NEGATIVE),
