@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from patch_conv import PatchConv2D
+from patch_conv import PatchConv2D, shifted_views
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
 HEADS = ("q_values", "action_advantage")  # OurModel's layers whose argmax is the greedy action
@@ -53,12 +53,9 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
         return x.reshape(len(x), -1)
     kernel, bias = weights
     if isinstance(layer, PatchConv2D):
-        # As PatchConv2D computes it: the kh x kw shifted views side by side along the channels,
-        # times the kernel (kh, kw, channels, filters) flattened to (kh * kw * channels, filters).
-        kh, kw = kernel.shape[:2]
-        rows, cols = x.shape[1] - kh + 1, x.shape[2] - kw + 1
-        patches = np.concatenate([x[:, i:i + rows, j:j + cols] for i in range(kh)
-                                  for j in range(kw)], axis=-1)
+        # As PatchConv2D computes it: the shifted views side by side along the channels, times
+        # the kernel (k, k, channels, filters) flattened to (k * k * channels, filters).
+        patches = np.concatenate(shifted_views(x, layer.kernel_size), axis=-1)
         x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
     else:
         x = x @ kernel + bias

@@ -17,6 +17,15 @@ from typing import Any
 import keras
 
 
+def shifted_views(images: Any, kernel_size: int) -> list:
+    """The k*k views of `images` (batch, rows, cols, channels) shifted by (i, j) for i, j < k, in
+    the kernel's (i, j) order: the inputs a "valid" stride-1 k x k convolution multiplies by
+    kernel[i, j]. Slices only, so numpy arrays and tensors alike (greedy_policy.py uses both)."""
+    rows, cols = images.shape[1] - kernel_size + 1, images.shape[2] - kernel_size + 1
+    return [images[:, i:i + rows, j:j + cols, :]
+            for i in range(kernel_size) for j in range(kernel_size)]
+
+
 @keras.saving.register_keras_serializable(package="d3qn")
 class PatchConv2D(keras.layers.Layer):
     """Conv2D(filters, kernel_size, strides=1, padding="valid") on channels-last images.
@@ -48,10 +57,7 @@ class PatchConv2D(keras.layers.Layer):
         self.bias = self.add_weight(shape=(self.filters,), initializer="zeros", name="bias")
 
     def call(self, inputs: Any) -> Any:
-        k = self.kernel_size
-        rows, cols = inputs.shape[1] - k + 1, inputs.shape[2] - k + 1
-        patches = keras.ops.concatenate(
-            [inputs[:, i:i + rows, j:j + cols, :] for i in range(k) for j in range(k)], axis=-1)
+        patches = keras.ops.concatenate(shifted_views(inputs, self.kernel_size), axis=-1)
         kernel = keras.ops.reshape(self.kernel, (-1, self.filters))
         return self.activation(keras.ops.matmul(patches, kernel) + self.bias)
 
