@@ -23,9 +23,10 @@ of a seed).
 `report` reads only those files: per game and variant the IQM of the last networks' scores with
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
 game's target and the median steps to solve; the probability that each PER variant improves on
-uniform replay, with its CI; plots/<study>_iqm.png (the intervals) and
-plots/<study>_sample_efficiency.png (IQM of the evaluation curves with CI bands). The tables
-are printed and written to benchmarks/results/<study>/report.md.
+uniform replay, with its CI, by the last networks and by the last 100 training episodes;
+plots/<study>_iqm.png (the intervals) and plots/<study>_sample_efficiency.png (IQM of the
+evaluation curves with CI bands). The tables are printed and written to
+benchmarks/results/<study>/report.md.
 """
 
 from __future__ import annotations
@@ -322,8 +323,8 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
              f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
              "solve | mean wall time (s) | mean steps/s | mean load average |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    improvements = ["| game | variant | P(last network improves on uniform) [95% CI] |",
-                    "|---|---|---|"]
+    improvements = ["| game | variant | P(improves on uniform) [95% CI]: last networks | "
+                    "last 100 training episodes |", "|---|---|---|---|"]
     for game, variants in found.items():
         scores = {variant: [run["final_score"] for run in runs]
                   for variant, runs in variants.items()}
@@ -351,9 +352,9 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 f"{np.mean([run['load_average'][0] for run in runs]):.1f}"]) + " |")
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
-                point, interval = improvement_interval(scores[variant], scores["uniform"])
-                improvements.append(f"| {game} | {VARIANTS[variant][0]} | "
-                                    f"{format_interval(point, interval, 2)} |")
+                cells = [format_interval(*improvement_interval(both[variant], both["uniform"]), 2)
+                         for both in (scores, training)]
+                improvements.append(f"| {game} | {VARIANTS[variant][0]} | {' | '.join(cells)} |")
     for variant in (name for name in VARIANTS if name != "uniform"):
         # Over the games: rliable averages P over games of as many runs each.
         paired = {game: (runs[variant], runs["uniform"]) for game, runs in found.items()
@@ -362,11 +363,13 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
         games = [game for game, (ours, theirs) in paired.items()
                  if len(ours) == len(theirs) == full]
         if len(games) > 1:
-            matrices = [np.array([[run["final_score"] for run in runs] for runs in columns]).T
-                        for columns in zip(*(paired[game] for game in games), strict=True)]
-            point, interval = improvement_interval(*matrices)
+            cells = []
+            for score in (lambda run: run["final_score"], training_score):
+                matrices = [np.array([[score(run) for run in runs] for runs in columns]).T
+                            for columns in zip(*(paired[game] for game in games), strict=True)]
+                cells.append(format_interval(*improvement_interval(*matrices), 2))
             improvements.append(f"| all {len(games)} games | {VARIANTS[variant][0]} | "
-                                f"{format_interval(point, interval, 2)} |")
+                                f"{' | '.join(cells)} |")
     return "\n".join([*lines, "", *improvements]) + "\n"
 
 

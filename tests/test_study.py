@@ -81,8 +81,8 @@ def test_report_from_hand_made_results(tmp_path):
     assert "| 25.0 [" in rows["uniform"]
     assert "| 0/4 (>= 100) | not solved by 2,000 | 10 | 200 | 2.5 |" in rows["uniform"]
     # Every PER run beats every uniform run.
-    assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
-    assert "| all 2 games | PER (proportional) | 1.00 [1.00, 1.00] |" in text
+    assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] | 1.00 [1.00, 1.00] |" in text
+    assert "| all 2 games | PER (proportional) | 1.00 [1.00, 1.00] | 1.00 [1.00, 1.00] |" in text
     assert (tmp_path / "handmade" / "report.md").read_text().endswith(
         text.split("\nfigure:")[0])
     for figure in ("handmade_iqm.png", "handmade_sample_efficiency.png"):
@@ -97,6 +97,18 @@ def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
     text = study.report_tables(found, study.TRAINING)
     assert "seeds at target (last 100 training episodes)" in text
     assert "| 1/4 (>= 100) |" in text
+
+
+def test_improvement_is_judged_on_last_networks_and_on_training_episodes_apart(tmp_path):
+    # PER's last networks beat uniform's in every pair; its training episodes lose every pair.
+    for seed in range(3):
+        write_result(tmp_path, "Game-v0", "per", seed, 10.0 + seed, None, [0.0, 1.0])
+        write_result(tmp_path, "Game-v0", "uniform", seed, 5.0 - seed, None, [0.0, 1.0])
+        path = study.Run("handmade", "Game-v0", "uniform", seed).result_path(tmp_path)
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "training_scores_last_100": [50.0 + seed]}))
+    text = study.report_tables(study.load_results("handmade", tmp_path))
+    assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] | 0.00 [0.00, 0.00] |" in text
 
 
 def test_report_refuses_a_result_file_without_a_field_it_reads(tmp_path):
