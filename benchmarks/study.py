@@ -18,7 +18,8 @@ game's id as "-"): the command, the commit, the settings, the evaluation curve, 
 solve, wall time and steps/s (with the load average: another job shares the cores), the last
 training episodes' scores, and the last network's returns on FINAL_EPISODES fresh greedy
 episodes, whose seeds no evaluation during training used (the same episodes for every variant
-of a seed).
+of a seed). A study may keep a run's last network to watch: the MinAtar study copies each
+game's PER seed-0 network to models/pretrained/<game>.keras (`--pretrained-dir`).
 
 `report` reads only those files: per game and variant the IQM of the last networks' scores with
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
@@ -38,6 +39,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,7 +84,9 @@ LAST_NETWORKS, TRAINING = "last networks", "last 100 training episodes"
 STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
                                "seeds": list(range(10)), "target_on": LAST_NETWORKS},
            "minatar": {"games": list(MINATAR_TARGETS), "variants": ["per", "uniform"],
-                       "seeds": list(range(5)), "target_on": TRAINING}}
+                       "seeds": list(range(5)), "target_on": TRAINING,
+                       # each game's network to watch: models/pretrained/<game folder>.keras
+                       "keep_network": ("per", 0)}}
 
 
 @dataclass(frozen=True)
@@ -131,10 +135,12 @@ def commit() -> str:
                                                         "*.py") else "")
 
 
-def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] | None:
+def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path | None = None
+          ) -> dict[str, Any] | None:
     """Train `run` in this process (continuing from its newest checkpoint, if any), score its
-    last network and write its result file. Returns the result, or None when the run was
-    stopped by a signal before its budget (its checkpoint is kept for the next try)."""
+    last network and write its result file (and copy the network to `keep_network`, if given).
+    Returns the result, or None when the run was stopped by a signal before its budget (its
+    checkpoint is kept for the next try)."""
     sys.path.insert(0, str(ROOT))
     import checkpoint
     import d3qn_agent
@@ -192,12 +198,17 @@ def train(run: Run, work_root: Path, results: Path = RESULTS) -> dict[str, Any] 
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(result, indent=1) + "\n")
     os.replace(temporary, path)
+    if keep_network is not None:
+        keep_network.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(agent.Model_name.removesuffix(".keras") + "_last.keras", keep_network)
     return result
 
 
-def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS) -> int:
-    """Train every pending run, `jobs` processes at a time; one line per finished run.
-    Returns the number of runs that failed."""
+def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS,
+            keep_networks: dict[Run, Path] | None = None) -> int:
+    """Train every pending run, `jobs` processes at a time; one line per finished run; the runs
+    in `keep_networks` copy their last network to the path it gives. Returns the number of
+    runs that failed."""
     todo = pending_runs(runs, results)
     print(f"{len(runs) - len(todo)} of {len(runs)} runs done already; {len(todo)} to go, "
           f"{jobs} at a time; working files in {work_root}", flush=True)
@@ -211,6 +222,8 @@ def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS
             run = todo.pop(0)
             command = [sys.executable, __file__, "train", run.study, run.game, run.variant,
                        str(run.seed), "--work-dir", str(work_root), "--results", str(results),
+                       *(["--keep-network", str(keep_networks[run])]
+                         if run in (keep_networks or {}) else []),
                        "--", *run.extra]
             run.work_dir(work_root).mkdir(parents=True, exist_ok=True)
             with (run.work_dir(work_root) / "stderr.log").open("ab") as errors:
@@ -459,10 +472,13 @@ def main(argv: list[str] | None = None) -> int:
                             default=Path(tempfile.gettempdir()) / "d3qn_study",
                             help="checkpoints and logs of unfinished runs (outside the "
                             "repository)")
+    run_parser.add_argument("--pretrained-dir", type=Path, default=ROOT / "models" / "pretrained",
+                            help="where the study's networks to watch go (minatar: PER seed 0)")
     train_parser = commands.add_parser("train", help="train one run in this process")
     for name, kind in (("study", str), ("game", str), ("variant", str), ("seed", int)):
         train_parser.add_argument(name, type=kind)
     train_parser.add_argument("--work-dir", type=Path, required=True)
+    train_parser.add_argument("--keep-network", type=Path, help="copy the last network here")
     report_parser = commands.add_parser("report", help="tables and figures from result files")
     report_parser.add_argument("study")
     for sub in (run_parser, train_parser, report_parser):
@@ -477,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "train":
         run = Run(args.study, args.game, args.variant, args.seed, tuple(extra))
-        return 0 if train(run, args.work_dir, args.results) else 1
+        return 0 if train(run, args.work_dir, args.results, args.keep_network) else 1
     defaults = STUDIES.get(args.study, {})
     chosen = {key: getattr(args, key) or defaults.get(key) for key in ("games", "variants",
                                                                           "seeds")}
@@ -488,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     runs = [Run(args.study, game, variant, seed, tuple(extra)) for game in chosen["games"]
             for variant in chosen["variants"] for seed in chosen["seeds"]]
-    return 1 if run_all(runs, args.jobs, args.work_dir, args.results) else 0
+    kept = defaults.get("keep_network")
+    keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
+                     if (run.variant, run.seed) == kept}
+    return 1 if run_all(runs, args.jobs, args.work_dir, args.results, keep_networks) else 0
 
 
 if __name__ == "__main__":

@@ -156,7 +156,8 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     killed.wait()
     assert not run.result_path(tmp_path / "results").exists()
 
-    assert study.run_all([run], 1, tmp_path / "work", tmp_path / "results") == 0
+    kept = tmp_path / "pretrained" / "CartPole-v1.keras"
+    assert study.run_all([run], 1, tmp_path / "work", tmp_path / "results", {run: kept}) == 0
     resumed = json.loads(run.result_path(tmp_path / "results").read_text())
     log = (run.work_dir(tmp_path / "work") / "training.log").read_text()
     assert "resuming from" in log
@@ -170,5 +171,8 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     uninterrupted = study.train(run, tmp_path / "work2", tmp_path / "results2")
     assert uninterrupted["evaluation"]["means"] == resumed["evaluation"]["means"]
     assert uninterrupted["final_returns"] == resumed["final_returns"]
+    # The kept network is the last one: it plays as the one the run scored.
+    assert kept.read_bytes() == (run.work_dir(tmp_path / "work")
+                                 / "DDQN_CartPole-v1_Dueling_PER_last.keras").read_bytes()
     # A second run_all finds nothing to do.
     assert study.pending_runs([run], tmp_path / "results") == []
