@@ -9,7 +9,8 @@
 Every run is `python d3qn_agent.py --env-name GAME --seed N` plus its variant's flag (none for
 proportional PER, `--rank-based`, `--no-per`) and the flags after `--`, so a game trains with
 its preset exactly as a user's run does. `run` starts JOBS of them at a time (two on the two
-cores), each a process of its own with CPU_COUNT / JOBS TensorFlow threads. A finished run is
+cores), each a process of its own with CPU_COUNT / JOBS TensorFlow threads (or
+TF_NUM_INTRAOP_THREADS, if set: two studies side by side). A finished run is
 skipped; a run that was stopped (Ctrl-C, SIGTERM, a kill, a lost session) continues from its
 newest checkpoint, kept under --work-dir outside the repository, so a study can span sessions.
 
@@ -212,7 +213,9 @@ def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS
     todo = pending_runs(runs, results)
     print(f"{len(runs) - len(todo)} of {len(runs)} runs done already; {len(todo)} to go, "
           f"{jobs} at a time; working files in {work_root}", flush=True)
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    # Each run's share of the cores, unless the caller set it (two studies side by side).
+    threads = os.environ.get("TF_NUM_INTRAOP_THREADS") or str(max(1, (os.cpu_count() or 1)
+                                                                  // jobs))
     environment = {**os.environ, "TF_NUM_INTRAOP_THREADS": threads,
                    "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     running: dict[Run, subprocess.Popen] = {}
