@@ -140,7 +140,10 @@ MINATAR_PRESET: dict[str, Any] = {
     "total_steps": 2_000_000,  # the MinAtar README's curves at 2M frames (the paper runs 5M)
     "memory_size": 100_000,  # both papers
     "batch_size": 32,  # both papers
-    "learning_rate": 1e-4,  # Revisiting Rainbow's Adam step (the paper: centred RMSProp 2.5e-4)
+    "learning_rate": 1e-4,  # Revisiting Rainbow's Rainbow (its DQN: 2.5e-4, which screened lower)
+    # Dopamine's Adam epsilon, as both of Revisiting Rainbow's agents: screened on seed 100 it
+    # lifted Asterix's last 100 training episodes from 12.9 to 19.8, Seaquest's from 11.6 to 19.5.
+    "adam_epsilon": 3.125e-4,
     "lr_decay": False,  # a constant step, as in both
     "learning_starts": 5_000,  # the paper's replay start size (Revisiting Rainbow: 1,000)
     "target_update": 1_000,  # both papers
