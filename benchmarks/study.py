@@ -505,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"study {args.study!r} is not predefined: give --{' --'.join(missing)}")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    runs = [Run(args.study, game, variant, seed, tuple(extra)) for game in chosen["games"]
-            for variant in chosen["variants"] for seed in chosen["seeds"]]
+    # Seed by seed: a study cut short still has every game and variant on its first seeds.
+    runs = [Run(args.study, game, variant, seed, tuple(extra)) for seed in chosen["seeds"]
+            for game in chosen["games"] for variant in chosen["variants"]]
     kept = defaults.get("keep_network")
     keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
                      if (run.variant, run.seed) == kept}
