@@ -305,6 +305,7 @@ class DQNAgent:
             name += "_PERrank" if config.per_rank_based else "_PER"
         self.name = name
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
+        self.Last_model_name = os.path.join(config.model_dir, self.name + "_last.keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
@@ -486,15 +487,14 @@ class DQNAgent:
                     self.evaluate_and_keep_best()
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     print(f"checkpoint: {checkpoint.save_agent(self)}", flush=True)
-        last_model = self.Model_name.removesuffix(".keras") + "_last.keras"
         if stop.requested:
             path = checkpoint.save_agent(self)
-            self.save(last_model)
-            self.report.stopped(self, stop.signal_name, path, last_model)
+            self.save(self.Last_model_name)
+            self.report.stopped(self, stop.signal_name, path, self.Last_model_name)
             return
         if not self.evaluations or self.evaluations[-1][0] != self.step:
             self.evaluate_and_keep_best()
-        self.save(last_model)
+        self.save(self.Last_model_name)
         if config.checkpoint_every:
             checkpoint.save_agent(self)
         self.report.finish(self)

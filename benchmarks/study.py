@@ -201,7 +201,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     os.replace(temporary, path)
     if keep_network is not None:
         keep_network.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(agent.Model_name.removesuffix(".keras") + "_last.keras", keep_network)
+        shutil.copyfile(agent.Last_model_name, keep_network)
     return result
 
 
