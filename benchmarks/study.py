@@ -70,6 +70,10 @@ TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -76.6, "LunarLander-v3": 200.0,
 MINATAR_TARGETS = {"MinAtar/Asterix-v1": 17.0, "MinAtar/Breakout-v1": 10.0,
                    "MinAtar/Freeway-v1": 50.0, "MinAtar/Seaquest-v1": 20.0,
                    "MinAtar/SpaceInvaders-v1": 43.0}
+# The same curves at 2M frames, our runs' budget (issue #31's readings).
+MINATAR_DQN_AT_2M = {"MinAtar/Asterix-v1": 15.0, "MinAtar/Breakout-v1": 10.0,
+                     "MinAtar/Freeway-v1": 50.0, "MinAtar/Seaquest-v1": 5.0,
+                     "MinAtar/SpaceInvaders-v1": 40.0}
 VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
     "per": ("PER (proportional)", []),
     "per-rank": ("PER (rank-based)", ["--rank-based"]),
@@ -86,6 +90,9 @@ STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS
                                "seeds": list(range(10)), "target_on": LAST_NETWORKS},
            "minatar": {"games": list(MINATAR_TARGETS), "variants": ["per", "uniform"],
                        "seeds": list(range(5)), "target_on": TRAINING,
+                       # published readings shown beside the training returns' IQM
+                       "published": {"the MinAtar paper's DQN at 2M frames": MINATAR_DQN_AT_2M,
+                                     "at 5M frames": MINATAR_TARGETS},
                        # each game's network to watch: models/pretrained/<game folder>.keras
                        "keep_network": ("per", 0)}}
 
@@ -330,17 +337,20 @@ def training_score(run: dict) -> float:
     return float(np.mean(run["training_scores_last_100"]))
 
 
-def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST_NETWORKS
-                  ) -> str:
+def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST_NETWORKS,
+                  published: dict[str, dict[str, float]] | None = None) -> str:
     """The report's markdown: a row per game and variant, then PER against uniform, per game
     and over the games that have the same number of runs of each. `target_on` says which
-    score the games' targets are for (LAST_NETWORKS or TRAINING)."""
+    score the games' targets are for (LAST_NETWORKS or TRAINING). `published` ({column:
+    {game: score}}, training returns) adds a table of each variant's training-episode IQM
+    beside those readings."""
     lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | IQM of last 100 "
              f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
              "solve | mean wall time (s) | mean steps/s | mean load average |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     improvements = ["| game | variant | P(improves on uniform) [95% CI]: last networks | "
                     "last 100 training episodes |", "|---|---|---|---|"]
+    training_cells: dict[str, dict[str, str]] = {}  # game -> variant -> IQM [CI]
     for game, variants in found.items():
         scores = {variant: [run["final_score"] for run in runs]
                   for variant, runs in variants.items()}
@@ -366,6 +376,9 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
                 f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
                 f"{np.mean([run['load_average'][0] for run in runs]):.1f}"]) + " |")
+        training_cells[game] = {variant: format_interval(training_points[variant],
+                                                         training_intervals[variant])
+                                for variant in variants}
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
                 cells = [format_interval(*improvement_interval(both[variant], both["uniform"]), 2)
@@ -386,12 +399,34 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 cells.append(format_interval(*improvement_interval(*matrices), 2))
             improvements.append(f"| all {len(games)} games | {VARIANTS[variant][0]} | "
                                 f"{' | '.join(cells)} |")
-    return "\n".join([*lines, "", *improvements]) + "\n"
+    tables = [*lines, "", *improvements]
+    if published:
+        tables += ["", *published_table(training_cells, published)]
+    return "\n".join(tables) + "\n"
 
 
-def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path
-                 ) -> list[Path]:
-    """The IQM interval figure and the sample-efficiency figure; returns their paths."""
+def published_table(training_cells: dict[str, dict[str, str]],
+                    published: dict[str, dict[str, float]]) -> list[str]:
+    """Markdown rows: per game, each variant's IQM [CI] of its last 100 training episodes, then
+    the published readings (training returns too), "n/a" where a game has none."""
+    variants = [name for name in VARIANTS
+                if any(name in cells for cells in training_cells.values())]
+    header = [f"{VARIANTS[name][0]}: IQM of last 100 training episodes" for name in variants]
+    rows = ["| " + " | ".join(["game", *header, *published]) + " |",
+            "|" + "---|" * (1 + len(variants) + len(published))]
+    for game, cells in training_cells.items():
+        readings = [f"{column[game]:g}" if game in column else "n/a"
+                    for column in published.values()]
+        rows.append("| " + " | ".join([game, *(cells.get(name, "n/a") for name in variants),
+                                       *readings]) + " |")
+    return rows
+
+
+def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path,
+                 target_on: str = LAST_NETWORKS) -> list[Path]:
+    """The IQM interval figure and the sample-efficiency figure; returns their paths. The
+    curves are greedy evaluations, so a target line is drawn only for targets of that kind
+    (LAST_NETWORKS), not for targets on training returns."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -435,7 +470,7 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
         runs = len(found[game][variants[0]])
         axis.set_title(f"{game} ({runs} seeds)", fontsize="medium")
         target = found[game][variants[0]][0]["target"]
-        if target is not None:
+        if target is not None and target_on == LAST_NETWORKS:
             axis.axhline(target, color="black", linestyle="--", linewidth=1)
     axes[0][0].legend(fontsize="small", loc="lower right")
     figure.tight_layout()
@@ -449,11 +484,13 @@ def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots")
     found = load_results(study, results)
     if not found:
         raise ValueError(f"no result files for study {study!r} under {results / study}")
-    tables = report_tables(found, STUDIES.get(study, {}).get("target_on", LAST_NETWORKS))
+    defaults = STUDIES.get(study, {})
+    target_on = defaults.get("target_on", LAST_NETWORKS)
+    tables = report_tables(found, target_on, defaults.get("published"))
     (results / study / "report.md").write_text(
         f"Written by `python benchmarks/study.py report {study}` from the result files "
         f"beside it.\n\n{tables}")
-    paths = draw_figures(study, found, plot_dir)
+    paths = draw_figures(study, found, plot_dir, target_on)
     return tables + "\n" + "\n".join(
         f"figure: {os.path.relpath(path, ROOT)}" for path in paths) + "\n"
 

@@ -99,6 +99,23 @@ def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
     assert "| 1/4 (>= 100) |" in text
 
 
+def test_published_readings_stand_beside_each_variants_training_returns(tmp_path):
+    for seed in range(4):  # training episodes: PER 10, 10, 10, 10; uniform 5, 5, 5, 5
+        write_result(tmp_path, "Game-v0", "per", seed, 20.0, None, [0.0, 1.0])
+        write_result(tmp_path, "Game-v0", "uniform", seed, 10.0, None, [0.0, 1.0])
+        write_result(tmp_path, "Other-v0", "per", seed, 4.0, None, [0.0, 1.0])
+    published = {"paper at 2M": {"Game-v0": 15.0}, "at 5M": {"Game-v0": 17.5}}
+    text = study.report_tables(study.load_results("handmade", tmp_path), study.TRAINING,
+                               published)
+    table = text.split("\n\n")[-1]
+    assert table.splitlines()[0] == (
+        "| game | PER (proportional): IQM of last 100 training episodes | uniform: IQM of last "
+        "100 training episodes | paper at 2M | at 5M |")
+    assert "| Game-v0 | 10.0 [10.0, 10.0] | 5.0 [5.0, 5.0] | 15 | 17.5 |" in table
+    assert "| Other-v0 | 2.0 [2.0, 2.0] | n/a | n/a | n/a |" in table
+    assert "paper at 2M" not in study.report_tables(study.load_results("handmade", tmp_path))
+
+
 def test_improvement_is_judged_on_last_networks_and_on_training_episodes_apart(tmp_path):
     # PER's last networks beat uniform's in every pair; its training episodes lose every pair.
     for seed in range(3):
