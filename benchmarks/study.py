@@ -80,9 +80,9 @@ VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
     "uniform": ("uniform", ["--no-per"]),
 }
 # What the report reads of a result file (a run writes more: commit, settings, returns, ...).
-RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "steps_to_solve",
-                 "final_score", "training_scores_last_100", "wall_seconds", "steps_per_second",
-                 "load_average", "settings")
+RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "solved_score",
+                 "steps_to_solve", "final_score", "training_scores_last_100", "wall_seconds",
+                 "steps_per_second", "load_average", "settings")
 # Which score a study's targets are for: the last networks' greedy episodes, or (MinAtar, whose
 # published curves are training returns) the mean of each run's last 100 training episodes.
 LAST_NETWORKS, TRAINING = "last networks", "last 100 training episodes"
@@ -372,6 +372,7 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 format_interval(training_points[variant], training_intervals[variant]),
                 "n/a" if target is None else
                 f"{sum(score >= target for score in judged[variant])}/{len(runs)} (>= {target:g})",
+                "n/a (no solved score)" if runs[0]["solved_score"] is None else
                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
                 f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",

@@ -53,7 +53,7 @@ def write_result(results: Path, game: str, variant: str, seed: int, score: float
     path.write_text(json.dumps({
         "game": game, "variant": variant, "seed": seed, "command": "python d3qn_agent.py",
         "target": 100.0, "evaluation": {"steps": [1000, 2000], "means": curve},
-        "steps_to_solve": solved, "final_score": score,
+        "solved_score": 100.0, "steps_to_solve": solved, "final_score": score,
         "training_scores_last_100": [score / 2 - 1, score / 2 + 1], "wall_seconds": 10.0,
         "steps_per_second": 200.0, "load_average": [2.5, 2.0, 1.5],
         "settings": {"total_steps": 2000}}))
@@ -126,6 +126,14 @@ def test_improvement_is_judged_on_last_networks_and_on_training_episodes_apart(t
         path.write_text(json.dumps({**result, "training_scores_last_100": [50.0 + seed]}))
     text = study.report_tables(study.load_results("handmade", tmp_path))
     assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] | 0.00 [0.00, 0.00] |" in text
+
+
+def test_a_game_without_a_solved_score_has_no_steps_to_solve(tmp_path):
+    write_result(tmp_path, "Game-v0", "per", 0, 1.0, None, [0.0, 1.0])
+    path = study.Run("handmade", "Game-v0", "per", 0).result_path(tmp_path)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "solved_score": None}))
+    text = study.report_tables(study.load_results("handmade", tmp_path))
+    assert "| n/a (no solved score) |" in text and "not solved" not in text
 
 
 def test_report_refuses_a_result_file_without_a_field_it_reads(tmp_path):
