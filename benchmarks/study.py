@@ -26,6 +26,7 @@ game's PER seed-0 network to models/pretrained/<game>.keras (`--pretrained-dir`)
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
 game's target and the median steps to solve; the probability that each PER variant improves on
 uniform replay, with its CI, by the last networks and by the last 100 training episodes;
+for MinAtar, the training episodes' IQM beside the MinAtar paper's DQN at 2M and 5M frames;
 plots/<study>_iqm.png (the intervals) and plots/<study>_sample_efficiency.png (IQM of the
 evaluation curves with CI bands). The tables are printed and written to
 benchmarks/results/<study>/report.md.
@@ -360,6 +361,9 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
         training_points, training_intervals = iqm_interval(training)
         judged = training if target_on == TRAINING else scores
         target = variants[next(iter(variants))][0]["target"]
+        training_cells[game] = {variant: format_interval(training_points[variant],
+                                                         training_intervals[variant])
+                                for variant in variants}
         for variant, runs in variants.items():
             solve = [run["steps_to_solve"] if run["steps_to_solve"] is not None else np.inf
                      for run in runs]
@@ -369,7 +373,7 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 game, VARIANTS[variant][0], str(len(runs)),
                 format_interval(points[variant], intervals[variant]),
                 f"{np.mean(scores[variant]):.1f}",
-                format_interval(training_points[variant], training_intervals[variant]),
+                training_cells[game][variant],
                 "n/a" if target is None else
                 f"{sum(score >= target for score in judged[variant])}/{len(runs)} (>= {target:g})",
                 "n/a (no solved score)" if runs[0]["solved_score"] is None else
@@ -377,9 +381,6 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
                 f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
                 f"{np.mean([run['load_average'][0] for run in runs]):.1f}"]) + " |")
-        training_cells[game] = {variant: format_interval(training_points[variant],
-                                                         training_intervals[variant])
-                                for variant in variants}
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
                 cells = [format_interval(*improvement_interval(both[variant], both["uniform"]), 2)
