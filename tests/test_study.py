@@ -59,6 +59,12 @@ def write_result(results: Path, game: str, variant: str, seed: int, score: float
         "settings": {"total_steps": 2000}}))
 
 
+def rewrite_result(results: Path, game: str, variant: str, seed: int, **fields) -> None:
+    """Overwrite some fields of a result file that write_result made."""
+    path = study.Run("handmade", game, variant, seed).result_path(results)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
 def test_report_from_hand_made_results(tmp_path):
     for seed, (per, uniform) in enumerate([(100, 10), (120, 20), (140, 30), (300, 40)]):
         write_result(tmp_path, "Game-v0", "per", seed, per, 1000 if per >= 100 else None,
@@ -121,17 +127,15 @@ def test_improvement_is_judged_on_last_networks_and_on_training_episodes_apart(t
     for seed in range(3):
         write_result(tmp_path, "Game-v0", "per", seed, 10.0 + seed, None, [0.0, 1.0])
         write_result(tmp_path, "Game-v0", "uniform", seed, 5.0 - seed, None, [0.0, 1.0])
-        path = study.Run("handmade", "Game-v0", "uniform", seed).result_path(tmp_path)
-        result = json.loads(path.read_text())
-        path.write_text(json.dumps({**result, "training_scores_last_100": [50.0 + seed]}))
+        rewrite_result(tmp_path, "Game-v0", "uniform", seed,
+                       training_scores_last_100=[50.0 + seed])
     text = study.report_tables(study.load_results("handmade", tmp_path))
     assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] | 0.00 [0.00, 0.00] |" in text
 
 
 def test_a_game_without_a_solved_score_has_no_steps_to_solve(tmp_path):
     write_result(tmp_path, "Game-v0", "per", 0, 1.0, None, [0.0, 1.0])
-    path = study.Run("handmade", "Game-v0", "per", 0).result_path(tmp_path)
-    path.write_text(json.dumps({**json.loads(path.read_text()), "solved_score": None}))
+    rewrite_result(tmp_path, "Game-v0", "per", 0, solved_score=None)
     text = study.report_tables(study.load_results("handmade", tmp_path))
     assert "| n/a (no solved score) |" in text and "not solved" not in text
 
