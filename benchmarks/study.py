@@ -25,7 +25,8 @@ game's PER seed-0 network to models/pretrained/<game>.keras (`--pretrained-dir`)
 `report` reads only those files: per game and variant the IQM of the last networks' scores with
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
 game's target and the median steps to solve; the probability that each PER variant improves on
-uniform replay, with its CI, by the last networks and by the last 100 training episodes;
+uniform replay, with its CI, by the last networks and by the last 100 training episodes, per
+game and over the games (on the seeds they all have);
 for MinAtar, the training episodes' IQM beside the MinAtar paper's DQN at 2M and 5M frames;
 plots/<study>_iqm.png (the intervals) and plots/<study>_sample_efficiency.png (IQM of the
 evaluation curves with CI bands). The tables are printed and written to
@@ -341,10 +342,10 @@ def training_score(run: dict) -> float:
 def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST_NETWORKS,
                   published: dict[str, dict[str, float]] | None = None) -> str:
     """The report's markdown: a row per game and variant, then PER against uniform, per game
-    and over the games that have the same number of runs of each. `target_on` says which
-    score the games' targets are for (LAST_NETWORKS or TRAINING). `published` ({column:
-    {game: score}}, training returns) adds a table of each variant's training-episode IQM
-    beside those readings."""
+    and over the games (on the seeds they all have). `target_on` says which score the games'
+    targets are for (LAST_NETWORKS or TRAINING). `published` ({column: {game: score}},
+    training returns) adds a table of each variant's training-episode IQM beside those
+    readings."""
     lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | IQM of last 100 "
              f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
              "solve | mean wall time (s) | mean steps/s | mean load average |",
@@ -387,20 +388,24 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                          for both in (scores, training)]
                 improvements.append(f"| {game} | {VARIANTS[variant][0]} | {' | '.join(cells)} |")
     for variant in (name for name in VARIANTS if name != "uniform"):
-        # Over the games: rliable averages P over games of as many runs each.
-        paired = {game: (runs[variant], runs["uniform"]) for game, runs in found.items()
-                  if variant in runs and "uniform" in runs}
-        full = max((min(len(ours), len(theirs)) for ours, theirs in paired.values()), default=0)
-        games = [game for game, (ours, theirs) in paired.items()
-                 if len(ours) == len(theirs) == full]
-        if len(games) > 1:
+        # Over the games: rliable averages P over games of as many runs each, so every game
+        # gives its runs of the seeds that all the games have for both variants.
+        paired = [(runs[variant], runs["uniform"]) for runs in found.values()
+                  if variant in runs and "uniform" in runs]
+        seeds = set.intersection(*({run["seed"] for run in runs} for pair in paired
+                                   for runs in pair)) if paired else set()
+        if len(paired) > 1 and seeds:
+            kept = [[[run for run in runs if run["seed"] in seeds] for runs in pair]
+                    for pair in paired]
             cells = []
             for score in (lambda run: run["final_score"], training_score):
-                matrices = [np.array([[score(run) for run in runs] for runs in columns]).T
-                            for columns in zip(*(paired[game] for game in games), strict=True)]
+                matrices = [np.array([[score(run) for run in pair[side]] for pair in kept]).T
+                            for side in (0, 1)]
                 cells.append(format_interval(*improvement_interval(*matrices), 2))
-            improvements.append(f"| all {len(games)} games | {VARIANTS[variant][0]} | "
-                                f"{' | '.join(cells)} |")
+            over = f"all {len(paired)} games"
+            if any(len(runs) > len(seeds) for pair in paired for runs in pair):
+                over += f" (seeds {', '.join(map(str, sorted(seeds)))})"
+            improvements.append(f"| {over} | {VARIANTS[variant][0]} | {' | '.join(cells)} |")
     tables = [*lines, "", *improvements]
     if published:
         tables += ["", *published_table(training_cells, published)]

@@ -133,6 +133,21 @@ def test_improvement_is_judged_on_last_networks_and_on_training_episodes_apart(t
     assert "| Game-v0 | PER (proportional) | 1.00 [1.00, 1.00] | 0.00 [0.00, 0.00] |" in text
 
 
+def test_over_the_games_each_game_gives_the_seeds_they_all_have(tmp_path):
+    # Game-v0 has seeds 0-3, Other-v0 only 0-1: over both, PER wins every pair of seeds 0-1;
+    # Game-v0's seeds 2-3, where uniform wins, are left out.
+    for seed in range(4):
+        write_result(tmp_path, "Game-v0", "per", seed, 10.0 if seed < 2 else 1.0, None, [0.0])
+        write_result(tmp_path, "Game-v0", "uniform", seed, 5.0, None, [0.0])
+    for seed in range(2):
+        write_result(tmp_path, "Other-v0", "per", seed, 3.0, None, [0.0])
+        write_result(tmp_path, "Other-v0", "uniform", seed, 2.0, None, [0.0])
+    text = study.report_tables(study.load_results("handmade", tmp_path))
+    assert "| Game-v0 | PER (proportional) | 0.50 [" in text
+    assert ("| all 2 games (seeds 0, 1) | PER (proportional) | 1.00 [1.00, 1.00] | "
+            "1.00 [1.00, 1.00] |") in text
+
+
 def test_a_game_without_a_solved_score_has_no_steps_to_solve(tmp_path):
     write_result(tmp_path, "Game-v0", "per", 0, 1.0, None, [0.0, 1.0])
     rewrite_result(tmp_path, "Game-v0", "per", 0, solved_score=None)
