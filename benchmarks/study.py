@@ -2,7 +2,7 @@
 
     python benchmarks/study.py run classic_control            # 4 games x 3 variants x seeds 0-9
     python benchmarks/study.py report classic_control         # tables and figures from the files
-    python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 2 x seeds 0-4
+    python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 3 x seeds 0-4
     python benchmarks/study.py run screen-lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
@@ -90,7 +90,7 @@ RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "
 LAST_NETWORKS, TRAINING = "last networks", "last 100 training episodes"
 STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS),
                                "seeds": list(range(10)), "target_on": LAST_NETWORKS},
-           "minatar": {"games": list(MINATAR_TARGETS), "variants": ["per", "uniform"],
+           "minatar": {"games": list(MINATAR_TARGETS), "variants": list(VARIANTS),
                        "seeds": list(range(5)), "target_on": TRAINING,
                        # published readings shown beside the training returns' IQM
                        "published": {"the MinAtar paper's DQN at 2M frames": MINATAR_DQN_AT_2M,
