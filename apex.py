@@ -48,13 +48,14 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import atari_wrappers
 import checkpoint
 import settings
-from d3qn_agent import DQNAgent, OurModel, deal, episode_seed, make_env, td_errors
+from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
+from games import make_env, replay_storage
+from gradient_steps import Batches
 from greedy_policy import GreedyPolicy
 from PER import Memory, UniformMemory
-from replay_storage import storage_for
+from replay_storage import check_block, check_block_values, check_non_negative
 from reporting import Forecast, TensorBoardWriter, tensorboard_dir
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ class Actor:
 
     def abs_td_errors(self, batch: tuple[np.ndarray, ...]) -> np.ndarray:
         """|TD errors| of an n-step batch (as `Memory.n_step_batch` returns it) under the local
-        networks: what the learner's `train_on_batch` would return for the same weights."""
+        networks: what the learner's `learn` would return for the same weights."""
         states, actions, rewards, next_states, dones, discounts = batch
         return self._abs_td_errors(
             states, np.asarray(actions, np.int32), np.asarray(rewards, np.float32), next_states,
@@ -303,6 +304,57 @@ class Actor:
                 next_sync = self.steps + self.config.weight_sync_every
 
 
+def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, context: int = 0
+                ) -> np.ndarray:
+    """Add k consecutive transitions to a proportional `memory` with the priorities their actor
+    computed; return the k slots that hold them. O(k log N).
+
+    An actor computes the |TD errors| of its own transitions, so they enter with a measured
+    priority instead of the maximum. `transitions` is (states, actions, rewards, next_states,
+    dones) with leading dimension k, in the order they happened; `abs_errors` are the |TD errors|
+    of the first k - `context`, turned into priorities as `Memory.batch_update` does. The last
+    `context` transitions are stored only so that the n-step chains of the others run through to
+    their end (the actor sends them again at the head of its next block): they get priority 0 and
+    are never sampled.
+
+    Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store` would
+    refuse) raises ValueError and changes nothing. The storage takes the block in one vectorized
+    write when it has `add_block`; `FrameStackStorage`, which must see each transition to share
+    its frames, takes it one `add` at a time, and a transition it rejects (a next state that is
+    not its state shifted by a frame) raises after the ones before it were stored.
+    """
+    columns = check_block(transitions, memory.capacity)
+    check_block_values(columns, memory.action_count)
+    k = len(columns[0])
+    if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
+            0 <= context < k):
+        raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
+                         f"got {context!r}")
+    errors = np.asarray(abs_errors, dtype=np.float64).ravel()
+    if errors.size != k - context:
+        raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
+                         f"{context} of context (expected {k - context})")
+    check_non_negative("absolute TD error", errors)
+    priorities = np.concatenate([memory.priorities(errors), np.zeros(context)])
+    # (slots, priorities) in the order they were written: freed slots (0), then the new ones.
+    writes: list[tuple[np.ndarray, np.ndarray]] = []
+    try:
+        if hasattr(memory.storage, "add_block"):
+            slots, freed = memory.storage.add_block(columns)
+            writes += [(freed, np.zeros(len(freed))), (slots, priorities)]
+        else:
+            for i, experience in enumerate(zip(*columns, strict=True)):
+                slot, freed = memory.storage.add(experience)
+                writes += [(freed, np.zeros(len(freed))), (np.array([slot]), priorities[i:i + 1])]
+    finally:
+        if writes:  # a slot written twice keeps its last priority
+            written = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
+            values = np.concatenate([values for _, values in writes])
+            memory.tree.update_batch(written + (memory.capacity - 1), values)
+            memory.max_priority = max(memory.max_priority, float(values.max(initial=0.0)))
+    return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Replay
 # ---------------------------------------------------------------------------------------------
@@ -321,8 +373,7 @@ class Replay:
 
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
-        storage = storage_for(state_shape, config.memory_size,
-                              stacked=atari_wrappers.is_atari(config.env_name))
+        storage = replay_storage(config.env_name, state_shape, config.memory_size)
         self.memory = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
                              beta_increment=0.0, storage=storage,
                              rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,
@@ -347,7 +398,7 @@ class Replay:
                   new_steps: int, returns: list[float]) -> str:
         """Insert an actor's block with its priorities; answer as `pace` does."""
         start = time.perf_counter()
-        slots = self.memory.store_block(transitions, abs_errors, context)
+        slots = store_block(self.memory, transitions, abs_errors, context)
         self.stamps[slots] = self.inserted + np.arange(len(slots))
         self.inserted += len(slots)
         self.env_steps[actor] += new_steps
@@ -515,7 +566,7 @@ class Learner:
 
     The network, train step, target copy, evaluation and saving are a `DQNAgent`'s (built with
     this run's flags; its own replay memory stays empty, batch-sized). Cost per update: one
-    `train_on_batch` (~3 ms for CartPole's defaults on this 2-core CPU), while the replay draws
+    `learn` (~3 ms for CartPole's defaults on this 2-core CPU), while the replay draws
     the next batch in its own process.
     """
 
@@ -621,8 +672,8 @@ class Learner:
                 self.env_steps = ray.get(self.replay.collected.remote())
                 self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
-            (abs_errors,), (loss,) = self.agent.train_on_batch(
-                tuple(deal(array, 1) for array in batch), deal(is_weights, 1))
+            (abs_errors,), (loss,) = self.agent.learn(Batches.dealt(batch, is_weights, 1),
+                                                      self.env_steps)
             self._interval_sums[0] += loss
             self._interval_sums[1] += float(abs_errors.mean())
             self._interval_sums[2] += 1

@@ -45,6 +45,7 @@ import quiet_startup  # isort: skip  # noqa: F401 -- as in every script, before 
 import numpy as np
 
 from PER import Memory, UniformMemory
+from rank_based import RankBasedMemory
 
 # ---- Hyperparameters (each one is a command-line flag, see --help) ----
 MIN_N = 2  # shortest chain
@@ -187,7 +188,7 @@ def make_memory(
     alpha_rank: float,
     rng: np.random.Generator,
     priority_epsilon: float = PRIORITY_EPSILON,
-) -> Memory | UniformMemory:
+) -> Memory | RankBasedMemory | UniformMemory:
     """The agent's replay memory for `method` ("uniform", "proportional" or "rank").
 
     `priority_epsilon` is the eps of proportional priorities (|delta| + eps)^alpha.
@@ -202,14 +203,13 @@ def make_memory(
         return Memory(capacity, alpha=alpha_proportional, beta=0.0, beta_increment=0.0,
                       epsilon=priority_epsilon, rng=rng)
     if method == "rank":
-        return Memory(
-            capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rank_based=True, rng=rng
-        )
+        return RankBasedMemory(capacity, alpha=alpha_rank, beta=0.0, beta_increment=0.0, rng=rng)
     raise ValueError(f"unknown replay method {method!r}")
 
 
 def replay_until_converged(
-    table: TabularQ, memory: Memory | UniformMemory, draw_size: int, tolerance: float, budget: int
+    table: TabularQ, memory: Memory | RankBasedMemory | UniformMemory,
+    draw_size: int, tolerance: float, budget: int
 ) -> int | None:
     """Q-learning on transitions drawn from `memory`: the updates used, None if over budget.
 

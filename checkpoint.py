@@ -41,6 +41,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import time
 import zipfile
 from argparse import Namespace
@@ -49,8 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+from replay_state import load_memory_state, memory_state
 from replay_storage import all_finite
 
 PREFIX = "step-"
@@ -128,6 +131,84 @@ def saved_on(error_type: type[Exception], agent: Any) -> Iterator[None]:
         yield
     except error_type as error:
         raise error_type(f"{error}. Last good state saved to {save_agent(agent)}") from error
+
+
+class TrainingSession:
+    """What `training_session` yields: whether a stop was requested, and the periodic checkpoint."""
+
+    def __init__(self, agent: Any, stop: StopRequest) -> None:
+        self.agent = agent
+        self.stop = stop
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once Ctrl-C or SIGTERM came: the loop ends after its current step."""
+        return self.stop.requested
+
+    def step_done(self) -> None:
+        """After each env step: a checkpoint every CHECKPOINT_EVERY steps."""
+        every = self.agent.config.checkpoint_every
+        if every and self.agent.step % every == 0:
+            print(f"checkpoint: {save_agent(self.agent)}", flush=True)
+
+
+@contextlib.contextmanager
+def training_session(agent: Any) -> Iterator[TrainingSession]:
+    """Around `DQNAgent.run`'s loop: the run's first lines and its first episode (unless
+    resumed mid-episode); Ctrl-C and SIGTERM set `stop_requested` instead of ending the
+    process; a NonFiniteError saves a checkpoint of the last good state (`saved_on`). When the
+    loop ends, a stopped run saves a checkpoint to --resume from and its last network; a
+    finished one its last checkpoint (with CHECKPOINT_EVERY); both draw the plots and say so."""
+    agent.report.start(agent)
+    if agent.state is None:
+        agent.start_episode()
+    with stop_requests() as stop, agent.report, saved_on(NonFiniteError, agent):
+        session = TrainingSession(agent, stop)
+        yield session
+    if agent.step < agent.config.total_steps:  # stopped before the budget was spent
+        path = save_agent(agent)
+        agent.save(agent.Last_model_name)
+        agent.report.stopped(agent, stop.signal_name, path, agent.Last_model_name)
+        return
+    if agent.config.checkpoint_every:
+        save_agent(agent)
+    agent.report.finish(agent)
+
+
+def exit_code(run: Callable[[], None]) -> int:
+    """Run `run` (a started `DQNAgent.run`) to its end; 0, or after one `error:` line 2 for a
+    failed write (disk full) or 3 for NaN or inf from training or the environment."""
+    try:
+        with stop_requests():  # a stop once the budget is spent: the run finishes
+            run()
+    except (NonFiniteError, WriteError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, WriteError) else 3
+    return 0
+
+
+class FiniteSteps(gym.Wrapper):
+    """The agent's environment, raising NonFiniteError (`check_environment_step`) as soon as
+    a reward or an observation holds NaN or inf, before the transition is stored."""
+
+    def __init__(self, env: gym.Env, agent: Any) -> None:
+        super().__init__(env)
+        self.agent = agent
+
+    def step(self, action: Any) -> tuple:
+        result = self.env.step(action)
+        check_environment_step(self.agent.step + 1, result[1], result[0])
+        return result
+
+    def reset(self, **options: Any) -> tuple:
+        observation, info = self.env.reset(**options)
+        check_environment_step(self.agent.step, 0.0, observation, reset=True)
+        return observation, info
+
+
+def stops_on_nan(env: gym.Env, agent: Any) -> FiniteSteps:
+    """`env` for `agent`'s training: NonFiniteError at the first NaN or inf (`FiniteSteps`)."""
+    return FiniteSteps(env, agent)
 
 
 # ---- A run and the files it owns --------------------------------------------------------------
@@ -344,7 +425,7 @@ def save_agent(agent: Any) -> str:
     if getattr(agent, "training_run", None) is None:  # saved outside `run` (tests, benchmarks)
         agent.training_run = new_run(agent.checkpoint_root)
     run = agent.training_run
-    memory = {**agent.MEMORY.state_dict(), **agent.priority_figure.statistics.state_dict()}
+    memory = {**memory_state(agent.MEMORY), **agent.priority_figure.statistics.state_dict()}
     optimizer = {str(i): variable.numpy() for i, variable in enumerate(agent.optimizer.variables)}
     progress = json.dumps({
         "fingerprint": fingerprint(agent),
@@ -441,7 +522,7 @@ def load_agent(agent: Any, where: str = LATEST) -> str:
     for i, variable in enumerate(variables):
         variable.assign(optimizer_arrays[str(i)])
     try:
-        agent.MEMORY.load_state_dict(memory_arrays)
+        load_memory_state(agent.MEMORY, memory_arrays)
         agent.priority_figure.statistics.load_state_dict(memory_arrays, len(agent.MEMORY))
     except ValueError as error:
         raise ValueError(f"checkpoint file {directory / 'memory.npz'}: {error}") from error

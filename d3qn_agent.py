@@ -1,38 +1,19 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 / TensorFlow.
 
-`python d3qn_agent.py` trains on CartPole-v1, saves the model to `models/` and draws the learning
-curve to `plots/`; `python d3qn_agent.py --test` plays the saved model greedily. Edit a flag below
-or give it on the command line (`python d3qn_agent.py --help`): the two do the same.
+`python d3qn_agent.py` trains on CartPole-v1, saves the best network to `models/` and draws the
+learning curve to `plots/`; `python d3qn_agent.py --test` plays the saved network greedily. Edit a
+flag below or give it on the command line (`python d3qn_agent.py --help`): the two do the same.
 
-Reading along with the tutorial (pylessons, "D3QN Agent with Prioritized Experience Replay"),
-its names in its order, and where they are here:
-  self.ddqn, self.dueling, ...  the flag block below: DDQN, DUELING, SOFT_UPDATE, TAU, USE_PER,
-                                EPSILON_GREEDY, GAMMA, BATCH_SIZE, MEMORY_SIZE; EPISODES became
-                                TOTAL_STEPS, a budget in environment steps
-  OurModel                      OurModel: the dueling head averages A over the actions of each
-                                sample (a registered layer, no Lambda)
-  the target in replay()        td_errors: double-DQN target, computed for the whole batch
-  DQNAgent.__init__             the same, with the memory PER.Memory or PER.UniformMemory
-  update_target_model           a hard copy, or Polyak averaging with TAU (SOFT_UPDATE)
-  remember                      one MEMORY.store for both memories (no deque)
-  act                           epsilon-greedy; the greedy action from greedy_policy.py, a
-                                numpy forward pass for an MLP (no model.predict)
-  replay                        MEMORY.sample -> GRADIENT_STEPS_PER_CALL gradient steps on the
-                                importance-weighted Huber loss in one compiled call ->
-                                MEMORY.batch_update (no model.fit)
-  load, save                    .keras files that load in Keras' safe mode
-  PlotModel                     records the score; the learning curve is drawn by reporting.py
-  run                           gymnasium's terminated/truncated: bootstrap through truncation;
-                                greedy evaluations choose the saved model
-  test                          greedy episodes of a saved model (--record FILE.gif films one)
-The plumbing a tutorial reader does not need lives beside this file: settings.py (command line,
-presets), reporting.py (log lines, the time left, TensorBoard, plots), priority_figure.py,
-recording.py (GIF), checkpoint.py (--checkpoint-every, --resume, stopping on Ctrl-C or SIGTERM),
-quiet_startup.py (TensorFlow's start-up lines kept off the terminal).
+This file follows the pylessons tutorial "D3QN Agent with Prioritized Experience Replay": its
+names, in its order (the README's read-along table maps them). What the tutorial does not have
+lives in modules beside it, one call each: settings.py (command line, presets), games.py (Atari
+and MinAtar), gradient_steps.py (the compiled training call), reporting.py and
+priority_figure.py (log lines, plots), checkpoint.py (--resume, Ctrl-C, NaN), recording.py (GIFs).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -45,17 +26,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import atari_wrappers
 import checkpoint
-import minatar_wrappers
 import recording
 import settings
-from checkpoint import NonFiniteError
+from games import image_torso, make_env, replay_storage
+from gradient_steps import Batches, GradientSteps, deal
 from greedy_policy import GreedyPolicy
-from patch_conv import PatchConv2D
 from PER import Memory, UniformMemory
 from priority_figure import PriorityFigure, ReplayStatistics
-from replay_storage import storage_for
+from rank_based import RankBasedMemory
 from reporting import AVERAGE_WINDOW, TrainingReport
 
 # ---------------------------------------------------------------------------------------------
@@ -104,23 +83,6 @@ TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard
 TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars (loss, |TD|, ...)
 
 
-def make_env(env_name: str, max_episode_steps: int | None = None,
-             render_mode: str | None = None) -> gym.Env:
-    """Create the environment (Atari and MinAtar ids through their wrappers' modules); an
-    unknown id raises ValueError. `render_mode="rgb_array"`: `env.render()` gives the screen."""
-    if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    if atari_wrappers.is_atari(env_name):
-        return atari_wrappers.make_env(env_name, max_episode_steps=max_episode_steps,
-                                       render_mode=render_mode)
-    if minatar_wrappers.is_minatar(env_name):
-        return minatar_wrappers.make_env(env_name, max_episode_steps, render_mode)
-    try:
-        return gym.make(env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
-    except gym.error.Error as err:
-        raise ValueError(f"cannot make environment {env_name!r}: {err}") from err
-
-
 # ---- Network -------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="d3qn")
 class DuelingCombine(keras.layers.Layer):
@@ -144,23 +106,13 @@ def OurModel(  # the tutorial's name
 ) -> keras.Model:
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself).
 
-    A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image the
-    Nature-DQN torso (1/255, conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512), or for an image too
-    small for its strides the MinAtar paper's (1/255, conv 16x3x3/1, dense 128). The head is one
-    linear layer, or the dueling pair V, A combined by `DuelingCombine`.
+    A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
+    convolutional torso (games.py). The head is one linear layer, or the dueling pair V, A
+    combined by `DuelingCombine`.
     """
     if len(input_shape) == 3:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
-        x = keras.layers.Rescaling(1.0 / 255.0)(inputs)
-        if min(input_shape[:2]) < 36:  # too small for the Nature strides (MinAtar's 10x10)
-            x = PatchConv2D(16, 3, activation="relu")(x)  # a 3x3 conv as one product: faster
-            units = 128
-        else:
-            for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-                x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
-            units = 512
-        x = keras.layers.Flatten()(x)
-        x = keras.layers.Dense(units, activation="relu")(x)
+        x = image_torso(inputs)
     elif len(input_shape) == 1:
         inputs = keras.Input(shape=input_shape, dtype="float32", name="state")
         x = inputs
@@ -211,10 +163,15 @@ def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     return 0.5 * tf.square(quadratic) + delta * (abs_errors - quadratic)
 
 
-def deal(array: np.ndarray, steps: int) -> np.ndarray:
-    """Deal a draw of steps x batch items into `steps` batches, as cards: (steps * batch, ...)
-    -> (steps, batch, ...), batch k holding items k, k + steps, k + 2 steps, ..."""
-    return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
+def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool
+                  ) -> tuple[tf.Tensor, tf.Tensor]:
+    """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
+
+    The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
+    one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none).
+    """
+    errors = td_errors(model, target_model, batch[:6], double, training=True)
+    return tf.reduce_mean(batch.is_weights * huber(errors)), errors
 
 
 def episode_seed(seed: int, *indices: int) -> int:
@@ -240,7 +197,8 @@ class DQNAgent:
         config = self.config
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
-        self.env = make_env(config.env_name, config.max_episode_steps)
+        self.env = checkpoint.stops_on_nan(make_env(config.env_name, config.max_episode_steps),
+                                           self)
         if not isinstance(self.env.action_space, gym.spaces.Discrete):
             raise ValueError(f"{config.env_name} has action space {self.env.action_space}; "
                              "DQN needs a discrete one")
@@ -251,28 +209,27 @@ class DQNAgent:
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
-        # The replay memory: PER's Memory or UniformMemory, one interface. Images keep each frame
-        # once (Atari's 4 stacked on the last axis); the priority figure counts who is replayed.
+        # The replay memory: PER's Memory (or its rank-based variant), or UniformMemory with the
+        # same interface. The priority figure counts who gets replayed.
         settings.check_replay_memory(config, self.state_shape, self.state_dtype,
                                      ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
         replay_options = dict(
-            storage=storage_for(self.state_shape, config.memory_size,
-                                stacked=atari_wrappers.is_atari(config.env_name)),
-            rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,
-            gamma=config.gamma, observer=self.priority_figure.statistics)
+            storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
+            rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
         if config.use_per:
             # Beta anneals linearly to 1 over the run's gradient steps (Schaul et al. 2016); it
             # grows once a draw, and a draw serves GRADIENT_STEPS_PER_CALL steps.
             planned_draws = max(1, self.planned_gradient_steps // config.gradient_steps_per_call)
-            beta_increment = (1.0 - config.per_beta) / planned_draws
-            self.MEMORY = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
-                                 beta_increment=beta_increment, rank_based=config.per_rank_based,
-                                 **replay_options)
+            prioritized = RankBasedMemory if config.per_rank_based else Memory
+            self.MEMORY = prioritized(config.memory_size, alpha=config.per_alpha,
+                                      beta=config.per_beta,
+                                      beta_increment=(1.0 - config.per_beta) / planned_draws,
+                                      **replay_options)
         else:
             self.MEMORY = UniformMemory(config.memory_size, **replay_options)
+        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
 
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units)
@@ -312,14 +269,18 @@ class DQNAgent:
         self.report = TrainingReport(self)
 
     def update_target_model(self) -> None:
-        """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target."""
-        tau = self.config.tau if self.config.soft_update else 1.0
-        self._blend_target(tf.constant(tau, tf.float32))
+        """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
+        (traced into the compiled gradient steps, after each one)."""
+        tau = keras.ops.convert_to_tensor(self.config.tau if self.config.soft_update else 1.0,
+                                          "float32")
+        for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
+            target.assign(tau * online + (1.0 - tau) * target)
 
     def remember(self, state: np.ndarray, action: int, reward: float, next_state: np.ndarray,
                  done: bool) -> None:
         """Store one transition; `done` must mean terminated (not truncated by a time limit)."""
-        self.MEMORY.store((state, action, reward, next_state, done))
+        slot = self.MEMORY.store((state, action, reward, next_state, done))
+        self.priority_figure.statistics.note_store(slot)  # who gets replayed, at what age
 
     def act(self, state: np.ndarray) -> int:
         """Epsilon-greedy action for one state (greedy_policy.py: a numpy forward pass for an
@@ -340,79 +301,26 @@ class DQNAgent:
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
     def replay(self) -> np.ndarray:
-        """Sample GRADIENT_STEPS_PER_CALL batches, take a gradient step on each, give each
-        batch's |TD errors| back as its priorities; return the losses.
+        """The tutorial's replay: sample a minibatch, learn from it, give each transition its new
+        |TD error| as priority; here GRADIENT_STEPS_PER_CALL minibatches at once. Returns the
+        losses.
 
-        The tutorial sampled, fitted and updated one batch at a time. Here one draw of
-        steps x BATCH_SIZE transitions is dealt into the batches (batch k gets draws k,
-        k + steps, ..., so it spans the whole priority range as a draw of its own would), and
-        one compiled call trains on them all: TensorFlow's fixed cost of ~1 ms a call and the
-        memory's cost a draw are paid once (docs/benchmarks.md). The price: batch k comes
-        from priorities that miss the k - 1 updates before it. Its IS weights are those of
-        the probabilities it was drawn with, so the correction stays exact.
+        One draw of steps x BATCH_SIZE transitions is dealt into the minibatches (minibatch k
+        gets draws k, k + steps, ..., so it spans the whole priority range as a draw of its own
+        would), and one compiled call (gradient_steps.py) takes a gradient step of Adam on
+        `weighted_loss` for each in turn: TensorFlow's fixed cost of ~1 ms a call and the
+        memory's cost a draw are paid once. The price: minibatch k comes from priorities that
+        miss the k - 1 updates before it; its IS weights are those it was drawn with, so the
+        correction stays exact.
         """
         steps = self.config.gradient_steps_per_call
-        tree_idx, batch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
-        batches = tuple(deal(array, steps) for array in batch)
-        is_weights = deal(is_weights, steps)
-        abs_errors, losses = self.train_on_batch(batches, is_weights)
+        tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
+        batches = Batches.dealt(minibatch, is_weights, steps)
+        abs_errors, losses = self.learn(batches, self.step)
         # Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
-        self.report.gradient_steps(self, losses, abs_errors, is_weights)
+        self.report.gradient_steps(self, tree_idx, losses, abs_errors, batches.is_weights)
         return losses
-
-    def train_on_batch(self, batches: tuple[np.ndarray, ...], is_weights: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        """A compiled `gradient_step` on each batch in turn (~1.1 ms a CartPole step here, ~38 ms
-        a Pong step); `batches` holds `Memory.sample`'s arrays with a leading axis of
-        GRADIENT_STEPS_PER_CALL (`deal`). Returns the |TD errors| (steps, batch size) and the
-        losses, each from before its step. Raises NonFiniteError if a loss or gradient is NaN
-        or inf: that step and the ones after it are not applied."""
-        states, actions, rewards, next_states, dones, discounts = batches
-        abs_errors, losses, applied = self._gradient_steps(
-            states, actions.astype(np.int32), rewards.astype(np.float32), next_states,
-            dones.astype(np.float32), discounts.astype(np.float32),
-            is_weights.astype(np.float32))
-        self.greedy_actions.weights_changed()
-        if not applied:
-            raise NonFiniteError(f"training at env step {self.step} gave a non-finite loss or "
-                                 f"gradient (losses {losses.numpy().tolist()}); from there on the "
-                                 "call's steps were not applied")
-        return abs_errors.numpy(), losses.numpy()
-
-    def gradient_step(self, batch: tuple, is_weights: tf.Tensor, allowed: tf.Tensor
-                      ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """One step of the graph `train_on_batch` runs: loss = mean_i w_i * huber(delta_i),
-        then Adam (and with SOFT_UPDATE the target's blend).
-
-        The IS weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias, one per
-        sample's loss (Schaul et al. 2016, Algorithm 1); the gradient's norm is clipped to
-        GRAD_CLIP. A NaN or inf would poison the weights and, through the TD errors, the sum
-        tree: such a step is not applied (nor is any while `allowed` is False), and `applied`
-        says so.
-        """
-        with tf.GradientTape() as tape:
-            errors = td_errors(self.model, self.target_model, batch, self.config.ddqn,
-                               training=True)
-            loss = tf.reduce_mean(is_weights * huber(errors))
-        variables = self.model.trainable_variables
-        gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables),
-                                                 self.config.grad_clip)
-
-        def apply() -> tf.Tensor:
-            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            if self.config.soft_update:
-                self.blend_target(tf.constant(self.config.tau, tf.float32))
-            return tf.constant(True)
-
-        finite = tf.math.is_finite(loss) & tf.math.is_finite(norm)
-        applied = tf.cond(allowed & finite, apply, lambda: tf.constant(False))
-        return tf.abs(errors), loss, applied
-
-    def blend_target(self, tau: tf.Tensor) -> None:
-        """The graph of `update_target_model`: target <- tau * online + (1 - tau) * target."""
-        for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
-            target.assign(tau * online + (1.0 - tau) * target)
 
     def load(self, name: str) -> None:
         """Load a `.keras` file saved by `save` into the online and target networks: the
@@ -451,19 +359,14 @@ class DQNAgent:
 
         Greedy evaluations every EVAL_EVERY steps pick the network saved to `Model_name` (the
         last one goes beside it, `..._last.keras`). Ctrl-C or SIGTERM stops after the current
-        step with a checkpoint, the last network and the plots; NaN or inf in a loss, a reward
-        or an observation raises NonFiniteError after a checkpoint of the last good state.
+        step with a checkpoint to --resume from; NaN or inf in a loss, a reward or an observation
+        raises NonFiniteError after a checkpoint of the last good state (checkpoint.py).
         """
         config = self.config
-        self.report.start(self)
-        if self.state is None:
-            self.start_episode()
-        with (checkpoint.stop_requests() as stop, self.report,
-              checkpoint.saved_on(NonFiniteError, self)):
-            while self.step < config.total_steps and not stop.requested:
+        with checkpoint.training_session(self) as session:
+            while self.step < config.total_steps and not session.stop_requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
-                checkpoint.check_environment_step(self.step + 1, reward, next_state)  # no NaN
                 self.step += 1
                 self.episode_actions.append(action)
                 self.episode_score += reward
@@ -485,19 +388,12 @@ class DQNAgent:
                     self.start_episode()
                 if self.step % config.eval_every == 0:
                     self.evaluate_and_keep_best()
-                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
-                    print(f"checkpoint: {checkpoint.save_agent(self)}", flush=True)
-        if stop.requested:
-            path = checkpoint.save_agent(self)
+                session.step_done()  # a checkpoint every CHECKPOINT_EVERY steps
+            if self.step < config.total_steps:
+                return  # stopped: the session saves a checkpoint to --resume from
+            if not self.evaluations or self.evaluations[-1][0] != self.step:
+                self.evaluate_and_keep_best()
             self.save(self.Last_model_name)
-            self.report.stopped(self, stop.signal_name, path, self.Last_model_name)
-            return
-        if not self.evaluations or self.evaluations[-1][0] != self.step:
-            self.evaluate_and_keep_best()
-        self.save(self.Last_model_name)
-        if config.checkpoint_every:
-            checkpoint.save_agent(self)
-        self.report.finish(self)
 
     def test(self, model: str | None = None, record: str | None = None) -> list[float]:
         """Play TEST_EPISODES greedy episodes with the network saved in `model` (by default
@@ -572,10 +468,9 @@ class DQNAgent:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def compile(self) -> None:
-        """Build Adam, the greedy policy, and trace the gradient steps and the target update
-        (again after `load`). Where the tutorial compiled with RMSprop and called `predict` /
-        `fit` at ~70-90 ms a call, a traced graph costs ~1 ms; a concrete function (one fixed
-        signature, autograph off) also skips tf.function's argument matching, ~0.3-1 ms."""
+        """Adam (with LR_DECAY's schedule), the greedy policy, and the compiled gradient steps
+        on `weighted_loss` (gradient_steps.py); again after `load`. The tutorial compiled the
+        model with RMSprop and trained it with `fit`."""
         config = self.config
         learning_rate = config.learning_rate
         if config.lr_decay:
@@ -585,40 +480,19 @@ class DQNAgent:
             learning_rate = keras.optimizers.schedules.PolynomialDecay(
                 learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
         self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon)
-        self.optimizer.build(self.model.trainable_variables)  # no variable created in a graph
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
-
-        def gradient_steps(*batches: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            # A graph loop (tf.scan) over the batches, traced and compiled once whatever their
-            # number: step k sees the weights step k - 1 left, and whether it was applied.
-            # Convolutions run several times slower inside a graph loop, so one step runs bare.
-            def step(previous: tuple, batch: tuple) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-                *transitions, is_weights = batch
-                return self.gradient_step(tuple(transitions), is_weights, previous[2])
-
-            first = (tf.zeros_like(batches[-1][0]), tf.constant(0.0), tf.constant(True))
-            if config.gradient_steps_per_call == 1:
-                abs_errors, loss, applied = step(first, [batch[0] for batch in batches])
-                return abs_errors[tf.newaxis], loss[tf.newaxis], applied
-            abs_errors, losses, applied = tf.scan(step, batches, first)
-            return abs_errors, losses, applied[-1]
-
-        steps = config.gradient_steps_per_call
-        states = tf.TensorSpec((steps, None, *self.state_shape), tf.as_dtype(self.state_dtype))
-        per_sample = tf.TensorSpec((steps, None), tf.float32)
-        self._gradient_steps = tf.function(
-            gradient_steps, autograph=False, jit_compile=config.xla).get_concrete_function(
-                states, tf.TensorSpec((steps, None), tf.int32), per_sample, states, per_sample,
-                per_sample, per_sample)
-        self._blend_target = tf.function(self.blend_target, autograph=False).get_concrete_function(
-            tf.TensorSpec((), tf.float32))
+        self.learn = GradientSteps(
+            functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn),
+            self.model, self.optimizer, config.grad_clip,
+            self.update_target_model if config.soft_update else None,
+            config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
+            after_call=self.greedy_actions.weights_changed)
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
         self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
         self.episode_score = 0.0
         self.episode_actions = []
-        checkpoint.check_environment_step(self.step, 0.0, self.state, reset=True)  # no NaN
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -637,13 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        with checkpoint.stop_requests():  # a stop once the budget is spent: the run finishes
-            agent.run()
-    except (NonFiniteError, checkpoint.WriteError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, checkpoint.WriteError) else 3
-    return 0
+    return checkpoint.exit_code(agent.run)
 
 
 if __name__ == "__main__":

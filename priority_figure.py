@@ -7,9 +7,9 @@ far, and one whose error has shrunk rarely, while uniform replay draws every age
 
 `ReplayStatistics` counts those replays while the agent trains, per slot and per age bin
 (`AGE_BINS` powers of two, see `age_bins`), together with the draws uniform replay would have
-made. It watches a replay memory as its observer, `Memory(capacity,
-observer=ReplayStatistics(capacity))`, and the memory tells it of every store and sample. Its
-counters are plain numpy arrays (`state_dict`), saved next to the memory's own in a checkpoint.
+made. The agent tells it of every store (`DQNAgent.remember`) and every draw (the report of
+`DQNAgent.replay`). Its counters are plain numpy arrays (`state_dict`), saved next to the
+memory's own in a checkpoint.
 
 `PriorityFigure` holds those statistics for a training run, with the IS weights of the last
 batches and beta over the run, and draws the four panels (`draw_priority_figure`) at the end.
@@ -50,8 +50,7 @@ class ReplayStatistics:
     transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
     store, and no random numbers, so tracking does not change a run.
 
-    It is a replay memory's observer (`PER.ReplayObserver`): the memory calls `note_store` and
-    `note_stores` as it stores transitions and `note_sample` as it samples them.
+    `note_store` and `note_stores` are told of stored transitions, `note_sample` of drawn ones.
 
     With a frame store, where a few slots hold no transition, the memory's length counts them too,
     so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
@@ -125,6 +124,17 @@ class ReplayStatistics:
         self.stores = int(arrays["stats.stores"])
 
 
+def sampling_probabilities(memory: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(slots holding a transition, their probabilities P(i)) of a replay memory. O(capacity)."""
+    if memory.kind == "rank-based":
+        return memory.sampling_probabilities()
+    slots = memory.held_slots()
+    if memory.kind == "uniform":
+        return slots, np.full(len(slots), 1.0 / max(len(slots), 1))
+    priorities = memory.tree.tree[slots + (memory.capacity - 1)]
+    return slots, priorities / max(memory.tree.total_priority, 1e-300)
+
+
 PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
 RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 
@@ -132,7 +142,7 @@ RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 class PriorityFigure:
     """What the priority figure shows, gathered during a run, and the figure itself.
 
-    `statistics` is the replay memory's observer (who gets replayed, by age); `note_batch` keeps
+    `statistics` counts who gets replayed, by age; `note_batch` keeps
     the IS weights of the last RECENT_BATCHES batches and, every PRIORITY_HISTORY_EVERY gradient
     steps, a point (env step, beta, smallest and mean IS weight); `draw` saves the four panels.
     """
@@ -186,7 +196,7 @@ def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]
     since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
     step at those ages, measured and uniform replay's expectation. Cost O(capacity).
     """
-    _, probabilities = memory.sampling_probabilities()
+    _, probabilities = sampling_probabilities(memory)
     size = len(probabilities)
     floor = epsilon = None
     if memory.kind == "proportional" and memory.tree.total_priority > 0:

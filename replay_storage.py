@@ -8,7 +8,7 @@ storage with this interface:
 - `add(experience) -> (slot, freed)`: store one (state, action, reward, next_state, done) and
   return its slot and the slots that stopped holding a transition because of it.
 - `get(slots, last_slots=None)`, `rewards_and_dones(slots)`, `next_in_episode(slots)`: what
-  `ReplayMemory.n_step_batch` reads.
+  `ReplayMemory.n_step_batch` (below) reads.
 - `state_dict()` / `load_state_dict(arrays)`: the storage as plain numpy arrays, for checkpoints.
 - optionally `add_block(transitions) -> (slots, freed)`: k transitions in one vectorized write.
 
@@ -162,6 +162,58 @@ def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = Fa
     first = np.argwhere(~finite)[0]
     where = f" (transition {first[0]} of the block)" if per_transition else ""
     raise ValueError(f"{name} must be finite, got {values[tuple(first)].item()!r}{where}")
+
+
+def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
+    """Bytes per slot of a full replay memory as the agents build it, for refusing a size that
+    cannot fit before allocating it: image stacks (3-d states) in a `FrameStackStorage` (one
+    uint8 frame, an int64 action, a float32 reward, done and holds flags), other states in a
+    `TransitionStorage` (state and next state, the agents' int64 actions and float64 rewards,
+    done and holds flags), plus the priorities of `kind`: "uniform" none, "proportional" the
+    sum and min trees (two float64 nodes a slot each) and a pointer a slot (the bytes
+    tests/test_per.py measured when the tree still held one; kept as headroom), "rank-based"
+    four float64 or int64 arrays and a flag. tests/test_per.py measures it."""
+    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
+    if len(state_shape) == 3:
+        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
+    else:
+        transition = 2 * state_bytes + 8 + 8 + 1 + 1
+    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
+
+
+def check_range(name: str, value: float, low: float, high: float) -> None:
+    """ValueError naming `name` unless low <= value <= high."""
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+
+
+def check_non_negative(name: str, values: np.ndarray) -> None:
+    """ValueError naming the first NaN, infinite or negative entry of `values`."""
+    # Two reductions are the cheap test (NaN fails both comparisons); find the culprit only then.
+    if values.size and not (values.min() >= 0 and values.max() < np.inf):
+        bad = ~np.isfinite(values) | (values < 0)
+        raise ValueError(f"{name} must be finite and >= 0, got {values[bad][0]!r}")
+
+
+def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(tree indices, values) as flat int64 / float64 arrays of one length, or ValueError naming
+    the first index that is not a leaf of a tree of `capacity` leaves, or the first `name` value
+    that is NaN, infinite or negative."""
+    leaves = np.asarray(tree_indices)
+    if leaves.dtype.kind not in "iu":
+        raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")
+    leaves = leaves.astype(np.int64, copy=False).reshape(-1)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if values.shape != leaves.shape:
+        raise ValueError(f"got {len(leaves)} tree indices but {len(values)} errors")
+    first_leaf, last_leaf = capacity - 1, 2 * capacity - 2
+    outside = np.flatnonzero((leaves < first_leaf) | (leaves > last_leaf))
+    if outside.size:
+        raise ValueError(f"tree index {leaves[outside[0]]} is not a leaf (leaves are "
+                         f"{first_leaf}..{last_leaf})")
+    check_non_negative(name, values)
+    return leaves, values
 
 
 class TransitionStorage:
@@ -600,3 +652,77 @@ class FrameStackStorage:
         self._next_slot = (start + len(frames)) % self.capacity
         self.written = min(self.written + len(frames), self.capacity)
         return broken.astype(np.int64)
+
+
+class ReplayMemory:
+    """What every replay memory shares: its storage, random generator and n-step batches.
+
+    PER.py's `Memory` and `UniformMemory` and rank_based.py's `RankBasedMemory` build on it;
+    each adds `store`, `sample` and `batch_update`.
+    """
+
+    kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+
+    def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
+                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
+                 action_count: int | None = None) -> None:
+        self.capacity = check_capacity(capacity)
+        if action_count is not None and (isinstance(action_count, bool) or not isinstance(
+                action_count, int | np.integer) or action_count < 1):
+            raise ValueError(f"action_count must be an integer >= 1 or None, got {action_count!r}")
+        self.action_count = action_count
+        if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
+            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+        check_range("gamma", gamma, 0.0, 1.0)
+        self.n_step = int(n_step)
+        self.gamma = float(gamma)
+        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
+        if self.storage.capacity != self.capacity:
+            raise ValueError(f"storage capacity {self.storage.capacity} differs from memory "
+                             f"capacity {self.capacity}")
+        self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def check_sample_size(self, n: Any) -> None:
+        """ValueError unless n is a positive integer and the memory holds a transition."""
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"batch size must be a positive integer, got {n!r}")
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty memory: store transitions first")
+
+    def held_slots(self) -> np.ndarray:
+        """The slots that hold a transition. O(capacity)."""
+        return np.flatnonzero(self.storage.holds_transition)
+
+    def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The n-step transitions that start in `slots`, as the batch `sample` returns.
+
+        (states, actions, rewards, next_states, dones, discounts): rewards are the discounted sums
+        r_t + gamma r_t+1 + ... over the k <= n_step transitions that follow slot t in its episode,
+        next_states the state after the k-th, dones whether it terminated, and discounts gamma^k,
+        the factor in front of Q(next_state). A chain stops early at a termination, at a time-limit
+        truncation (bootstrapping from the last state seen) and at the newest transition. With
+        n_step = 1 this is the stored transition and discounts are gamma.
+        Cost O(n_step * len(slots)), vectorized over the batch.
+        """
+        rewards, dones = self.storage.rewards_and_dones(slots)
+        returns = rewards.astype(np.float64)
+        dones = dones.astype(bool)
+        last = slots.copy()
+        steps = np.ones(len(slots), dtype=np.int64)
+        ongoing = ~dones
+        for k in range(1, self.n_step):
+            ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
+            if not ongoing.any():
+                break
+            last[ongoing] = (last[ongoing] + 1) % self.capacity
+            step_rewards, step_dones = self.storage.rewards_and_dones(last[ongoing])
+            returns[ongoing] += self.gamma**k * step_rewards
+            dones[ongoing] = step_dones
+            steps[ongoing] += 1
+            ongoing[ongoing] = ~step_dones
+        states, actions, _, next_states, _ = self.storage.get(slots, last)
+        discounts = (self.gamma**steps).astype(np.float32)
+        return states, actions, returns, next_states, dones, discounts

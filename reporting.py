@@ -238,10 +238,13 @@ class TrainingReport:
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 
-    def gradient_steps(self, agent: Any, losses: np.ndarray, abs_errors: np.ndarray,
-                       is_weights: np.ndarray) -> None:
-        """Note the gradient steps of one `replay` call (their losses, |TD errors| and IS
-        weights, one per step), as `gradient_step` notes each."""
+    def gradient_steps(self, agent: Any, tree_idx: np.ndarray, losses: np.ndarray,
+                       abs_errors: np.ndarray, is_weights: np.ndarray) -> None:
+        """Note the gradient steps of one `replay` call: the transitions it drew (`tree_idx`,
+        for the priority figure's replay counts), and per step the loss, |TD errors| and IS
+        weights, as `gradient_step` notes each."""
+        memory = agent.MEMORY
+        agent.priority_figure.statistics.note_sample(tree_idx - (memory.capacity - 1), len(memory))
         self.forecast.begin(agent.step, time.perf_counter())
         last = agent.step // agent.config.train_frequency
         for k, loss in enumerate(losses):

@@ -34,11 +34,10 @@ from typing import Any
 
 import numpy as np
 
-import atari_wrappers
-import minatar_wrappers
+import games
 import recording
 from checkpoint import LATEST
-from PER import replay_bytes_per_slot
+from replay_storage import replay_bytes_per_slot
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 
@@ -267,8 +266,8 @@ APEX_MINATAR_PRESET = apex_preset(MINATAR_PRESET)
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply."""
     env_name = values["env_name"]
-    presets = [("Atari", ATARI_PRESET)] if atari_wrappers.is_atari(env_name) else []
-    if minatar_wrappers.is_minatar(env_name):
+    presets = [("Atari", ATARI_PRESET)] if games.is_atari(env_name) else []
+    if games.is_minatar(env_name):
         presets.append(("MinAtar", MINATAR_PRESET))
     if env_name in GAME_PRESETS:
         presets.append((env_name, GAME_PRESETS[env_name]))
@@ -279,9 +278,9 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
 
 def apex_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets apex.py applies: Atari and MinAtar ids only."""
-    if atari_wrappers.is_atari(values["env_name"]):
+    if games.is_atari(values["env_name"]):
         return [("Atari", APEX_ATARI_PRESET)]
-    if minatar_wrappers.is_minatar(values["env_name"]):
+    if games.is_minatar(values["env_name"]):
         return [("MinAtar", APEX_MINATAR_PRESET)]
     return []
 
@@ -362,8 +361,9 @@ def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...]
                         state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
     """ValueError, before the replay memory of MEMORY_SIZE slots is allocated, if it cannot
     hold one frame stack (image states) or would not fit in this machine's memory: its size in
-    GiB (`PER.replay_bytes_per_slot`, plus `other_bytes_per_slot` that the caller keeps per slot
-    beside it) against the machine's. Flags without USE_PER (apex.py) mean proportional PER."""
+    GiB (`replay_storage.replay_bytes_per_slot`, plus `other_bytes_per_slot` that the caller
+    keeps per slot beside it) against the machine's. Flags without USE_PER (apex.py) mean
+    proportional PER."""
     size = config.memory_size
     if len(state_shape) == 3 and size <= state_shape[-1]:
         raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_seconds
 
 import apex
+from gradient_steps import Batches
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTOR_COUNTS = (8, 64, 360)
@@ -94,7 +95,7 @@ def component_costs(directory: str) -> dict[str, float]:
         "actor_step": per_step,
         "actor_td_errors_per_block": td_errors,
         "learner_update": median_seconds(
-            lambda: learner.agent.train_on_batch(sample_batch, is_weights), 100),
+            lambda: learner.agent.learn(Batches.dealt(sample_batch, is_weights, 1), 0), 100),
         "replay_add_block": median_seconds(
             lambda: replay.add_block(0, transitions, abs_errors, context, 0, []), 200),
         "replay_sample": median_seconds(lambda: replay.sample(config.batch_size), 200),
@@ -209,7 +210,7 @@ def main() -> None:
     print("|---|---|")
     rows = [("actor: env step + action (greedy), per transition", costs["actor_step"], "ms"),
             ("actor: TD errors of a block (priorities)", costs["actor_td_errors_per_block"], "ms"),
-            ("learner: one update (train_on_batch, batch "
+            ("learner: one update (learn, batch "
              f"{config.batch_size})", costs["learner_update"], "ms"),
             (f"replay: store_block ({costs['block_transitions']:.0f} + context)",
              costs["replay_add_block"], "us"),

@@ -34,7 +34,7 @@ saving the last network (`agent.save`) and drawing the plots with the summary li
 (`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop calls,
 as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode`
 (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three calls inside
-`agent.replay`, `agent.MEMORY.sample`, `agent.train_on_batch` and `agent.MEMORY.batch_update`.
+`agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
 These are the agent's internals; "other" is what is left (the per-episode print line and `run`'s
 first line, which go to a buffer here, the loop itself, and entering and leaving `run`). The
 greedy evaluations (every 250,000 steps) fall outside the measured window.
@@ -85,7 +85,7 @@ PARTS = {
     "act": "agent.act: epsilon-greedy, one forward pass",
     "store": "agent.remember: Memory.store into the frame store",
     "sample": "Memory.sample: draw a batch, rebuild its frame stacks",
-    "train": "agent.train_on_batch: the gradient steps of a replay call",
+    "train": "agent.learn: the gradient steps of a replay call",
     "priorities": "Memory.batch_update: new priorities",
     "target": "agent.update_target_model: hard copy",
     "episode end": "agent.PlotModel (PNG redrawn at most every 20 s)",
@@ -169,7 +169,7 @@ def instrument(agent: Any) -> Stopwatches:
         (agent, "act", "act"),
         (agent, "remember", "store"),
         (agent.MEMORY, "sample", "sample"),
-        (agent, "train_on_batch", "train"),
+        (agent, "learn", "train"),
         (agent.MEMORY, "batch_update", "priorities"),
         (agent, "update_target_model", "target"),
         (agent, "PlotModel", "episode end"),

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_seconds
 
 from d3qn_agent import DQNAgent
+from gradient_steps import Batches
 
 BEFORE_STEPS_PER_SECOND = 37.7  # Pong before the fast path (docs/benchmarks.md), the 1.5x base
 MATMUL_SIZE = 2048  # n of the n x n x n matmul: 17 GFLOP, ~0.1-0.3 s on this CPU
@@ -82,9 +83,10 @@ def main() -> None:
     states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
     next_states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
     per_sample = np.ones((1, batch_size), np.float32)
-    batches = (states, rng.integers(0, agent.action_size, (1, batch_size)), per_sample,
-               next_states, np.zeros((1, batch_size), np.float32), 0.99 * per_sample)
-    step_seconds = median_seconds(lambda: agent.train_on_batch(batches, per_sample), args.repeats)
+    actions = rng.integers(0, agent.action_size, (1, batch_size), dtype=np.int32)
+    batches = Batches(states, actions, per_sample, next_states, np.zeros_like(per_sample),
+                      0.99 * per_sample, per_sample)
+    step_seconds = median_seconds(lambda: agent.learn(batches, agent.step), args.repeats)
 
     matrix = tf.constant(rng.standard_normal((MATMUL_SIZE, MATMUL_SIZE), dtype=np.float32))
     matmul = tf.function(lambda: tf.linalg.matmul(matrix, matrix))

@@ -6,11 +6,11 @@
 Costs: short CartPole runs with d3qn_agent.py's defaults (TOTAL_STEPS 3,000: 1,000 steps of
 random play, then 2,000 steps with 1,000 gradient steps), without TensorBoard, with it (a write
 every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradient step, one
-after the other, the order repeated; prints the median seconds per env step. Then `Memory.sample`
-on a full 50,000-slot memory with and without a `priority_figure.ReplayStatistics` observer (the
-counters behind the priority figure). `--draw DIR` instead draws the scalars of the event files in
-DIR (e.g. the default run with --tensorboard) to plots/tensorboard_<run name>.png, the figure in
-the README.
+after the other, the order repeated; prints the median seconds per env step. Then
+`Memory.sample` on a full 50,000-slot memory with and without `priority_figure.ReplayStatistics`
+counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
+scalars of the event files in DIR (e.g. the default run with --tensorboard) to
+plots/tensorboard_<run name>.png, the figure in the README.
 """
 
 from __future__ import annotations
@@ -62,15 +62,18 @@ def seconds_per_step(flags: dict, total_steps: int, work_dir: Path) -> float:
 
 def sample_cost(observed: bool, repeats: int = 2_000) -> float:
     """Median microseconds of `Memory.sample(128)` on a full 50,000-slot CartPole memory, with a
-    `ReplayStatistics` observer or without one."""
-    memory = Memory(50_000, rng=0, observer=ReplayStatistics(50_000) if observed else None)
+    the `ReplayStatistics` counting the draw or without."""
+    memory = Memory(50_000, rng=0)
+    stats = ReplayStatistics(50_000)
     state = np.zeros(4, np.float32)
     for _ in range(50_000):
-        memory.store((state, 0, 1.0, state, False))
+        stats.note_store(memory.store((state, 0, 1.0, state, False)))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        memory.sample(128)
+        tree_idx, _, _ = memory.sample(128)
+        if observed:
+            stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
         times.append(time.perf_counter() - start)
     return 1e6 * statistics.median(times)
 
@@ -124,7 +127,8 @@ def main() -> None:
         print(f"| {label} | {1e3 * median:.3f} | {100 * (median / base - 1):+.1f}% |")
     alone, observed = sample_cost(False), sample_cost(True)
     print(f"\nMemory.sample(128), 50,000 slots: {alone:.1f} us without replay statistics, "
-          f"{observed:.1f} us with them as observer (+{observed - alone:.1f} us per gradient step)")
+          f"{observed:.1f} us with them counting the draw (+{observed - alone:.1f} us per "
+          "gradient step)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,112 @@
+"""Does a change alter learning? Train the same seeded runs on an earlier commit and on this
+checkout, side by side, and compare their logs line by line, timings left out.
+
+    python benchmarks/same_log.py                        # every game, against REFERENCE_COMMIT
+    python benchmarks/same_log.py --games cartpole pong  # some of them
+    python benchmarks/same_log.py --before HEAD~3        # against another commit
+
+A refactoring that should not change what the agent learns proves it here: every episode,
+evaluation and summary line the same, only speeds and durations differing. Each run starts in an
+empty directory of its own with `--model-dir models --plot-dir plots`, so the paths a log names
+are the same on both sides. The two sides run one after the other, each printing its wall time
+(a rough check only: `bench_agent.py` and `bench_minatar.py` time the agent properly). Exits 1
+if any game's logs differ, after printing the first line that does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The last commit before d3qn_agent.py and PER.py were cut back to the tutorial's story.
+REFERENCE_COMMIT = "3f8ba61"
+# Seeded runs that exercise every path the games take: the default CartPole run whole, and a few
+# thousand steps of LunarLander, MinAtar Breakout and Pong with training and an evaluation.
+GAMES: dict[str, list[str]] = {
+    "cartpole": [],
+    "lunarlander": ["--env-name", "LunarLander-v3", "--total-steps", "4000",
+                    "--learning-starts", "1000", "--eval-every", "2000", "--eval-episodes", "5"],
+    "minatar": ["--env-name", "MinAtar/Breakout-v1", "--total-steps", "5000",
+                "--learning-starts", "1000", "--eval-every", "2500", "--eval-episodes", "5"],
+    "pong": ["--env-name", "PongNoFrameskip-v4", "--total-steps", "2000", "--memory-size",
+             "10000", "--learning-starts", "1000", "--eval-every", "2000", "--eval-episodes",
+             "1", "--checkpoint-every", "0"],
+}
+TIMINGS = [
+    (re.compile(r", [\d,.]+ steps/s(, .* left)?$"), ""),  # episode lines: speed, time left
+    (re.compile(r" in [\d,.]+ (s|min|h)( [\d]+ min)?, .*training steps/s\)"), " in ..."),
+]
+
+
+def without_timings(log: str) -> list[str]:
+    """The log's lines with speeds and durations removed, and the one-off estimate line."""
+    lines = []
+    for line in log.splitlines():
+        if line.startswith("estimate:"):
+            continue
+        for pattern, replacement in TIMINGS:
+            line = pattern.sub(replacement, line)
+        lines.append(line)
+    return lines
+
+
+def train(code: Path, flags: list[str]) -> tuple[list[str], float]:
+    """Run `code`'s d3qn_agent.py with `flags` in a fresh directory: (log lines, seconds)."""
+    with tempfile.TemporaryDirectory() as work_dir:
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, str(code / "d3qn_agent.py"), *flags, "--model-dir", "models",
+             "--plot-dir", "plots"], cwd=work_dir, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{code / 'd3qn_agent.py'} {' '.join(flags)} exited "
+                           f"{result.returncode}:\n{result.stdout}{result.stderr}")
+    return without_timings(result.stdout), seconds
+
+
+def first_difference(before: list[str], now: list[str]) -> str | None:
+    """'line N: ... / ...' for the first line that differs, or None if the logs are the same."""
+    for number, (old, new) in enumerate(zip(before, now, strict=False), start=1):
+        if old != new:
+            return f"line {number}:\n  before: {old}\n  now:    {new}"
+    if len(before) != len(now):
+        return f"before has {len(before)} lines, now {len(now)}"
+    return None
+
+
+def compare(revision: str, games: list[str]) -> bool:
+    """Train `games` at `revision` and in this checkout; print each verdict; True if all match."""
+    same = True
+    with tempfile.TemporaryDirectory() as code:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", code], input=archive, check=True)
+        for game in games:
+            before, before_seconds = train(Path(code), GAMES[game])
+            now, now_seconds = train(ROOT, GAMES[game])
+            difference = first_difference(before, now)
+            verdict = "identical" if difference is None else "DIFFERENT, " + difference
+            print(f"{game}: {len(now)} lines, {verdict} (before {before_seconds:.0f} s, "
+                  f"now {now_seconds:.0f} s)", flush=True)
+            same = same and difference is None
+    return same
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", default=REFERENCE_COMMIT, metavar="REV",
+                        help="the commit to compare with")
+    parser.add_argument("--games", nargs="+", choices=list(GAMES), default=list(GAMES))
+    args = parser.parse_args()
+    print(f"command: python benchmarks/same_log.py {' '.join(sys.argv[1:])}".rstrip())
+    return 0 if compare(args.before, args.games) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""What depends on the game, one call each, so that d3qn_agent.py reads the same for all of them:
+the environment (`make_env`), the convolutional torso for image observations (`image_torso`) and
+the replay storage (`replay_storage`). Atari's and MinAtar's modules are imported only when one
+of their games is asked for: a CartPole run loads neither ale_py nor minatar.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import gymnasium as gym
+import keras
+
+from patch_conv import PatchConv2D
+from replay_storage import FrameStackStorage, storage_for
+
+MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so (minatar_wrappers.PREFIX)
+
+
+def is_minatar(env_name: str) -> bool:
+    """True if `env_name` names a MinAtar game, e.g. "MinAtar/Breakout-v1" (by its name)."""
+    return isinstance(env_name, str) and env_name.startswith(MINATAR_PREFIX)
+
+
+def is_atari(env_name: str) -> bool:
+    """True if `env_name` is an ALE (Atari) environment, e.g. "PongNoFrameskip-v4". An id that
+    gymnasium knows without ale_py (CartPole-v1) is decided without importing it."""
+    if is_minatar(env_name):
+        return False
+    try:
+        spec = gym.spec(env_name)
+    except gym.error.Error:
+        spec = None
+    if spec is not None and not str(spec.entry_point).startswith("ale_py"):
+        return False
+    return importlib.import_module("atari_wrappers").is_atari(env_name)
+
+
+def make_env(env_name: str, max_episode_steps: int | None = None,
+             render_mode: str | None = None) -> gym.Env:
+    """Create the environment (Atari and MinAtar ids through their wrappers' modules); an
+    unknown id raises ValueError. `render_mode="rgb_array"`: `env.render()` gives the screen."""
+    if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if is_minatar(env_name):
+        return importlib.import_module("minatar_wrappers").make_env(
+            env_name, max_episode_steps, render_mode)
+    if is_atari(env_name):
+        return importlib.import_module("atari_wrappers").make_env(
+            env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
+    try:
+        return gym.make(env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
+    except gym.error.Error as err:
+        raise ValueError(f"cannot make environment {env_name!r}: {err}") from err
+
+
+def image_torso(frames: Any) -> Any:
+    """The convolutional torso for (height, width, channels) uint8 frames: 1/255, then the
+    Nature DQN's (conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512), or for an image too small for
+    its strides the MinAtar paper's (conv 16x3x3/1, dense 128)."""
+    x = keras.layers.Rescaling(1.0 / 255.0)(frames)
+    if min(frames.shape[1:3]) < 36:  # too small for the Nature strides (MinAtar's 10x10)
+        x = PatchConv2D(16, 3, activation="relu")(x)  # a 3x3 conv as one product: faster
+        units = 128
+    else:
+        for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
+        units = 512
+    x = keras.layers.Flatten()(x)
+    return keras.layers.Dense(units, activation="relu")(x)
+
+
+def replay_storage(env_name: str, state_shape: tuple[int, ...], capacity: int
+                   ) -> FrameStackStorage | None:
+    """Where a replay memory keeps this game's transitions: each image frame once, as uint8
+    (Atari's four stacked on the last axis), or None (a `TransitionStorage`) for vectors."""
+    return storage_for(state_shape, capacity, stacked=is_atari(env_name))
+
