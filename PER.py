@@ -98,7 +98,7 @@ class SumTree:
         values = np.asarray(values, dtype=np.float64).ravel()
         check_non_negative("value", values)
         if not self.tree[0] > 0:
-            raise ValueError(f"cannot search an empty sum tree (total priority {self.tree[0]!r})")
+            raise ValueError(f"cannot search an empty sum tree (total {self.total_priority})")
         leaves = _get_leaves(self.tree, self.capacity, values)
         return leaves, self.tree[leaves]
 

@@ -202,7 +202,9 @@ class FiniteSteps(gym.Wrapper):
 
     def reset(self, **options: Any) -> tuple:
         observation, info = self.env.reset(**options)
-        check_environment_step(self.agent.step, 0.0, observation, reset=True)
+        if not is_finite(observation):  # the checkpoint then holds the new, empty episode
+            self.agent.state = observation
+            check_environment_step(self.agent.step, 0.0, observation, reset=True)
         return observation, info
 
 

@@ -1,14 +1,11 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 / TensorFlow.
 
-`python d3qn_agent.py` trains on CartPole-v1, saves the best network to `models/` and draws the
-learning curve to `plots/`; `python d3qn_agent.py --test` plays the saved network greedily. Edit a
-flag below or give it on the command line (`python d3qn_agent.py --help`): the two do the same.
-
-This file follows the pylessons tutorial "D3QN Agent with Prioritized Experience Replay": its
-names, in its order (the README's read-along table maps them). What the tutorial does not have
-lives in modules beside it, one call each: settings.py (command line, presets), games.py (Atari
-and MinAtar), gradient_steps.py (the compiled training call), reporting.py and
-priority_figure.py (log lines, plots), checkpoint.py (--resume, Ctrl-C, NaN), recording.py (GIFs).
+`python d3qn_agent.py` trains on CartPole-v1, saving the best network to `models/` and the
+learning curve to `plots/`; `--test` plays the saved network. A flag edited below and the same
+flag on the command line (`--help`) do the same. The pylessons tutorial "D3QN Agent with
+Prioritized Experience Replay" reads alongside: its names, in its order (README: Reading along).
+What it does not have lives beside this file, one call each: settings.py, games.py,
+gradient_steps.py, reporting.py, priority_figure.py, checkpoint.py, recording.py.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ import recording
 import settings
 from games import image_torso, make_env, replay_storage
 from gradient_steps import Batches, GradientSteps, deal
-from greedy_policy import GreedyPolicy
+from greedy_policy import GreedyPolicy, play_greedy
 from PER import Memory, UniformMemory
 from priority_figure import PriorityFigure, ReplayStatistics
 from rank_based import RankBasedMemory
@@ -42,6 +39,7 @@ from reporting import AVERAGE_WINDOW, TrainingReport
 # edit here wins over the presets for other games (settings.py), as the command line does.
 # ---------------------------------------------------------------------------------------------
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
+TUTORIAL = False  # True: the tutorial's own values for the flags below left as shipped
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
@@ -61,6 +59,8 @@ MEMORY_SIZE = 50_000  # replay capacity in transitions
 BATCH_SIZE = 128  # transitions per gradient step
 GAMMA = 0.99  # discount factor
 N_STEP = 3  # rewards summed per TD target: r_t + ... + gamma^(n-1) r_t+n-1 + gamma^n Q(s_t+n)
+OPTIMIZER = "adam"  # or "rmsprop", the tutorial's (rho 0.95, epsilon 0.01)
+LOSS = "huber"  # of each TD error: Huber, or "mse", the tutorial's squared error
 LEARNING_RATE = 1e-3  # Adam step size
 ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling (Keras' default)
 LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
@@ -98,12 +98,8 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - keras.ops.mean(advantage, axis=-1, keepdims=True)
 
 
-def OurModel(  # the tutorial's name
-    input_shape: tuple[int, ...],
-    action_space: int,
-    dueling: bool,
-    hidden_units: tuple[int, ...] = HIDDEN_UNITS,
-) -> keras.Model:
+def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
+             hidden_units: tuple[int, ...] = HIDDEN_UNITS) -> keras.Model:
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself).
 
     A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
@@ -133,16 +129,12 @@ def OurModel(  # the tutorial's name
 # ---- The TD error and the loss that replay() minimises -------------------------------------------
 def td_errors(model: Any, target_model: Any, batch: tuple, double: bool,
               training: bool = False) -> tf.Tensor:
-    """TD errors delta = y - Q(s, a) of a batch, with the target y held fixed.
-
-    `batch` is (states, actions, rewards, next_states, dones, discounts) as `Memory.sample`
-    returns it: y = r + discount * (1 - done) * Q_next, discount = gamma^k for a reward summed
-    over k steps (N_STEP). Double DQN (van Hasselt et al. 2016): the online network picks
-    a' = argmax Q(s', .), the target network evaluates it, Q_next = Q_target(s', a'); plain DQN:
-    Q_next = max_a' Q_target(s', a'). `done` is 1 only for a real termination: a time-limit
-    truncation still bootstraps. The tutorial looped over samples and three `model.predict`
-    outputs; this is one graph. apex.py's actors use it for their transitions' first priorities.
-    """
+    """TD errors delta = y - Q(s, a) of a batch (states, actions, rewards, next_states, dones,
+    discounts) from `Memory.sample`, the target y = r + discount * (1 - done) * Q_next held fixed;
+    discount = gamma^k for a reward summed over k steps (N_STEP). Double DQN (van Hasselt et al.
+    2016): the online network picks a' = argmax Q(s', .), the target network evaluates it; plain
+    DQN: Q_next = max_a' Q_target(s', a'). `done` is 1 only for a real termination: a time-limit
+    cut still bootstraps. The tutorial looped over the samples; this is one graph."""
     states, actions, rewards, next_states, dones, discounts = batch
     next_q_target = target_model(next_states, training=False)
     if double:
@@ -163,7 +155,7 @@ def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     return 0.5 * tf.square(quadratic) + delta * (abs_errors - quadratic)
 
 
-def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool
+def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, loss: str
                   ) -> tuple[tf.Tensor, tf.Tensor]:
     """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
 
@@ -171,7 +163,8 @@ def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool
     one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none).
     """
     errors = td_errors(model, target_model, batch[:6], double, training=True)
-    return tf.reduce_mean(batch.is_weights * huber(errors)), errors
+    losses = huber(errors) if loss == "huber" else tf.square(errors)
+    return tf.reduce_mean(batch.is_weights * losses), errors
 
 
 def episode_seed(seed: int, *indices: int) -> int:
@@ -185,9 +178,7 @@ class DQNAgent:
     """D3QN agent with prioritized (or uniform) replay; `run()` trains, `test()` plays.
 
     `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags are the lower-case names of
-    the constants at the top of this file and win over them, as command-line flags do. All state
-    of a run lives on the object (networks, optimizer, memory, `step`, `episode`, `epsilon`,
-    `scores`, `average`, `evaluations`, `rng`), so checkpoint.py can save and restore it whole.
+    the flags above and win over them. All state of a run lives on the object (checkpoint.py).
     """
 
     def __init__(self, env_name: str | None = None, **flags: Any) -> None:
@@ -197,8 +188,8 @@ class DQNAgent:
         config = self.config
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
-        self.env = checkpoint.stops_on_nan(make_env(config.env_name, config.max_episode_steps),
-                                           self)
+        env = make_env(config.env_name, config.max_episode_steps)
+        self.env = checkpoint.stops_on_nan(env, self)
         if not isinstance(self.env.action_space, gym.spaces.Discrete):
             raise ValueError(f"{config.env_name} has action space {self.env.action_space}; "
                              "DQN needs a discrete one")
@@ -209,8 +200,7 @@ class DQNAgent:
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
-        # The replay memory: PER's Memory (or its rank-based variant), or UniformMemory with the
-        # same interface. The priority figure counts who gets replayed.
+        # The replay memory: PER's Memory (or rank-based), or UniformMemory, one interface.
         settings.check_replay_memory(config, self.state_shape, self.state_dtype,
                                      ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
         replay_options = dict(
@@ -253,14 +243,7 @@ class DQNAgent:
         self.episode_score = 0.0
         self.episode_actions: list[int] = []
 
-        # File names as the tutorial builds them: DDQN_CartPole-v1_Dueling_PER.
-        name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
-        name += "_soft" if config.soft_update else ""
-        name += "_Dueling" if config.dueling else ""
-        name += "_Greedy" if config.epsilon_greedy else ""
-        if config.use_per:
-            name += "_PERrank" if config.per_rank_based else "_PER"
-        self.name = name
+        self.name = settings.run_name(config)  # as the tutorial builds it: DDQN_CartPole-v1_...
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
         self.Last_model_name = os.path.join(config.model_dir, self.name + "_last.keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
@@ -283,8 +266,7 @@ class DQNAgent:
         self.priority_figure.statistics.note_store(slot)  # who gets replayed, at what age
 
     def act(self, state: np.ndarray) -> int:
-        """Epsilon-greedy action for one state (greedy_policy.py: a numpy forward pass for an
-        MLP, so acting costs ~20 µs instead of a ~300 µs TensorFlow call)."""
+        """Epsilon-greedy action for one state, the greedy one without model.predict."""
         self.epsilon = self.epsilon_at(self.step)
         if self.rng.random() < self.epsilon:
             return int(self.rng.integers(self.action_size))
@@ -301,18 +283,12 @@ class DQNAgent:
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
     def replay(self) -> np.ndarray:
-        """The tutorial's replay: sample a minibatch, learn from it, give each transition its new
-        |TD error| as priority; here GRADIENT_STEPS_PER_CALL minibatches at once. Returns the
-        losses.
-
-        One draw of steps x BATCH_SIZE transitions is dealt into the minibatches (minibatch k
-        gets draws k, k + steps, ..., so it spans the whole priority range as a draw of its own
-        would), and one compiled call (gradient_steps.py) takes a gradient step of Adam on
-        `weighted_loss` for each in turn: TensorFlow's fixed cost of ~1 ms a call and the
-        memory's cost a draw are paid once. The price: minibatch k comes from priorities that
-        miss the k - 1 updates before it; its IS weights are those it was drawn with, so the
-        correction stays exact.
-        """
+        """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
+        priority; here for GRADIENT_STEPS_PER_CALL minibatches at once (returns their losses).
+        One draw is dealt into the minibatches, each spanning the whole priority range, and one
+        compiled call takes an Adam step on `weighted_loss` for each in turn (gradient_steps.py):
+        a call's fixed cost is paid once. Minibatch k misses the k - 1 priority updates before
+        it, but its IS weights are those it was drawn with, so the correction stays exact."""
         steps = self.config.gradient_steps_per_call
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
@@ -323,9 +299,8 @@ class DQNAgent:
         return losses
 
     def load(self, name: str) -> None:
-        """Load a `.keras` file saved by `save` into the online and target networks: the
-        architecture comes from the file (HIDDEN_UNITS need not match), the optimizer starts
-        afresh. ValueError if the file is missing, unreadable, or for another environment."""
+        """Load a `.keras` file saved by `save` into both networks (the optimizer starts afresh);
+        ValueError if the file is missing, unreadable, or for another environment."""
         try:
             model = keras.models.load_model(name)
         except Exception as err:  # Keras raises several types for a corrupt or foreign file
@@ -345,8 +320,7 @@ class DQNAgent:
             self.model.save(temporary)
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
-        """Record an episode's score; return the average of the last AVERAGE_WINDOW (50). The
-        learning curve `Plot_name` is redrawn every 20 s (reporting.py) and at the end."""
+        """Record an episode's score; return the average of the last AVERAGE_WINDOW (50)."""
         self.scores.append(score)
         window = self.scores[-AVERAGE_WINDOW:]
         self.average.append(sum(window) / len(window))
@@ -355,13 +329,9 @@ class DQNAgent:
 
     @checkpoint.owns_its_files  # holds MODEL_DIR/<name>.lock: no second run writes its files
     def run(self) -> None:
-        """Train until TOTAL_STEPS environment steps, printing one line per episode.
-
-        Greedy evaluations every EVAL_EVERY steps pick the network saved to `Model_name` (the
-        last one goes beside it, `..._last.keras`). Ctrl-C or SIGTERM stops after the current
-        step with a checkpoint to --resume from; NaN or inf in a loss, a reward or an observation
-        raises NonFiniteError after a checkpoint of the last good state (checkpoint.py).
-        """
+        """Train until TOTAL_STEPS environment steps, printing one line per episode. Greedy
+        evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
+        SIGTERM and NaN stop with a checkpoint (checkpoint.py)."""
         config = self.config
         with checkpoint.training_session(self) as session:
             while self.step < config.total_steps and not session.stop_requested:
@@ -396,13 +366,9 @@ class DQNAgent:
             self.save(self.Last_model_name)
 
     def test(self, model: str | None = None, record: str | None = None) -> list[float]:
-        """Play TEST_EPISODES greedy episodes with the network saved in `model` (by default
-        `Model_name`), printing each score; return the scores.
-
-        With `record` (a .gif path), the first episode is also written there as an animated GIF
-        of the environment's screens, as soon as it ends. Raises ValueError before playing if
-        `record` cannot be written or `model` is missing or made for another environment.
-        """
+        """Play TEST_EPISODES greedy episodes of the network in `model` (default `Model_name`),
+        printing each score; with `record` (a .gif path) the first is filmed (recording.py).
+        ValueError before playing if `record` or `model` is unusable."""
         if record is not None:
             recording.check_gif_path(record)
         self.load(self.Model_name if model is None else model)
@@ -410,45 +376,24 @@ class DQNAgent:
             self.env_name, self.config.max_episode_steps, render_mode="rgb_array")
         scores = []
         for episode in range(1, self.config.test_episodes + 1):
-            state, _ = env.reset(seed=episode_seed(self.config.seed, 2, episode))
-            recorder = recording.start(env, record) if episode == 1 else None
-            score, done, info, steps = 0.0, False, {}, 0
-            while not done:
-                action = int(self.greedy_actions(state[np.newaxis])[0])
-                state, reward, terminated, truncated, info = env.step(action)
-                score, steps, done = score + reward, steps + 1, terminated or truncated
-                if recorder:
-                    recorder.capture(env, steps, last=done)
-            scores.append(float(info.get("episode", {}).get("r", score)))  # Atari: unclipped
+            seed = episode_seed(self.config.seed, 2, episode)
+            if record is not None and episode == 1:
+                scores.append(recording.record_episode(env, self.greedy_actions, seed, record))
+            else:
+                scores.append(float(play_greedy([env], self.greedy_actions, [seed])[0]))
             print(f"episode: {episode}/{self.config.test_episodes}, score: {scores[-1]:g}",
                   flush=True)
-            if recorder:
-                recorder.finish(record)
-        if env is not self.env:
-            env.close()
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
 
     def evaluate(self, episodes: int) -> np.ndarray:
-        """Returns of `episodes` greedy episodes played side by side (one batched forward pass a
-        step), each evaluation with seeds of its own, so a run repeats exactly, resumed or not."""
+        """Returns of `episodes` greedy episodes played side by side, each evaluation with seeds
+        of its own, so a run repeats exactly, resumed or not."""
         while len(self._eval_envs) < episodes:
             self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps))
-        envs = self._eval_envs[:episodes]
-        evaluation = len(self.evaluations)
-        states = np.stack([env.reset(seed=episode_seed(self.config.seed, 1, evaluation, i))[0]
-                           for i, env in enumerate(envs)])
-        returns = np.zeros(episodes)
-        running = np.ones(episodes, dtype=bool)
-        while running.any():
-            actions = self.greedy_actions(states)
-            for i in np.flatnonzero(running):
-                states[i], reward, terminated, truncated, info = envs[i].step(actions[i])
-                returns[i] += reward
-                if terminated or truncated:
-                    running[i] = False
-                    returns[i] = info.get("episode", {}).get("r", returns[i])  # unclipped score
-        return returns
+        seeds = [episode_seed(self.config.seed, 1, len(self.evaluations), i)
+                 for i in range(episodes)]
+        return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds)
 
     def evaluate_and_keep_best(self) -> None:
         """Greedy evaluation; save the model when it is the best so far; note when solved."""
@@ -468,21 +413,22 @@ class DQNAgent:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def compile(self) -> None:
-        """Adam (with LR_DECAY's schedule), the greedy policy, and the compiled gradient steps
-        on `weighted_loss` (gradient_steps.py); again after `load`. The tutorial compiled the
-        model with RMSprop and trained it with `fit`."""
+        """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
+        `weighted_loss` (the tutorial's `fit`); again after `load`."""
         config = self.config
         learning_rate = config.learning_rate
         if config.lr_decay:
-            # Late updates get small, so a policy that has been learned is no longer
-            # overwritten by the noise of bootstrapped targets (the optimizer's step counter
-            # drives the schedule, and it is part of every checkpoint).
+            # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
             learning_rate = keras.optimizers.schedules.PolynomialDecay(
                 learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
-        self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon)
+        if config.optimizer == "rmsprop":
+            self.optimizer = keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
+        else:
+            self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon)
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
         self.learn = GradientSteps(
-            functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn),
+            functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
+                              loss=config.loss),
             self.model, self.optimizer, config.grad_clip,
             self.update_target_model if config.soft_update else None,
             config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
@@ -490,28 +436,14 @@ class DQNAgent:
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
-        self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
         self.episode_score = 0.0
         self.episode_actions = []
+        self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; bad input or a failed write (disk full) prints one `error:` line
-    and returns 2, NaN or inf from training or the environment returns 3 (after saving the last
-    good state)."""
-    parser = settings.d3qn_parser(sys.modules[__name__])
-    flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv, parser)
-    try:
-        test_mode, resume, model, record = settings.pop_modes(flags)
-        agent = DQNAgent(**flags)
-        if test_mode:
-            agent.test(model, record)
-            return 0
-        checkpoint.begin(agent, resume)  # lock the run's files; continue a checkpoint or start
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return checkpoint.exit_code(agent.run)
+    """The command line (settings.py): train, or play with --test; returns the exit code."""
+    return settings.main(sys.modules[__name__], sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -101,3 +101,20 @@ class GreedyPolicy:
         for layer, weights in zip(self.layers, self._weights, strict=True):
             x = numpy_forward(layer, weights, x)
         return x.argmax(axis=1)
+
+
+def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int]) -> np.ndarray:
+    """Returns of one greedy episode in each of `envs`, reset with `seeds` and played side by
+    side (one batched forward pass a step); an Atari env's unclipped score where it gives one."""
+    states = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds, strict=True)])
+    returns = np.zeros(len(envs))
+    running = np.ones(len(envs), dtype=bool)
+    while running.any():
+        actions = policy(states)
+        for i in np.flatnonzero(running):
+            states[i], reward, terminated, truncated, info = envs[i].step(actions[i])
+            returns[i] += reward
+            if terminated or truncated:
+                running[i] = False
+                returns[i] = info.get("episode", {}).get("r", returns[i])  # unclipped score
+    return returns

@@ -50,7 +50,7 @@ class ReplayStatistics:
     transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
     store, and no random numbers, so tracking does not change a run.
 
-    `note_store` and `note_stores` are told of stored transitions, `note_sample` of drawn ones.
+    `note_store` is told of each stored transition, `note_sample` of each draw.
 
     With a frame store, where a few slots hold no transition, the memory's length counts them too,
     so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
@@ -71,12 +71,6 @@ class ReplayStatistics:
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1
-
-    def note_stores(self, slots: np.ndarray) -> None:
-        """New transitions went into `slots`, in store order (a block). O(len(slots))."""
-        self.stored_at[slots] = self.stores + np.arange(len(slots))
-        self.replay_counts[slots] = 0
-        self.stores += len(slots)
 
     def note_sample(self, slots: np.ndarray, size: int) -> None:
         """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""

@@ -117,7 +117,7 @@ class RankBasedMemory(ReplayMemory):
         keep = ~self._stale[self.ranked_slots]
         self._stale[stale] = False
         ranked_slots, ranked_keys = self.ranked_slots[keep], self.ranked_keys[keep]
-        # Ranked: slots that hold a transition, except apex.py's block context (|delta| = -inf).
+        # Ranked: slots that hold a transition (freed ones have |delta| = -inf).
         stale = stale[self.storage.holds_transition[stale] & (self.abs_errors[stale] > -np.inf)]
         keys = -self.abs_errors[stale]
         order = np.argsort(keys, kind="stable")

@@ -150,3 +150,19 @@ def start(env: gym.Env, path: str | None) -> GifRecorder | None:
     recorder.capture(env, 0)
     return recorder
 
+
+
+def record_episode(env: gym.Env, policy: Any, seed: int, path: str) -> float:
+    """Play one greedy episode of `policy` in `env` (made with render_mode="rgb_array"), reset
+    with `seed`, and write it to `path` as a GIF as soon as it ends; return its score (an Atari
+    env's unclipped one where it gives it)."""
+    state, _ = env.reset(seed=seed)
+    recorder = start(env, path)
+    score, done, info, steps = 0.0, False, {}, 0
+    while not done:
+        action = int(policy(state[np.newaxis])[0])
+        state, reward, terminated, truncated, info = env.step(action)
+        score, steps, done = score + reward, steps + 1, terminated or truncated
+        recorder.capture(env, steps, last=done)
+    recorder.finish(path)
+    return float(info.get("episode", {}).get("r", score))

@@ -53,8 +53,15 @@ def load_memory_state(memory: Any, arrays: dict[str, np.ndarray]) -> None:
     if memory.kind != "uniform":
         check_saved_value(arrays, "alpha", memory.alpha)
     prefix = "storage."
-    memory.storage.load_state_dict(
-        {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)})
+    storage = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+    require(storage, ("capacity",), "replay storage")
+    check_saved_value(storage, "capacity", memory.capacity)
+    if memory.kind == "proportional":  # checked before anything is written
+        sums = saved_tree(arrays, "tree.sums", memory.capacity)
+        mins = saved_tree(arrays, "tree.mins", memory.capacity)
+    elif memory.kind == "rank-based":
+        abs_errors = saved_array("abs_errors", arrays["abs_errors"], (memory.capacity,))
+    memory.storage.load_state_dict(storage)
     try:
         memory.rng.bit_generator.state = json.loads(arrays["rng"].item())
     except (TypeError, ValueError, KeyError) as error:
@@ -62,11 +69,11 @@ def load_memory_state(memory: Any, arrays: dict[str, np.ndarray]) -> None:
     if memory.kind != "uniform":
         memory.beta = float(arrays["beta"])
     if memory.kind == "proportional":
-        memory.tree.tree[:] = saved_tree(arrays, "tree.sums", memory.capacity)
-        memory.tree.mins[:] = saved_tree(arrays, "tree.mins", memory.capacity)
+        memory.tree.tree[:] = sums
+        memory.tree.mins[:] = mins
         memory.max_priority = float(arrays["max_priority"])
     elif memory.kind == "rank-based":
-        memory.abs_errors = saved_array("abs_errors", arrays["abs_errors"], (memory.capacity,))
+        memory.abs_errors = abs_errors
         memory.ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
         memory.ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
         memory.forget_stale()

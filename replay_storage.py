@@ -192,7 +192,7 @@ def check_non_negative(name: str, values: np.ndarray) -> None:
     # Two reductions are the cheap test (NaN fails both comparisons); find the culprit only then.
     if values.size and not (values.min() >= 0 and values.max() < np.inf):
         bad = ~np.isfinite(values) | (values < 0)
-        raise ValueError(f"{name} must be finite and >= 0, got {values[bad][0]!r}")
+        raise ValueError(f"{name} must be finite and >= 0, got {float(values[bad][0])!r}")
 
 
 def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"

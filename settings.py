@@ -25,6 +25,7 @@ import inspect
 import numbers
 import os
 import re
+import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+import checkpoint
 import games
 import recording
 from checkpoint import LATEST
@@ -69,6 +71,7 @@ POSITIVE_OR_NONE = ("positive (or None)", lambda value: value is None or value >
 # d3qn_agent.py's flag block as shipped.
 D3QN_FLAGS: dict[str, Flag] = {
     "env_name": Flag("CartPole-v1"),
+    "tutorial": Flag(False),
     "total_steps": Flag(50_000, POSITIVE),
     "use_per": Flag(True, cli="per"),
     "per_rank_based": Flag(False, cli="rank-based"),
@@ -88,6 +91,8 @@ D3QN_FLAGS: dict[str, Flag] = {
     "batch_size": Flag(128, POSITIVE),
     "gamma": Flag(0.99, UNIT),
     "n_step": Flag(3, POSITIVE),
+    "optimizer": Flag("adam", ("adam or rmsprop", lambda value: value in ("adam", "rmsprop"))),
+    "loss": Flag("huber", ("huber or mse", lambda value: value in ("huber", "mse"))),
     "learning_rate": Flag(1e-3, POSITIVE),
     "adam_epsilon": Flag(1e-7, POSITIVE),
     "lr_decay": Flag(True),
@@ -204,6 +209,26 @@ GAME_PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 5_000,
     },
 }
+# TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
+# (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings). Its multiplicative
+# epsilon decay is nearest to EPSILON_GREEDY's exponential one; it clipped no gradient.
+TUTORIAL_PRESET: dict[str, Any] = {
+    "max_episode_steps": 4_000,
+    "failure_reward": -100.0,
+    "memory_size": 10_000,
+    "gamma": 0.95,
+    "epsilon_greedy": True,
+    "batch_size": 32,
+    "tau": 0.1,
+    "hidden_units": (512, 256, 64),
+    "n_step": 1,
+    "optimizer": "rmsprop",
+    "loss": "mse",
+    "learning_rate": 0.00025,
+    "lr_decay": False,
+    "grad_clip": 1e9,
+    "train_frequency": 1,
+}
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 
@@ -273,6 +298,8 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
         presets.append((env_name, GAME_PRESETS[env_name]))
     if values["per_rank_based"]:
         presets.append(("rank-based", RANK_BASED_PRESET))
+    if values["tutorial"]:
+        presets.append(("tutorial", TUTORIAL_PRESET))
     return presets
 
 
@@ -535,3 +562,33 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
     not_given = object()
     given = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(names, not_given)))
     return {name: value for name, value in vars(given).items() if value is not not_given}
+
+
+def main(script: ModuleType, argv: list[str]) -> int:
+    """`script.main`'s work (d3qn_agent.py): parse `argv` against `script`'s flag block, then
+    play (--test) or train a `script.DQNAgent`. Bad input prints one `error:` line and returns
+    2; a training run's errors give the codes of `checkpoint.exit_code`."""
+    flags = explicit_flags(argv, d3qn_parser(script))
+    try:
+        test_mode, resume, model, record = pop_modes(flags)
+        agent = script.DQNAgent(**flags)
+        if test_mode:
+            agent.test(model, record)
+            return 0
+        checkpoint.begin(agent, resume)  # lock the run's files; continue a checkpoint or start
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return checkpoint.exit_code(agent.run)
+
+
+def run_name(config: argparse.Namespace) -> str:
+    """The name of a run's files, built as the tutorial builds it from the flags:
+    DDQN_CartPole-v1_Dueling_PER, DQN_PongNoFrameskip-v4_soft_PERrank, ..."""
+    name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
+    name += "_soft" if config.soft_update else ""
+    name += "_Dueling" if config.dueling else ""
+    name += "_Greedy" if config.epsilon_greedy else ""
+    if config.use_per:
+        name += "_PERrank" if config.per_rank_based else "_PER"
+    return name

@@ -80,16 +80,17 @@ def first_difference(before: list[str], now: list[str]) -> str | None:
     return None
 
 
-def compare(revision: str, games: list[str]) -> bool:
-    """Train `games` at `revision` and in this checkout; print each verdict; True if all match."""
+def compare(revision: str, runs: dict[str, list[str]]) -> bool:
+    """Train each of `runs` (name -> d3qn_agent.py flags) at `revision` and in this checkout;
+    print each verdict; True if all logs match."""
     same = True
     with tempfile.TemporaryDirectory() as code:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", code], input=archive, check=True)
-        for game in games:
-            before, before_seconds = train(Path(code), GAMES[game])
-            now, now_seconds = train(ROOT, GAMES[game])
+        for game, flags in runs.items():
+            before, before_seconds = train(Path(code), flags)
+            now, now_seconds = train(ROOT, flags)
             difference = first_difference(before, now)
             verdict = "identical" if difference is None else "DIFFERENT, " + difference
             print(f"{game}: {len(now)} lines, {verdict} (before {before_seconds:.0f} s, "
@@ -105,7 +106,7 @@ def main() -> int:
     parser.add_argument("--games", nargs="+", choices=list(GAMES), default=list(GAMES))
     args = parser.parse_args()
     print(f"command: python benchmarks/same_log.py {' '.join(sys.argv[1:])}".rstrip())
-    return 0 if compare(args.before, args.games) else 1
+    return 0 if compare(args.before, {game: GAMES[game] for game in args.games}) else 1
 
 
 if __name__ == "__main__":

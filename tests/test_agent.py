@@ -136,6 +136,8 @@ def test_td_errors_by_hand(double, expected_targets):
 class FixedBatchMemory:
     """Stands in for PER.Memory: always returns the same batch and records batch_update."""
 
+    capacity = 1  # tree index = slot, for the priority figure's replay counts
+
     def __init__(self, batch: tuple, is_weights: np.ndarray,
                  tree_idx: np.ndarray | None = None) -> None:
         self.batch = batch
@@ -152,6 +154,14 @@ class FixedBatchMemory:
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         self.updates.append((np.array(tree_idx), np.array(abs_errors)))
+
+
+def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
+    """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
+    replay counts need a store before each draw)."""
+    agent.MEMORY = memory
+    for slot in np.unique(memory.tree_idx):
+        agent.priority_figure.statistics.note_store(slot)
 
 
 def random_batch(n: int) -> tuple[tuple, np.ndarray]:
@@ -171,7 +181,7 @@ def random_batch(n: int) -> tuple[tuple, np.ndarray]:
 def test_one_training_step_lowers_weighted_td_loss_and_updates_priorities(tmp_path):
     agent = small_agent(tmp_path, gradient_steps_per_call=1)
     batch, is_weights = random_batch(agent.config.batch_size)
-    agent.MEMORY = FixedBatchMemory(batch, is_weights)
+    use_fixed_batches(agent, FixedBatchMemory(batch, is_weights))
     # Different target weights, so that the double-DQN choice and evaluation really differ.
     agent.target_model.set_weights([w * 0.5 for w in agent.model.get_weights()])
 
@@ -199,12 +209,12 @@ def test_a_call_of_three_gradient_steps_is_three_single_steps_on_the_dealt_batch
                              xla=xla)
     batch, is_weights = random_batch(3 * together.config.batch_size)
     tree_idx = np.arange(len(is_weights)) * 7
-    together.MEMORY = FixedBatchMemory(batch, is_weights, tree_idx)
+    use_fixed_batches(together, FixedBatchMemory(batch, is_weights, tree_idx))
     losses = together.replay()
     expected_losses, expected_updates = [], []
     for k in range(3):  # batch k holds draws k, k + 3, k + 6, ...
-        one_by_one.MEMORY = FixedBatchMemory(tuple(np.asarray(part)[k::3] for part in batch),
-                                             is_weights[k::3], tree_idx[k::3])
+        use_fixed_batches(one_by_one, FixedBatchMemory(
+            tuple(np.asarray(part)[k::3] for part in batch), is_weights[k::3], tree_idx[k::3]))
         expected_losses.extend(one_by_one.replay())
         expected_updates.append(one_by_one.MEMORY.updates[0])
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)

@@ -25,7 +25,7 @@ import ray
 from test_tensorboard_and_priorities import read_events
 
 import apex
-from d3qn_agent import deal
+from gradient_steps import Batches
 
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -70,11 +70,11 @@ def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
     actor.set_weights(weights_of(learner))
     replay = apex.Replay(config, learner.agent.state_shape)
     transitions, abs_errors, context, _, _ = actor.collect_block()
-    slots = replay.memory.store_block(transitions, abs_errors, context)
+    slots = apex.store_block(replay.memory, transitions, abs_errors, context)
     # The batch the learner would get for these transitions, read back from the replay.
     batch = replay.memory.n_step_batch(slots[:len(abs_errors)])
-    (learner_errors,), _ = learner.agent.train_on_batch(
-        tuple(deal(array, 1) for array in batch), deal(np.ones(len(abs_errors), np.float32), 1))
+    is_weights = np.ones(len(abs_errors), np.float32)
+    (learner_errors,), _ = learner.agent.learn(Batches.dealt(batch, is_weights, 1), 0)
     np.testing.assert_allclose(abs_errors, learner_errors, rtol=1e-5, atol=1e-6)
     assert abs_errors.std() > 0  # not a degenerate batch
 

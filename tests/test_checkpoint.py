@@ -296,7 +296,7 @@ def test_a_diverging_training_step_stops_with_the_last_good_state_saved(tmp_path
         return observation, 1e39 if agent.step >= 99 else reward, terminated, truncated, info
 
     agent.env.step = exploding_step
-    with pytest.raises(d3qn_agent.NonFiniteError, match=r"non-finite loss.*Last good state saved"):
+    with pytest.raises(checkpoint.NonFiniteError, match=r"non-finite loss.*Last good state saved"):
         agent.run()
     assert 100 <= agent.step < 1000
     assert all(np.isfinite(weights).all() for weights in agent.model.get_weights())

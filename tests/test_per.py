@@ -1,18 +1,26 @@
-"""Tests for PER.py: small trees checked by hand, then statistics with fixed seeds."""
+"""Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`) and apex.py's `store_block`: small
+trees checked by hand, the compiled walks against their Python form and a from-scratch
+reference, then statistics with fixed seeds. rank_based.py's memory is tested in
+test_rank_based.py, checkpoints of every memory in test_replay_state.py."""
 
-import io
+import functools
+import re
 
 import numpy as np
 import pytest
 
-from PER import Memory, SumTree, UniformMemory, replay_bytes_per_slot
-from replay_storage import FrameStackStorage, TransitionStorage
+import apex
+from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
+from priority_figure import sampling_probabilities
+from replay_state import memory_state
+from replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
 
 
 def filled_tree(priorities: list[float]) -> SumTree:
+    """A tree of len(priorities) leaves holding `priorities`, left to right by slot."""
     tree = SumTree(len(priorities))
-    for data, priority in enumerate(priorities):
-        tree.add(priority, f"d{data}")
+    n = len(priorities)
+    tree.update_batch(np.arange(n) + n - 1, np.array(priorities, dtype=np.float64))
     return tree
 
 
@@ -28,31 +36,28 @@ def filled_memory(n: int, **kwargs) -> Memory:
     return memory
 
 
-def with_each_memory_kind(capacity: int) -> pytest.MarkDecorator:
-    """Run the test once per kind of memory: its argument `make(observer)` builds one of
-    `capacity` slots."""
-    return pytest.mark.parametrize("make", [
-        lambda observer: UniformMemory(capacity, rng=1, observer=observer),
-        lambda observer: Memory(capacity, rng=1, observer=observer),
-        lambda observer: Memory(capacity, rng=1, rank_based=True, observer=observer),
-    ], ids=["uniform", "proportional", "rank"])
+def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
+    """`count` uint8 stacks of `stack` 2x2 frames, one episode: stack i + 1 is stack i shifted by
+    one frame (frames are filled with 1, 2, 3, ...)."""
+    frames = np.arange(1, count + stack, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2),
+                                                                               np.uint8)
+    return np.stack([np.stack(frames[i:i + stack], axis=-1) for i in range(count)])
 
 
-class RecordingObserver:
-    """An observer that records what the memory tells it: ("store", slot), ("stores", slots),
-    ("sample", slots, size), in call order."""
+def snapshot(memory: object) -> dict[str, np.ndarray]:
+    """`memory_state(memory)` copied: its arrays are views of the live memory."""
+    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
 
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
 
-    def note_store(self, slot: int) -> None:
-        self.calls.append(("store", slot))
+def names_bad(name: str, value: float) -> str:
+    """The regex of the message refusing `value` for `name`: "<name> must be finite and >= 0,
+    got <value>", the value as Python writes it (nan, inf, -1.0)."""
+    return rf"{name} must be finite and >= 0, got {re.escape(repr(float(value)))}$"
 
-    def note_stores(self, slots: np.ndarray) -> None:
-        self.calls.append(("stores", slots.tolist()))
 
-    def note_sample(self, slots: np.ndarray, size: int) -> None:
-        self.calls.append(("sample", slots.tolist(), size))
+def states_equal(first: dict, second: dict) -> bool:
+    return first.keys() == second.keys() and all(
+        np.array_equal(first[key], second[key]) for key in first)
 
 
 # SumTree on trees small enough to check by hand -------------------------------------------------
@@ -70,17 +75,28 @@ def test_capacity_4_node_sums():
     assert tree.min_priority == 1
 
 
+def test_an_empty_tree_has_no_total_and_an_infinite_minimum():
+    tree = SumTree(4)
+    np.testing.assert_array_equal(tree.tree, np.zeros(7))
+    np.testing.assert_array_equal(tree.mins, np.full(7, np.inf))
+    assert tree.total_priority == 0.0
+    assert tree.min_priority == np.inf
+
+
 def test_capacity_4_leaf_at_segment_boundaries():
     # Leaf ranges: [0, 1) [1, 3) [3, 6) [6, 10]; a boundary belongs to the leaf on its right.
     tree = filled_tree([1, 2, 3, 4])
     expected = {0.0: 3, 0.999: 3, 1.0: 4, 2.999: 4, 3.0: 5, 5.999: 5, 6.0: 6, 10.0: 6}
-    for value, leaf in expected.items():
-        assert tree.get_leaf(value)[0] == leaf, value
-    assert tree.get_leaf(3.5) == (5, 3.0, "d2")
+    leaves, priorities = tree.get_leaves(np.array(list(expected)))
+    np.testing.assert_array_equal(leaves, list(expected.values()))
+    np.testing.assert_array_equal(priorities, [1, 1, 2, 2, 3, 3, 4, 4])
+    assert leaves.dtype == np.int64 and priorities.dtype == np.float64
+    leaves, priorities = tree.get_leaves(3.5)  # a scalar is a batch of one
+    assert leaves.tolist() == [5] and priorities.tolist() == [3.0]
 
 
 def test_capacity_5_uneven_tree():
-    # 9 nodes; leaves 4..8 hold data 0..4. Leaves 7 and 8 hang one level deeper, under node 3:
+    # 9 nodes; leaves 4..8 hold slots 0..4. Leaves 7 and 8 hang one level deeper, under node 3:
     #             15
     #        10        5
     #      9    1    2   3
@@ -90,12 +106,10 @@ def test_capacity_5_uneven_tree():
     np.testing.assert_array_equal(tree.mins, [1, 1, 2, 4, 1, 2, 3, 4, 5])
     # Left to right the leaves are 7, 8, 4, 5, 6 with ranges [0,4) [4,9) [9,10) [10,12) [12,15].
     expected = {0.0: 7, 3.999: 7, 4.0: 8, 8.999: 8, 9.0: 4, 9.5: 4, 10.0: 5, 12.0: 6, 15.0: 6}
-    for value, leaf in expected.items():
-        assert tree.get_leaf(value)[0] == leaf, value
-    leaves, priorities, data = tree.get_leaves(np.array(list(expected)))
+    leaves, priorities = tree.get_leaves(np.array(list(expected)))
     np.testing.assert_array_equal(leaves, list(expected.values()))
     np.testing.assert_array_equal(priorities, tree.tree[leaves])
-    assert list(data) == [f"d{leaf - 4}" for leaf in leaves]
+    np.testing.assert_array_equal(priorities, np.array([1, 2, 3, 4, 5])[leaves - 4])
 
 
 def test_update_batch_matches_single_updates_and_last_duplicate_wins():
@@ -104,13 +118,25 @@ def test_update_batch_matches_single_updates_and_last_duplicate_wins():
     # Leaf 4 gets its last value 7; leaf 6 becomes empty.
     np.testing.assert_array_equal(tree.tree[4:], [7, 2, 0, 4, 0.5])
     np.testing.assert_array_equal(tree.tree[:4], [13.5, 11.5, 2, 4.5])
+    np.testing.assert_array_equal(tree.mins, [0.5, 0.5, 2, 0.5, 7, 2, np.inf, 4, 0.5])
     assert tree.min_priority == 0.5  # the empty leaf does not count
+    single = filled_tree([1, 2, 3, 4, 5])
+    for leaf, priority in ((4, 10.0), (8, 0.5), (4, 7.0), (6, 0.0)):
+        single.update(leaf, priority)
+    np.testing.assert_array_equal(single.tree, tree.tree)
+    np.testing.assert_array_equal(single.mins, tree.mins)
+
+
+def test_update_batch_broadcasts_one_priority_to_every_leaf():
+    tree = filled_tree([1, 2, 3, 4])
+    tree.update_batch(np.array([3, 5]), 0.0)
+    np.testing.assert_array_equal(tree.tree, [6, 2, 4, 0, 2, 0, 4])
+    assert tree.min_priority == 2
 
 
 @pytest.mark.parametrize("capacity", [1, 2, 3, 5, 7, 64, 100, 1000, 1025])
 def test_batch_update_is_bit_identical_to_one_walk_per_leaf(capacity):
-    # update_batch recomputes shared ancestors once per level instead of once per leaf; every
-    # node must still end exactly as the tutorial's leaf-by-leaf walk leaves it, in trees with
+    # Every node must end exactly as the tutorial's leaf-by-leaf walk leaves it, in trees with
     # leaves on one level or two, with duplicates, over many batches.
     rng = np.random.default_rng(capacity)
     batched, walked = SumTree(capacity), SumTree(capacity)
@@ -124,22 +150,89 @@ def test_batch_update_is_bit_identical_to_one_walk_per_leaf(capacity):
         np.testing.assert_array_equal(batched.mins, walked.mins)
 
 
-def test_wrap_around_overwrites_oldest():
-    tree = filled_tree([1, 2, 3, 4])
-    tree.add(10, "new")
-    assert tree.data_pointer == 1
-    assert tree.get_leaf(0.0) == (3, 10.0, "new")
-    assert tree.total_priority == 19
+def in_order_leaves(capacity: int, node: int = 0) -> list[int]:
+    """The leaves below `node` left to right, as `get_leaves` searches them (an in-order walk:
+    with a capacity that is not a power of two the leaves hang at two depths, so tree-index
+    order is not left-to-right order)."""
+    if node >= capacity - 1:
+        return [node]
+    return in_order_leaves(capacity, 2 * node + 1) + in_order_leaves(capacity, 2 * node + 2)
+
+
+def rebuilt(capacity: int, leaf_priorities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sums, mins) of a tree built from scratch over `leaf_priorities` (by slot): the leaves
+    copied, then every inner node from capacity - 2 down to 0 from its two children."""
+    sums = np.zeros(2 * capacity - 1)
+    mins = np.full(2 * capacity - 1, np.inf)
+    sums[capacity - 1:] = leaf_priorities
+    mins[capacity - 1:] = np.where(leaf_priorities > 0, leaf_priorities, np.inf)
+    for node in range(capacity - 2, -1, -1):
+        sums[node] = sums[2 * node + 1] + sums[2 * node + 2]
+        mins[node] = min(mins[2 * node + 1], mins[2 * node + 2])
+    return sums, mins
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 7, 64, 100, 1025])
+def test_compiled_walks_equal_their_python_form_and_a_reference(capacity):
+    rng = np.random.default_rng(100 + capacity)
+    tree = SumTree(capacity)
+    leaf_priorities = np.zeros(capacity)  # the reference: last write wins, by slot
+    order = np.array(in_order_leaves(capacity))
+    assert sorted(order) == list(range(capacity - 1, 2 * capacity - 1))
+    for batch in range(25):
+        leaves = rng.integers(capacity - 1, 2 * capacity - 1, size=rng.integers(1, 200))
+        # Duplicates for sure (a leaf named again later in the batch, with another priority),
+        # and zero priorities: emptied leaves.
+        leaves = np.concatenate([leaves, rng.choice(leaves, size=rng.integers(1, 20))])
+        priorities = rng.exponential(1.0, leaves.size) * (rng.random(leaves.size) < 0.8)
+        if batch == 10:
+            priorities[:] = 0.0  # empty what the batch names: maybe the whole tree
+        python_tree, python_mins = tree.tree.copy(), tree.mins.copy()
+        _update_leaves.py_func(python_tree, python_mins, leaves, priorities)
+        tree.update_batch(leaves, priorities)
+        for leaf, priority in zip(leaves.tolist(), priorities.tolist(), strict=True):
+            leaf_priorities[leaf - (capacity - 1)] = priority
+        sums, mins = rebuilt(capacity, leaf_priorities)
+        np.testing.assert_array_equal(tree.tree, sums)  # bit for bit
+        np.testing.assert_array_equal(tree.tree, python_tree)
+        np.testing.assert_array_equal(tree.mins, mins)
+        np.testing.assert_array_equal(tree.mins, python_mins)
+
+        total = tree.total_priority
+        if not total > 0:
+            with pytest.raises(ValueError, match="empty sum tree"):
+                tree.get_leaves(np.zeros(1))
+            continue
+        values = rng.uniform(0.0, total, size=500)
+        # The boundaries too, and values past the total: the compiled and Python walks agree
+        # on them (the cumsum reference below does not look there).
+        values = np.concatenate([values, np.cumsum(tree.tree[order]), [total, total * 2]])
+        found, found_priorities = tree.get_leaves(values)
+        np.testing.assert_array_equal(found, _get_leaves.py_func(tree.tree, capacity, values))
+        np.testing.assert_array_equal(found_priorities, tree.tree[found])
+        assert (found_priorities > 0).all()  # never an empty leaf
+        # Reference: leaf j (left to right) covers [cum[j-1], cum[j]); away from the edges the
+        # tree's sums and a flat cumsum round alike.
+        cum = np.cumsum(leaf_priorities[order - (capacity - 1)])
+        inside = values[values < total]
+        edges = np.concatenate([[0.0], cum])
+        nearest = np.abs(inside[:, None] - edges[None, :]).min(axis=1)
+        clear = inside[nearest > 1e-9]
+        assert clear.size > 0
+        expected = order[np.searchsorted(cum, clear, side="right")]
+        np.testing.assert_array_equal(tree.get_leaves(clear)[0], expected)
 
 
 def test_search_never_returns_an_empty_leaf():
     tree = SumTree(8)
     tree.update_batch(np.array([7, 8, 9]), np.array([1.0, 2.0, 3.0]))
     # At or past the total, and with rounding pushed to the edge: the last filled leaf, 9.
-    leaves = tree.find(np.array([6.0, 6.0 + 1e-12, np.nextafter(6.0, 7.0)]))
+    leaves, priorities = tree.get_leaves(np.array([6.0, 6.0 + 1e-12, np.nextafter(6.0, 7.0)]))
     np.testing.assert_array_equal(leaves, [9, 9, 9])
+    np.testing.assert_array_equal(priorities, [3.0, 3.0, 3.0])
     tree.update(8, 0.0)
-    assert set(tree.find(np.linspace(0, tree.total_priority, 101))) == {7, 9}
+    leaves, _ = tree.get_leaves(np.linspace(0, tree.total_priority, 101))
+    assert set(leaves.tolist()) == {7, 9}
 
 
 def test_no_drift_after_a_million_updates():
@@ -153,14 +246,14 @@ def test_no_drift_after_a_million_updates():
     leaves = tree.tree[capacity - 1 :]
     assert tree.total_priority == pytest.approx(leaves.sum(), rel=1e-9)
     inner = np.arange(capacity - 1)
-    np.testing.assert_allclose(
-        tree.tree[inner], tree.tree[2 * inner + 1] + tree.tree[2 * inner + 2], rtol=1e-9
-    )
+    np.testing.assert_array_equal(tree.tree[inner],
+                                  tree.tree[2 * inner + 1] + tree.tree[2 * inner + 2])
     assert tree.min_priority == leaves.min()
     # Empty most leaves again: searches still find only non-empty ones.
     tree.update_batch(np.arange(capacity - 1, 2 * capacity - 11), 0.0)
-    found = tree.find(rng.uniform(0, tree.total_priority, size=10_000))
-    assert (tree.tree[found] > 0).all()
+    found, priorities = tree.get_leaves(rng.uniform(0, tree.total_priority, size=10_000))
+    assert (tree.tree[found] > 0).all() and (priorities > 0).all()
+    assert set(found.tolist()) <= set(range(2 * capacity - 11, 2 * capacity - 1))
 
 
 @pytest.mark.parametrize("capacity", [0, -3, 2.5, "8", True])
@@ -175,21 +268,78 @@ def test_bad_capacity(capacity):
 
 def test_sum_tree_bad_input_leaves_tree_unchanged():
     tree = filled_tree([1, 2, 3, 4])
-    before = tree.tree.copy()
-    with pytest.raises(ValueError, match="nan"):
+    before, mins_before = tree.tree.copy(), tree.mins.copy()
+    with pytest.raises(ValueError, match=names_bad("priority", np.nan)):
         tree.update_batch(np.array([3, 4]), np.array([1.0, np.nan]))
-    with pytest.raises(ValueError, match="-2"):
+    with pytest.raises(ValueError, match=names_bad("priority", np.inf)):
+        tree.update_batch(np.array([3, 4]), np.array([np.inf, 1.0]))
+    with pytest.raises(ValueError, match=names_bad("priority", -2.0)):
         tree.update(5, -2.0)
-    with pytest.raises(ValueError, match="tree index 2 is not a leaf"):
+    with pytest.raises(ValueError, match=r"tree index 2 is not a leaf \(leaves are 3\.\.6\)"):
         tree.update_batch(np.array([3, 2]), np.array([1.0, 1.0]))
-    with pytest.raises(ValueError, match="-1"):
-        tree.get_leaf(-1.0)
+    with pytest.raises(ValueError, match="tree index 7 is not a leaf"):
+        tree.update(7, 1.0)
+    with pytest.raises(ValueError, match=r"tree index must be an integer, got 3\.0"):
+        tree.update(3.0, 1.0)
+    with pytest.raises(ValueError, match="tree index must be an integer, got True"):
+        tree.update(True, 1.0)
+    with pytest.raises(ValueError, match="tree indices must be integers"):
+        tree.update_batch(np.array([3.0]), np.array([1.0]))
+    with pytest.raises(ValueError, match=names_bad("value", -1.0)):
+        tree.get_leaves(np.array([0.5, -1.0]))
+    with pytest.raises(ValueError, match=names_bad("value", np.nan)):
+        tree.get_leaves(np.array([np.nan]))
     np.testing.assert_array_equal(tree.tree, before)
-    with pytest.raises(ValueError, match="empty sum tree"):
-        SumTree(4).get_leaf(0.0)
+    np.testing.assert_array_equal(tree.mins, mins_before)
+    empty = r"cannot search an empty sum tree \(total 0\.0\)"
+    with pytest.raises(ValueError, match=empty):
+        SumTree(4).get_leaves(np.array([0.0]))
+
+
+def test_every_public_sum_tree_method_is_one_the_memory_uses(monkeypatch):
+    # A public method or property of SumTree that the agent's memory never calls is dead API:
+    # enumerated from the class, so that a new one fails here until Memory uses it.
+    public = sorted(name for name in vars(SumTree) if not name.startswith("_"))
+    assert public  # update, update_batch, get_leaves, total_priority, min_priority today
+    called: set[str] = set()
+
+    def recorded(name: str, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            called.add(name)
+            return function(*args, **kwargs)
+        return wrapper
+
+    for name in public:
+        attribute = vars(SumTree)[name]
+        if isinstance(attribute, property):
+            monkeypatch.setattr(SumTree, name, property(recorded(name, attribute.fget)))
+        else:
+            assert callable(attribute), f"SumTree.{name} is neither a method nor a property"
+            monkeypatch.setattr(SumTree, name, recorded(name, attribute))
+
+    # A frame store: once the ring wraps, a store overwrites frames of older transitions, whose
+    # leaves `store` empties (update_batch) before it gives the new one its priority (update).
+    stacks = frame_stacks(12)
+    memory = Memory(6, storage=FrameStackStorage(6), rng=0)
+    for i in range(len(stacks) - 1):
+        memory.store((stacks[i], i % 2, 1.0, stacks[i + 1], False))
+    assert called == {"update", "update_batch"}
+    tree_idx, _, _ = memory.sample(4)
+    memory.batch_update(tree_idx, np.full(4, 0.3))
+    assert called == set(public), f"never called: {sorted(set(public) - called)}"
 
 
 # Memory: storage, priorities, importance-sampling weights ---------------------------------------
+
+
+def test_store_returns_the_slot_and_wraps_around():
+    memory, uniform = Memory(4, rng=0), UniformMemory(4, rng=0)
+    assert [memory.store(experience(i)) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert [uniform.store(experience(i)) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    # The overwritten slots' leaves got the new transitions' priority; nothing else moved.
+    np.testing.assert_array_equal(memory.tree.tree[3:], np.full(4, 1.0))
+    np.testing.assert_array_equal(memory.storage.fields[0][:, 0], [4, 5, 2, 3])
 
 
 def test_batch_fields_keep_their_types():
@@ -238,6 +388,21 @@ def test_n_step_returns_by_hand():
     assert sampled_by_slot(memory)[5] == (8 + 16 / 2, 22, False, 1 / 4)
 
 
+def test_n_step_returns_of_the_prioritized_memory():
+    # The same chains through Memory.sample: each sampled slot's batch row is its n-step return.
+    memory = Memory(4, rng=0, n_step=2, gamma=0.5)
+    for state, reward, done in [(0, 1.0, False), (1, 2.0, True), (5, 4.0, False)]:
+        memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
+                      np.float32), done))
+    tree_idx, (states, _, rewards, next_states, dones, discounts), _ = memory.sample(200)
+    expected = {0: (2.0, 2.0, True, 0.25), 1: (2.0, 2.0, True, 0.5), 2: (4.0, 6.0, False, 0.5)}
+    assert set((tree_idx - 3).tolist()) == {0, 1, 2}
+    for row, slot in enumerate((tree_idx - 3).tolist()):
+        got = (rewards[row], next_states[row, 0], bool(dones[row]), float(discounts[row]))
+        assert got == expected[slot]
+        assert states[row, 0] == [0, 1, 5][slot]
+
+
 def test_n_step_chain_never_runs_from_the_newest_into_the_oldest_transition():
     # A cycle a -> b -> c -> a: the oldest transition starts where the newest ends, but it came
     # before it, so the newest one's return has a single step.
@@ -252,8 +417,10 @@ def test_n_step_chain_never_runs_from_the_newest_into_the_oldest_transition():
 
 @pytest.mark.parametrize("n_step", [0, -1, 2.5, True])
 def test_bad_n_step_is_rejected(n_step):
-    with pytest.raises(ValueError, match="n_step"):
+    with pytest.raises(ValueError, match="n_step must be an integer >= 1"):
         Memory(4, n_step=n_step)
+    with pytest.raises(ValueError, match="n_step must be an integer >= 1"):
+        UniformMemory(4, n_step=n_step)
 
 
 def test_partly_filled_memory_samples_only_filled_slots():
@@ -282,12 +449,22 @@ def test_new_transitions_get_the_highest_priority_so_far():
     memory.batch_update(np.array([7, 8]), np.array([0.1, 0.2]))
     memory.store(experience(2))
     assert memory.tree.tree[9] == pytest.approx(5.01)  # the maximum ever seen, not current
+    assert memory.max_priority == pytest.approx(5.01)
 
 
 def test_priority_formula_and_clipping():
     memory = filled_memory(4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
-    memory.batch_update(np.array([3, 4, 5, 6]), np.array([0.0, 0.15, 3.0, 0.99]))
+    errors = np.array([0.0, 0.15, 3.0, 0.99])
+    np.testing.assert_allclose(memory.priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
+    memory.batch_update(np.array([3, 4, 5, 6]), errors)
     np.testing.assert_allclose(memory.tree.tree[3:], np.sqrt([0.01, 0.16, 1.0, 1.0]))
+    np.testing.assert_array_equal(memory.tree.tree[3:], memory.priorities(errors))
+
+
+def test_batch_update_last_duplicate_wins():
+    memory = filled_memory(4, alpha=1.0, epsilon=0.5, abs_err_upper=10.0)
+    memory.batch_update(np.array([3, 4, 3]), np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(memory.tree.tree[3:], [3.5, 2.5, 1.0, 1.0])
 
 
 def test_importance_sampling_weights_match_the_paper():
@@ -323,90 +500,56 @@ def test_proportional_sampling_frequencies_match_probabilities():
     np.testing.assert_allclose(counts / counts.sum(), priorities / priorities.sum(), atol=0.01)
 
 
-def test_rank_based_sampling_frequencies_and_weights():
-    memory = filled_memory(6, rank_based=True, alpha=0.7, beta=0.5, beta_increment=0.0, rng=7)
-    errors = np.array([0.3, 5.0, 0.1, 2.0, 0.2, 1.0])  # ranks 4, 1, 6, 2, 5, 3
-    memory.batch_update(np.arange(5, 11), errors)
-    ranks = np.array([4, 1, 6, 2, 5, 3])
-    probabilities = ranks**-0.7 / (np.arange(1, 7) ** -0.7).sum()
-    counts = np.zeros(6)
-    for _ in range(1000):
-        tree_idx, _, is_weights = memory.sample(64)
-        counts += np.bincount(tree_idx - 5, minlength=6)
-        weights = (6 * probabilities) ** -0.5
-        np.testing.assert_allclose(is_weights, weights[tree_idx - 5] / weights.max(), rtol=1e-6)
-    np.testing.assert_allclose(counts / counts.sum(), probabilities, atol=0.01)
-
-
-def test_rank_based_new_transitions_rank_first():
-    memory = filled_memory(4, capacity=8, rank_based=True, rng=0)
-    memory.batch_update(np.arange(7, 11), np.array([1.0, 2.0, 3.0, 4.0]))
-    memory.store(experience(4))
-    memory.sample(1)
-    assert memory._ranked_slots[0] == 4
-    np.testing.assert_array_equal(memory._ranked_slots[1:], [3, 2, 1, 0])
-
-
 def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
     memory = filled_memory(4, capacity=8)
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.09, 0.24, 0.49]))
-    slots, probabilities = memory.sampling_probabilities()
+    slots, probabilities = sampling_probabilities(memory)
     np.testing.assert_array_equal(slots, [0, 1, 2, 3])
     priorities = np.array([0.01, 0.1, 0.25, 0.5]) ** 0.6  # (|delta| + 0.01)^alpha
     np.testing.assert_allclose(probabilities, priorities / priorities.sum())
-    ranked = Memory(8, rank_based=True, rng=0)
-    for i in range(4):
-        ranked.store(experience(i))
-    ranked.batch_update(np.array([7, 8, 9, 10]), np.array([0.3, 0.1, 0.4, 0.2]))
-    slots, probabilities = ranked.sampling_probabilities()
-    np.testing.assert_array_equal(slots, [2, 0, 3, 1])  # largest |delta| first
-    expected = np.arange(1, 5) ** -0.6  # P(rank j) proportional to j^-alpha
-    np.testing.assert_allclose(probabilities, expected / expected.sum())
     uniform = UniformMemory(8)
     for i in range(3):
         uniform.store(experience(i))
-    np.testing.assert_allclose(uniform.sampling_probabilities()[1], [1 / 3] * 3)
+    slots, probabilities = sampling_probabilities(uniform)
+    np.testing.assert_array_equal(slots, [0, 1, 2])
+    np.testing.assert_allclose(probabilities, [1 / 3] * 3)
 
 
 def test_memory_bad_input_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="empty memory"):
         Memory(4).sample(2)
     memory = filled_memory(4)
-    before = memory.tree.tree.copy()
+    before = snapshot(memory)
     for bad in (np.nan, np.inf, -0.5):
-        with pytest.raises(ValueError, match=str(bad)):
+        with pytest.raises(ValueError, match=names_bad("absolute TD error", bad)):
             memory.batch_update(np.array([3, 4]), np.array([0.1, bad]))
     with pytest.raises(ValueError, match="tree index 9 is not a leaf"):
         memory.batch_update(np.array([9]), np.array([0.1]))
     with pytest.raises(ValueError, match="2 tree indices but 1 errors"):
         memory.batch_update(np.array([3, 4]), np.array([0.1]))
-    np.testing.assert_array_equal(memory.tree.tree, before)
-    with pytest.raises(ValueError, match="batch size"):
-        memory.sample(0)
+    assert states_equal(snapshot(memory), before)
+    for n in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="batch size must be a positive integer"):
+            memory.sample(n)
     with pytest.raises(ValueError, match=r"state has shape \(2,\), but the memory holds \(3,\)"):
         memory.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
     with pytest.raises(ValueError, match="experience"):
         memory.store((1, 2, 3))
-    for name, value in (("alpha", -1.0), ("beta", 1.5), ("epsilon", 0.0), ("abs_err_upper", 0),
-                        ("action_count", 0)):
-        with pytest.raises(ValueError, match=name):
+    assert states_equal(snapshot(memory), before)
+    for name, value in (("alpha", -1.0), ("beta", 1.5), ("beta_increment", -0.1),
+                        ("epsilon", 0.0), ("epsilon", np.inf), ("abs_err_upper", 0),
+                        ("gamma", 1.5), ("action_count", 0)):
+        with pytest.raises(ValueError, match=f"{name} must .*got {value!r}"):
             Memory(4, **{name: value})
 
 
-def state_dicts_equal(first: dict, second: dict) -> bool:
-    return first.keys() == second.keys() and all(
-        np.array_equal(first[key], second[key]) for key in first)
-
-
-@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
+@pytest.mark.parametrize("kind", ["uniform", "proportional"])
 def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_writes_nothing(
         kind):
-    memory = {"uniform": UniformMemory, "proportional": Memory,
-              "rank": lambda *args, **kwargs: Memory(*args, rank_based=True, **kwargs),
-              }[kind](4, rng=0, action_count=2)
+    memory = {"uniform": UniformMemory, "proportional": Memory}[kind](4, rng=0, action_count=2)
     for i in range(6):  # full, wrapped around: the next store overwrites the oldest, slot 2
         memory.store(experience(i))
-    before = memory.state_dict()
+    before = snapshot(memory)
     state, nan_state = np.full(3, 9.0, np.float32), np.array([1.0, np.nan, 2.0], np.float32)
     refused = [
         ((state, 0, np.nan, state, False), "reward must be a finite number, got nan"),
@@ -425,24 +568,43 @@ def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_w
     for transition, message in refused:
         with pytest.raises(ValueError, match=message):
             memory.store(transition)
-        assert state_dicts_equal(memory.state_dict(), before), transition
+        assert states_equal(snapshot(memory), before), transition
     # Integers of every kind, numpy floats and 0 / 1 for done are fine.
-    memory.store((state, np.int32(1), np.float32(0.5), state, 1))
-    memory.store((state, np.array(0), 2, state, np.bool_(False)))
+    assert memory.store((state, np.int32(1), np.float32(0.5), state, 1)) == 2
+    assert memory.store((state, np.array(0), 2, state, np.bool_(False))) == 3
     assert (memory.storage.fields[0][[2, 3]] == 9).all()
 
 
 def test_a_frame_memory_refuses_an_action_out_of_range_and_writes_nothing():
-    frames = np.arange(1, 9, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
-    stacks = [np.stack(frames[i:i + 2], axis=-1) for i in range(7)]
+    stacks = frame_stacks(7)
     memory = Memory(4, storage=FrameStackStorage(4), rng=0, action_count=3)
     for i in range(5):
         memory.store((stacks[i], i % 3, 1.0, stacks[i + 1], False))
-    before = memory.state_dict()
+    before = snapshot(memory)
     for action in (-1, 3):
         with pytest.raises(ValueError, match=f"action must be an integer in 0..2, got {action}"):
             memory.store((stacks[5], action, 1.0, stacks[6], False))
-        assert state_dicts_equal(memory.state_dict(), before)
+        assert states_equal(snapshot(memory), before)
+
+
+def test_a_frame_store_empties_the_leaves_of_the_transitions_it_breaks():
+    # Stacks of 2 frames in a ring of 4: a transition reads 3 slots (its two frames and the next
+    # state's new one), so the ring holds the last two. Each store of the same episode writes
+    # one frame and breaks the transition that read it; its leaf is emptied, never sampled.
+    stacks = frame_stacks(8)
+    memory = Memory(4, storage=FrameStackStorage(4), rng=0)
+    slots = [memory.store((stacks[i], i, 1.0, stacks[i + 1], False)) for i in range(6)]
+    assert slots == [1, 2, 3, 0, 1, 2]
+    holds = memory.storage.holds_transition
+    np.testing.assert_array_equal(holds, [False, True, True, False])
+    np.testing.assert_array_equal(memory.tree.tree[3:] > 0, holds)
+    tree_idx, (states, actions, *_), _ = memory.sample(200)
+    assert set((tree_idx - 3).tolist()) == {1, 2} and set(actions.tolist()) == {4, 5}
+    np.testing.assert_array_equal(states, stacks[actions])
+    # An update for a broken slot is skipped: its leaf stays empty.
+    memory.batch_update(np.array([3, 4]), np.array([5.0, 5.0]))
+    assert memory.tree.tree[3] == 0.0 and memory.tree.tree[4] == pytest.approx(1.0)
+    assert set((memory.sample(100)[0] - 3).tolist()) == {1, 2}
 
 
 def array_bytes(*holders: object) -> int:
@@ -453,17 +615,16 @@ def array_bytes(*holders: object) -> int:
     return sum(array.nbytes for array in arrays)
 
 
-@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank-based"])
+@pytest.mark.parametrize("kind", ["uniform", "proportional"])
 @pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])
 def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     # Filled as the agents fill it: float32 vectors or uint8 frame stacks, Python int actions,
-    # float rewards, bool dones; a sample lets the rank-based memory sort every slot.
+    # float rewards, bool dones. (test_rank_based.py measures the rank-based memory.)
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
     storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
-    make = {"uniform": UniformMemory, "proportional": Memory,
-            "rank-based": lambda *args, **kwargs: Memory(*args, rank_based=True, **kwargs)}[kind]
-    memory = make(capacity, storage=storage, rng=0)
+    memory = {"uniform": UniformMemory, "proportional": Memory}[kind](
+        capacity, storage=storage, rng=0)
     for i in range(capacity):
         if storage is None:
             state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
@@ -474,10 +635,14 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     memory.sample(32)
     holders = [memory, memory.storage, *([memory.tree] if kind == "proportional" else [])]
     measured = array_bytes(*holders) / capacity
-    # What stays is a few fixed arrays (the tree's queue of 1,023 nodes, a pending stack): < 3
-    # bytes a slot here, nothing for the millions of slots the estimate is for.
-    assert 0 <= measured - replay_bytes_per_slot(state_shape, np.dtype(
-        np.float32 if storage is None else np.uint8), kind) < 3
+    estimate = replay_bytes_per_slot(
+        state_shape, np.dtype(np.float32 if storage is None else np.uint8), kind)
+    # The proportional estimate keeps 8 bytes a slot of headroom, for the payload pointer the
+    # tree once held, and counts 2 * capacity tree nodes where there are 2 * capacity - 1 (16
+    # bytes in all). What else stays is a few fixed arrays (a pending stack): < 3 bytes a slot
+    # here, nothing for the millions of slots the estimate is for.
+    headroom = 8 + 16 / capacity if kind == "proportional" else 0
+    assert 0 <= measured + headroom - estimate < 3
 
 
 # UniformMemory and storage -----------------------------------------------------------------------
@@ -490,123 +655,54 @@ def test_uniform_memory_has_the_same_interface():
     tree_idx, (states, *_), is_weights = memory.sample(1000)
     np.testing.assert_array_equal(states[:, 0], tree_idx - 7)
     np.testing.assert_array_equal(is_weights, 1.0)
+    assert is_weights.dtype == np.float32
     counts = np.bincount(tree_idx - 7, minlength=5)
     np.testing.assert_allclose(counts / 1000, 0.2, atol=0.05)
     memory.batch_update(tree_idx, np.zeros(1000))
-    with pytest.raises(ValueError, match="nan"):
+    with pytest.raises(ValueError, match=names_bad("absolute TD error", np.nan)):
         memory.batch_update(tree_idx[:1], np.array([np.nan]))
+    with pytest.raises(ValueError, match="tree index 15 is not a leaf"):
+        memory.batch_update(np.array([15]), np.array([0.0]))
     with pytest.raises(ValueError, match="empty memory"):
         UniformMemory(4).sample(1)
 
 
-def test_seeded_memories_repeat():
-    first, second = filled_memory(50, rng=5), filled_memory(50, rng=5)
+def test_uniform_memory_draws_only_slots_that_hold_a_transition():
+    # A frame store has written slots without a transition: those are drawn again.
+    stacks = frame_stacks(8)
+    memory = UniformMemory(4, storage=FrameStackStorage(4), rng=0)
+    for i in range(6):
+        memory.store((stacks[i], i, 1.0, stacks[i + 1], False))
+    tree_idx, (states, actions, *_), _ = memory.sample(300)
+    assert set((tree_idx - 3).tolist()) == {1, 2}  # the ring holds the last two
+    np.testing.assert_array_equal(states, stacks[actions])
+
+
+@pytest.mark.parametrize("make", [Memory, UniformMemory], ids=["proportional", "uniform"])
+def test_seeded_memories_repeat(make):
+    first, second = make(64, rng=5), make(64, rng=5)
+    for i in range(50):
+        first.store(experience(i))
+        second.store(experience(i))
     for _ in range(3):
-        np.testing.assert_array_equal(first.sample(8)[0], second.sample(8)[0])
-
-
-@with_each_memory_kind(4)
-def test_observer_is_told_of_every_store_and_sample(make):
-    observer = RecordingObserver()
-    memory = make(observer)
-    for i in range(5):  # the fifth overwrites slot 0
-        memory.store(experience(i))
-    with pytest.raises(ValueError, match="experience"):
-        memory.store((1, 2, 3))  # rejected: nothing stored, nothing told
-    tree_idx, _, _ = memory.sample(6)
-    memory.batch_update(tree_idx, np.full(6, 0.5))  # priorities are not the observer's business
-    stores = [("store", slot) for slot in (0, 1, 2, 3, 0)]
-    assert observer.calls == [*stores, ("sample", (tree_idx - 3).tolist(), 4)]
+        (first_idx, first_batch, first_weights) = first.sample(8)
+        (second_idx, second_batch, second_weights) = second.sample(8)
+        np.testing.assert_array_equal(first_idx, second_idx)
+        np.testing.assert_array_equal(first_weights, second_weights)
+        for one, other in zip(first_batch, second_batch, strict=True):
+            np.testing.assert_array_equal(one, other)
+        first.batch_update(first_idx, np.abs(np.sin(first_idx)))
+        second.batch_update(second_idx, np.abs(np.sin(second_idx)))
 
 
 def test_storage_capacity_must_match():
-    with pytest.raises(ValueError, match="storage capacity 4 differs"):
+    with pytest.raises(ValueError, match="storage capacity 4 differs from memory capacity 8"):
         Memory(8, storage=TransitionStorage(4))
+    with pytest.raises(ValueError, match="storage capacity 4 differs from memory capacity 8"):
+        UniformMemory(8, storage=TransitionStorage(4))
 
 
-# Checkpoints -------------------------------------------------------------------------------------
-
-
-def save_and_load(arrays: dict) -> dict:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    buffer.seek(0)
-    with np.load(buffer, allow_pickle=False) as saved:
-        return dict(saved)
-
-
-@pytest.mark.parametrize(
-    "make", [lambda: Memory(16), lambda: Memory(16, rank_based=True), lambda: UniformMemory(16)]
-)
-def test_state_dict_round_trip_continues_identically(make):
-    memory = make()
-    memory.rng = np.random.default_rng(9)
-    for i in range(20):  # wraps around
-        memory.store(experience(i))
-        if i % 3 == 2:
-            tree_idx, _, _ = memory.sample(4)
-            memory.batch_update(tree_idx, np.abs(np.sin(tree_idx + i)))
-    restored = make()
-    restored.load_state_dict(save_and_load(memory.state_dict()))
-    assert len(restored) == len(memory)
-    assert getattr(restored, "beta", None) == getattr(memory, "beta", None)
-    for _ in range(3):
-        expected, got = memory.sample(8), restored.sample(8)
-        np.testing.assert_array_equal(expected[0], got[0])
-        for field, restored_field in zip(expected[1], got[1], strict=True):
-            np.testing.assert_array_equal(field, restored_field)
-        np.testing.assert_array_equal(expected[2], got[2])
-        memory.store(experience(99))
-        restored.store(experience(99))
-
-
-def test_load_state_dict_rejects_a_mismatch():
-    arrays = save_and_load(filled_memory(4, capacity=8).state_dict())
-    with pytest.raises(ValueError, match="saved kind is 'proportional'"):
-        Memory(8, rank_based=True).load_state_dict(arrays)
-    with pytest.raises(ValueError, match="saved capacity is 8, but this memory has 16"):
-        Memory(16).load_state_dict(arrays)
-    with pytest.raises(ValueError, match=r"saved alpha is 0\.6"):
-        Memory(8, alpha=0.7).load_state_dict(arrays)
-    del arrays["tree.sums"]
-    with pytest.raises(ValueError, match=r"lacks \['tree.sums'\]"):
-        Memory(8).load_state_dict(arrays)
-
-
-def test_checkpoints_of_the_tree_counted_from_one_still_load():
-    # The tree used to count its nodes from 1, after a spare element that stayed 0 in the sums
-    # and +inf in the minima: 2 * capacity elements, the root at 1. Here priorities 1, 2, 3, 4.
-    arrays = save_and_load(filled_memory(4).state_dict())
-    arrays["tree.sums"] = np.array([0.0, 10, 3, 7, 1, 2, 3, 4])
-    arrays["tree.mins"] = np.array([np.inf, 1, 1, 3, 1, 2, 3, 4])
-    memory = Memory(4, alpha=0.6, rng=0)
-    memory.load_state_dict(arrays)
-    np.testing.assert_array_equal(memory.tree.tree, [10, 3, 7, 1, 2, 3, 4])
-    np.testing.assert_array_equal(memory.tree.mins, [1, 1, 3, 1, 2, 3, 4])
-    assert memory.tree.get_leaf(6.0) == (6, 4.0, None)
-    memory.batch_update(np.array([6]), np.array([0.0]))  # leaf 6 gets 0.01^0.6, the sums follow
-    assert memory.tree.total_priority == pytest.approx(6 + 0.01**0.6)
-    arrays["tree.sums"] = np.zeros(9)
-    with pytest.raises(ValueError, match=r"saved tree.sums has shape \(9,\), expected \(7,\)"):
-        Memory(4).load_state_dict(arrays)
-
-
-@pytest.mark.parametrize("rank_based", [False, True])
-def test_state_dict_leaves_the_observer_out_and_old_replay_statistics_are_ignored(rank_based):
-    memory = filled_memory(6, capacity=8, rank_based=rank_based, observer=RecordingObserver())
-    memory.sample(4)
-    arrays = save_and_load(memory.state_dict())
-    assert [key for key in arrays if key.startswith("stats.")] == []
-    # Older checkpoints saved the replay statistics in the memory's file, as "stats.*" keys.
-    arrays["stats.stores"] = np.array(6)
-    arrays["stats.replay_counts"] = np.zeros(3, dtype=np.int64)  # of no use to the memory
-    restored = Memory(8, rank_based=rank_based)
-    restored.load_state_dict(arrays)
-    for _ in range(3):
-        np.testing.assert_array_equal(restored.sample(4)[0], memory.sample(4)[0])
-
-
-# Blocks with their own priorities (Ape-X actors, apex.py) ---------------------------------------
+# Blocks with their own priorities (Ape-X actors, apex.store_block) ------------------------------
 
 
 def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, ...]:
@@ -619,8 +715,9 @@ def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, .
 
 def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampled():
     memory = Memory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3, gamma=0.5)
-    slots = memory.store_block(block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
+    slots = apex.store_block(memory, block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
     np.testing.assert_array_equal(slots, [0, 1, 2, 3, 4])
+    assert slots.dtype == np.int64
     # p = min(|delta| + epsilon, 1) ** alpha; the two context transitions get 0.
     np.testing.assert_allclose(memory.tree.tree[7:12], [0.1, 0.5, 1.0, 0.0, 0.0])
     assert memory.max_priority == 1.0 and len(memory) == 5
@@ -636,7 +733,7 @@ def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampl
 def test_store_block_matches_store_then_batch_update():
     errors = np.abs(np.sin(np.arange(6)))
     blocked = Memory(16, rng=4)
-    blocked.store_block(block(0, 6), errors)
+    apex.store_block(blocked, block(0, 6), errors)
     stepped = Memory(16, rng=4)
     for row in zip(*block(0, 6), strict=True):
         stepped.store(row)
@@ -649,53 +746,58 @@ def test_store_block_matches_store_then_batch_update():
 
 
 def test_store_block_wraps_around_and_evicts_the_oldest():
-    observer = RecordingObserver()
-    memory = Memory(8, rng=0, observer=observer)
-    memory.store_block(block(0, 6), np.full(6, 0.5))
-    slots = memory.store_block(block(100, 5), np.full(4, 2.0), context=1)
+    memory = Memory(8, rng=0)
+    np.testing.assert_array_equal(
+        apex.store_block(memory, block(0, 6), np.full(6, 0.5)), [0, 1, 2, 3, 4, 5])
+    slots = apex.store_block(memory, block(100, 5), np.full(4, 2.0), context=1)
     np.testing.assert_array_equal(slots, [6, 7, 0, 1, 2])
     states = memory.storage.fields[0][:, 0]
     np.testing.assert_array_equal(states, [102, 103, 104, 3, 4, 5, 100, 101])
-    # One call per block, its slots oldest first, the context included (it was stored).
-    assert observer.calls == [("stores", [0, 1, 2, 3, 4, 5]), ("stores", [6, 7, 0, 1, 2])]
     # |delta| = 2 is clipped to abs_err_upper = 1 before the power alpha = 0.6; context gets 0.
     np.testing.assert_allclose(memory.tree.tree[7:], [1.0, 1.0, 0.0] + [0.51**0.6] * 3 + [1.0] * 2)
-
-
-def test_rank_based_store_block_ranks_by_the_given_errors_without_the_context():
-    memory = Memory(8, rank_based=True, rng=0)
-    memory.store_block(block(0, 4), np.array([0.1, 3.0, 1.0]), context=1)
-    memory.sample(1)
-    np.testing.assert_array_equal(memory._ranked_slots, [1, 2, 0])
-    tree_idx, _, _ = memory.sample(300)
-    assert 3 not in set(tree_idx - 7)
+    assert memory.max_priority == 1.0
 
 
 def test_store_block_through_a_frame_store_rebuilds_the_stacks():
-    storage = FrameStackStorage(16)
-    observer = RecordingObserver()
-    memory = Memory(16, storage=storage, rng=0, observer=observer)
-    frames = np.arange(1, 8, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
-    stacks = np.stack([np.stack(frames[i:i + 2], axis=-1) for i in range(6)])  # (6, 2, 2, 2)
+    memory = Memory(16, storage=FrameStackStorage(16), rng=0)
+    stacks = frame_stacks(6)  # (6, 2, 2, 2)
     transitions = (stacks[:5], np.arange(5), np.ones(5), stacks[1:], np.zeros(5, bool))
-    slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
-    # The frame store takes the block one transition at a time; the observer still hears once.
-    assert observer.calls == [("stores", slots.tolist())]
+    slots = apex.store_block(memory, transitions, np.full(4, 0.5), context=1)
+    # The frame store takes the block one transition at a time; the context leaf is empty.
+    assert len(slots) == 5
+    np.testing.assert_array_equal(memory.tree.tree[slots[:4] + 15], np.full(4, 0.51**0.6))
+    assert memory.tree.tree[slots[4] + 15] == 0.0
     _, (states, actions, _, next_states, _, _), _ = memory.sample(100)
-    assert len(slots) == 5 and set(actions) == {0, 1, 2, 3}
+    assert set(actions) == {0, 1, 2, 3}
     np.testing.assert_array_equal(states, stacks[actions])
     np.testing.assert_array_equal(next_states, stacks[actions + 1])
 
 
+def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
+    # A block that runs once round a ring of 4 (stacks of 2 frames) overwrites frames of its
+    # own first transitions: their leaves end empty, whatever priority they entered with.
+    memory = Memory(4, storage=FrameStackStorage(4), rng=0)
+    stacks = frame_stacks(5)
+    transitions = (stacks[:4], np.arange(4), np.ones(4), stacks[1:], np.zeros(4, bool))
+    slots = apex.store_block(memory, transitions, np.full(4, 0.5))
+    np.testing.assert_array_equal(slots, [1, 2, 3, 0])
+    holds = memory.storage.holds_transition
+    np.testing.assert_array_equal(memory.tree.tree[3:] > 0, holds)
+    np.testing.assert_array_equal(np.flatnonzero(holds), [0, 3])  # the last two of the block
+
+
 def test_store_block_bad_input_raises_and_changes_nothing():
     memory = Memory(8, rng=0)
-    memory.store_block(block(0, 2), np.ones(2))
-    before = memory.tree.tree.copy()
+    apex.store_block(memory, block(0, 2), np.ones(2))
+    before = snapshot(memory)
     bad_calls = [
         ((block(0, 3), np.ones(2)), {}, "got 2 errors for a block of 3"),
         ((block(0, 3), np.ones(2)), {"context": 3}, "context must be an integer in 0..2"),
-        ((block(0, 3), np.array([0.1, np.nan, 0.2])), {}, "nan"),
-        ((block(0, 3), np.array([0.1, -1.0, 0.2])), {}, "-1.0"),
+        ((block(0, 3), np.ones(2)), {"context": True}, "context must be an integer in 0..2"),
+        ((block(0, 3), np.array([0.1, np.nan, 0.2])), {},
+         names_bad("absolute TD error", np.nan)),
+        ((block(0, 3), np.array([0.1, -1.0, 0.2])), {},
+         names_bad("absolute TD error", -1.0)),
         ((block(0, 9), np.ones(9)), {}, "1..8 transitions"),
         (((np.zeros((3, 3)), np.zeros(2), np.zeros(3), np.zeros((3, 3)), np.zeros(3)),
           np.ones(3)), {}, r"different lengths \[3, 2, 3, 3, 3\]"),
@@ -704,16 +806,15 @@ def test_store_block_bad_input_raises_and_changes_nothing():
     ]
     for args, kwargs, message in bad_calls:
         with pytest.raises(ValueError, match=message):
-            memory.store_block(*args, **kwargs)
-    np.testing.assert_array_equal(memory.tree.tree, before)
+            apex.store_block(memory, *args, **kwargs)
+        assert states_equal(snapshot(memory), before), message
     assert len(memory) == 2 and memory.storage.write_pointer == 2
 
 
-@pytest.mark.parametrize("rank_based", [False, True])
-def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing(rank_based):
-    memory = Memory(8, rng=0, rank_based=rank_based, action_count=2)
-    memory.store_block(block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
-    before = memory.state_dict()
+def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing():
+    memory = Memory(8, rng=0, action_count=2)
+    apex.store_block(memory, block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
+    before = snapshot(memory)
 
     def with_bad(field: int, value: object) -> tuple:
         columns = [np.array(column) for column in block(100, 4)]
@@ -732,5 +833,5 @@ def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing(
     ]
     for transitions, message in refused:
         with pytest.raises(ValueError, match=message):
-            memory.store_block(transitions, np.ones(4))
-        assert state_dicts_equal(memory.state_dict(), before), message
+            apex.store_block(memory, transitions, np.ones(4))
+        assert states_equal(snapshot(memory), before), message

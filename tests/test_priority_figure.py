@@ -1,11 +1,39 @@
 """Tests for priority_figure.py: the replay statistics by hand, then watching real memories."""
 
+import io
+
 import numpy as np
 import pytest
-from test_per import block, experience, save_and_load, with_each_memory_kind
 
 from PER import Memory, UniformMemory
 from priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
+from rank_based import RankBasedMemory
+from replay_state import load_memory_state, memory_state
+
+
+def experience(i: int) -> tuple:
+    state = np.full(3, i, dtype=np.float32)
+    return state, i % 2, float(i), state + 1, i % 3 == 0
+
+
+def store(memory, stats: ReplayStatistics, transition: tuple) -> None:
+    """Store as the agent's `remember` does, telling the statistics."""
+    stats.note_store(memory.store(transition))
+
+
+def sample(memory, stats: ReplayStatistics, n: int) -> np.ndarray:
+    """Sample as the agent's `replay` does, telling the statistics; return the tree indices."""
+    tree_idx, _, _ = memory.sample(n)
+    stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
+    return tree_idx
+
+
+def save_and_load(arrays: dict) -> dict:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    buffer.seek(0)
+    with np.load(buffer, allow_pickle=False) as saved:
+        return dict(saved)
 
 
 def test_age_bins_are_powers_of_two_by_hand():
@@ -39,29 +67,17 @@ def test_replay_statistics_by_hand():
     np.testing.assert_allclose(stats.uniform_replays_by_age[:3], [1.5, 3.0, 0.5])
 
 
-def test_blocks_count_as_stores_oldest_first():
-    stats = ReplayStatistics(8)
-    memory = Memory(8, rng=0, observer=stats)
-    memory.store_block(block(0, 6), np.full(6, 0.5))
-    memory.store_block(block(100, 5), np.full(5, 2.0))  # into slots 6, 7, 0, 1, 2
-    assert stats.stores == 11
-    np.testing.assert_array_equal(stats.ages(np.array([2, 3, 6])), [0, 7, 4])
-
-
-@with_each_memory_kind(64)
-def test_memories_count_every_draw_and_draw_as_without_statistics(make):
+@pytest.mark.parametrize("kind", [UniformMemory, Memory, RankBasedMemory])
+def test_statistics_count_every_store_and_draw_of_each_memory(kind):
     stats = ReplayStatistics(64)
-    memory, unwatched = make(stats), make(None)
+    memory = kind(64, rng=1)
     for i in range(100):  # wraps around
-        memory.store(experience(i))
-        unwatched.store(experience(i))
+        store(memory, stats, experience(i))
     draws = 0
     for _ in range(50):
-        tree_idx, _, _ = memory.sample(8)
-        np.testing.assert_array_equal(tree_idx, unwatched.sample(8)[0])
+        tree_idx = sample(memory, stats, 8)
         draws += 8
         memory.batch_update(tree_idx, np.full(8, 0.5))
-        unwatched.batch_update(tree_idx, np.full(8, 0.5))
     assert stats.stores == 100
     assert stats.replay_counts.sum() <= draws  # draws of overwritten transitions are forgotten
     assert stats.replays_by_age.sum() == draws
@@ -72,11 +88,11 @@ def test_memories_count_every_draw_and_draw_as_without_statistics(make):
 
 def test_uniform_memory_replays_every_age_at_the_uniform_rate():
     stats = ReplayStatistics(256)
-    memory = UniformMemory(256, rng=3, observer=stats)
+    memory = UniformMemory(256, rng=3)
     for i in range(256):
-        memory.store(experience(i))
+        store(memory, stats, experience(i))
     for _ in range(400):
-        memory.sample(64)
+        sample(memory, stats, 64)
     old = slice(4, 8)  # ages 15 .. 254: 16 to 128 transitions per bin, 1,600 draws or more
     np.testing.assert_allclose(stats.replays_by_age[old], stats.uniform_replays_by_age[old],
                                rtol=0.1)
@@ -86,10 +102,10 @@ def test_uniform_memory_replays_every_age_at_the_uniform_rate():
 
 def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
     stats = ReplayStatistics(256)
-    memory = Memory(256, rng=3, observer=stats)
+    memory = Memory(256, rng=3)
     for i in range(1024):
-        memory.store(experience(i))
-        tree_idx, _, _ = memory.sample(4)
+        store(memory, stats, experience(i))
+        tree_idx = sample(memory, stats, 4)
         memory.batch_update(tree_idx, np.full(4, 1e-3))  # replayed ones lose their priority
     rate = stats.replays_by_age / np.maximum(stats.exposure_by_age, 1)
     uniform_rate = stats.uniform_replays_by_age / np.maximum(stats.exposure_by_age, 1)
@@ -102,15 +118,15 @@ def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
 
 def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkpoints_load():
     stats = ReplayStatistics(16)
-    memory = Memory(16, rng=0, observer=stats)
+    memory = Memory(16, rng=0)
     for i in range(20):
-        memory.store(experience(i))
-        memory.sample(4)
+        store(memory, stats, experience(i))
+        sample(memory, stats, 4)
     # The memory's arrays and the statistics' ("stats.*") in one file, as the agent saves them.
-    arrays = save_and_load({**memory.state_dict(), **stats.state_dict()})
+    arrays = save_and_load({**memory_state(memory), **stats.state_dict()})
     restored_stats = ReplayStatistics(16)
-    restored = Memory(16, rng=0, observer=restored_stats)
-    restored.load_state_dict(arrays)
+    restored = Memory(16, rng=0)
+    load_memory_state(restored, arrays)
     restored_stats.load_state_dict(arrays, len(restored))
     for key, value in stats.state_dict().items():
         np.testing.assert_array_equal(restored_stats.state_dict()[key], value)
@@ -118,11 +134,11 @@ def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkp
     # transitions already stored count as the oldest.
     old = {key: value for key, value in arrays.items() if not key.startswith("stats.")}
     fresh_stats = ReplayStatistics(16)
-    fresh = Memory(16, rng=0, observer=fresh_stats)
-    fresh.load_state_dict(old)
+    fresh = Memory(16, rng=0)
+    load_memory_state(fresh, old)
     fresh_stats.load_state_dict(old, len(fresh))
     assert fresh_stats.stores == 16 and fresh_stats.replay_counts.sum() == 0
-    fresh.store(experience(99))
+    store(fresh, fresh_stats, experience(99))
     assert fresh_stats.ages(fresh.held_slots()).tolist().count(0) == 1
     bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
     with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
@@ -132,10 +148,10 @@ def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkp
 def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_path):
     figure = PriorityFigure(8, batch_size=4)
     path = tmp_path / "priorities.png"
-    assert figure.draw(str(path), Memory(8, rng=0, observer=figure.statistics), "t") is False
+    assert figure.draw(str(path), Memory(8, rng=0), "t") is False
     assert not path.exists()
     figure.note_batch(step=1, gradient_step=0, beta=0.4, is_weights=np.ones(4, np.float32))
-    memory = Memory(8, rng=0, observer=figure.statistics)
+    memory = Memory(8, rng=0)
     memory.store((np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False))
     assert figure.draw(str(path), memory, "t") is True
     assert path.read_bytes()[:4] == b"\x89PNG"

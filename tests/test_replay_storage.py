@@ -12,6 +12,7 @@ from gymnasium.wrappers import FrameStackObservation
 
 import PER
 from atari_wrappers import ChannelsLast, make_env
+from rank_based import RankBasedMemory
 from replay_storage import FrameStackStorage
 
 PONG = "PongNoFrameskip-v4"
@@ -262,8 +263,9 @@ def make_memory(kind: str, storage: FrameStackStorage, n_step: int = 1, gamma: f
     returns = {"n_step": n_step, "gamma": gamma}
     if kind == "uniform":
         return PER.UniformMemory(storage.capacity, storage=storage, rng=0, **returns)
-    return PER.Memory(storage.capacity, rank_based=kind == "rank", storage=storage, rng=0,
-                      **returns)
+    if kind == "rank":
+        return RankBasedMemory(storage.capacity, storage=storage, rng=0, **returns)
+    return PER.Memory(storage.capacity, storage=storage, rng=0, **returns)
 
 
 def n_step_reference(transitions: list[tuple], start: int, held: set[int], n_step: int,

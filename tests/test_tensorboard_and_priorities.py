@@ -95,7 +95,6 @@ def test_run_writes_the_priority_figure_from_its_history(trained):
     assert all(0 < low <= average <= 1 for low, average in zip(smallest, mean, strict=True))
     assert figure_data.recent_batches == 251  # gradient steps at env steps 100, 102, ..., 600
     stats = figure_data.statistics
-    assert agent.MEMORY.observer is stats
     assert stats.stores == 600
     assert stats.replays_by_age.sum() == 251 * 16
     assert stats.replay_counts.sum() == 251 * 16  # nothing overwritten in a 1,000-slot memory
@@ -138,10 +137,10 @@ def test_writer_writes_what_it_is_given(tmp_path):
 
 def test_priority_figure_inputs_by_hand():
     stats = ReplayStatistics(8)
-    memory = Memory(8, rng=0, observer=stats)  # alpha 0.6, epsilon 0.01
+    memory = Memory(8, rng=0)  # alpha 0.6, epsilon 0.01
     for i in range(4):
         state = np.full(2, i, np.float32)
-        memory.store((state, 0, 0.0, state, False))
+        stats.note_store(memory.store((state, 0, 0.0, state, False)))
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.0, 0.0, 0.99]))
     stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
     data = priority_figure_data(memory, stats)
@@ -154,8 +153,9 @@ def test_priority_figure_inputs_by_hand():
     np.testing.assert_allclose(data["replay_rate"], [2.0, 0.0, 0.0])
     np.testing.assert_allclose(data["uniform_rate"], [0.5, 0.5, 0.5])  # 2 draws / 4 held
     uniform_stats = ReplayStatistics(8)
-    uniform = UniformMemory(8, observer=uniform_stats)
-    uniform.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
+    uniform = UniformMemory(8)
+    uniform_stats.note_store(
+        uniform.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False)))
     uniform_data = priority_figure_data(uniform, uniform_stats)
     assert uniform_data["floor"] is None and uniform_data["relative_probabilities"].tolist() == [1]
 
@@ -189,9 +189,9 @@ def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained,
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_priority_figure_draws_without_history_or_replays(tmp_path):
     stats = ReplayStatistics(8)
-    memory = Memory(8, observer=stats)
+    memory = Memory(8)
     state = np.zeros(2, np.float32)
-    memory.store((state, 0, 0.0, state, False))
+    stats.note_store(memory.store((state, 0, 0.0, state, False)))
     path = tmp_path / "plots" / "p.png"
     draw_priority_figure(str(path), priority_figure_data(memory, stats), [],
                          np.ones((1, 4), np.float32), "no gradient step yet")

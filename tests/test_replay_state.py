@@ -1,0 +1,240 @@
+"""Tests for replay_state.py: `memory_state` / `load_memory_state` for PER.py's `Memory` and
+`UniformMemory` and rank_based.py's `RankBasedMemory`, through an .npz file as checkpoint.py
+writes them."""
+
+import io
+
+import numpy as np
+import pytest
+
+from PER import Memory, UniformMemory
+from rank_based import RankBasedMemory
+from replay_state import PRIORITY_KEYS, load_memory_state, memory_state
+from replay_storage import FrameStackStorage
+
+KINDS = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}
+
+
+def experience(i: int) -> tuple:
+    state = np.full(3, i, dtype=np.float32)
+    return state, i % 2, float(i), state + 1, i % 3 == 0
+
+
+def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
+    """`count` uint8 stacks of `stack` 2x2 frames, one episode: stack i + 1 is stack i shifted by
+    one frame (frames are filled with 1, 2, 3, ...)."""
+    frames = (np.arange(1, count + stack) % 256).astype(np.uint8)[:, None, None] * np.ones(
+        (1, 2, 2), np.uint8)
+    return np.stack([np.stack(frames[i:i + stack], axis=-1) for i in range(count)])
+
+
+def save_and_load(arrays: dict) -> dict:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    buffer.seek(0)
+    with np.load(buffer, allow_pickle=False) as saved:
+        return dict(saved)
+
+
+def snapshot(memory: object) -> dict[str, np.ndarray]:
+    """`memory_state(memory)` copied: its arrays are views of the live memory."""
+    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
+
+
+def states_equal(first: dict, second: dict) -> bool:
+    return first.keys() == second.keys() and all(
+        np.array_equal(first[key], second[key]) for key in first)
+
+
+def filled(kind: str, n: int, capacity: int = 8, **kwargs) -> object:
+    memory = KINDS[kind](capacity, rng=kwargs.pop("rng", 0), **kwargs)
+    for i in range(n):
+        memory.store(experience(i))
+    return memory
+
+
+def assert_same_samples(memory: object, restored: object, rounds: int = 3) -> None:
+    """Both memories sample alike, and go on alike through updates and stores."""
+    for i in range(rounds):
+        expected, got = memory.sample(8), restored.sample(8)
+        np.testing.assert_array_equal(expected[0], got[0])
+        for field, restored_field in zip(expected[1], got[1], strict=True):
+            np.testing.assert_array_equal(field, restored_field)
+        np.testing.assert_array_equal(expected[2], got[2])
+        errors = np.abs(np.cos(expected[0] + i))
+        memory.batch_update(expected[0], errors)
+        restored.batch_update(got[0], errors)
+        memory.store(experience(99 + i))
+        restored.store(experience(99 + i))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_memory_state_has_the_keys_of_its_kind(kind):
+    memory = filled(kind, 5)
+    arrays = memory_state(memory)
+    storage_keys = {f"storage.{key}" for key in memory.storage.state_dict()}
+    assert set(arrays) == storage_keys | {"kind", "rng", *PRIORITY_KEYS[kind]}
+    assert arrays["kind"].item() == kind
+    assert {key for key in arrays if key.startswith("stats.")} == set()
+    loaded = save_and_load(arrays)  # plain arrays: no pickle needed
+    assert loaded.keys() == arrays.keys()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_round_trip_continues_identically(kind):
+    memory = KINDS[kind](16, rng=9)
+    for i in range(20):  # wraps around
+        memory.store(experience(i))
+        if i % 3 == 2:
+            tree_idx, _, _ = memory.sample(4)
+            memory.batch_update(tree_idx, np.abs(np.sin(tree_idx + i)))
+    memory.store(experience(50))  # pending: ranked first by the rank-based memory's next sample
+    # The memory loaded into had a life of its own before: loading replaces all of it.
+    restored = filled(kind, 11, capacity=16, rng=123)
+    restored.sample(3)
+    restored.store(experience(77))
+    load_memory_state(restored, save_and_load(memory_state(memory)))
+    assert len(restored) == len(memory)
+    assert getattr(restored, "beta", None) == getattr(memory, "beta", None)
+    assert states_equal(snapshot(restored), snapshot(memory))
+    assert_same_samples(memory, restored)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_round_trip_of_a_frame_memory(kind):
+    stacks = frame_stacks(40)
+
+    def make(seed: int) -> object:
+        return KINDS[kind](16, storage=FrameStackStorage(16), rng=seed)
+
+    memory = make(4)
+    for i in range(30):
+        memory.store((stacks[i], i % 3, float(i), stacks[i + 1], i == 29))
+        if i % 5 == 4:
+            tree_idx, _, _ = memory.sample(4)
+            memory.batch_update(tree_idx, np.abs(np.sin(tree_idx + i)))
+    restored = make(5)
+    load_memory_state(restored, save_and_load(memory_state(memory)))
+    assert states_equal(snapshot(restored), snapshot(memory))
+    for _ in range(3):
+        expected, got = memory.sample(8), restored.sample(8)
+        for one, other in zip((expected[0], *expected[1], expected[2]),
+                              (got[0], *got[1], got[2]), strict=True):
+            np.testing.assert_array_equal(one, other)
+    # A new episode goes to the same slots in both, freeing the same transitions.
+    transition = (stacks[35], 0, 1.0, stacks[36], False)
+    assert memory.store(transition) == restored.store(transition)
+    assert states_equal(snapshot(restored), snapshot(memory))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_memory_loaded_without_a_file_shares_nothing_with_the_original(kind):
+    memory = filled(kind, 6)
+    memory.sample(4)
+    before = snapshot(memory)
+    restored = KINDS[kind](8, rng=1)
+    load_memory_state(restored, memory_state(memory))
+    for i in range(12):
+        restored.store(experience(40 + i))
+        tree_idx, _, _ = restored.sample(4)
+        restored.batch_update(tree_idx, np.full(4, 3.0))
+    assert states_equal(snapshot(memory), before)
+
+
+def test_a_rank_based_state_includes_the_ranks_still_pending():
+    memory = filled("rank-based", 4)
+    memory.batch_update(np.arange(7, 11), np.array([1.0, 4.0, 2.0, 3.0]))
+    memory.store(experience(4))  # not ranked until the next sample, or memory_state
+    arrays = save_and_load(memory_state(memory))
+    np.testing.assert_array_equal(arrays["ranked_slots"], [4, 1, 3, 2, 0])
+    np.testing.assert_array_equal(arrays["ranked_keys"], [-np.inf, -4, -3, -2, -1])
+    np.testing.assert_array_equal(arrays["abs_errors"], [1, 4, 2, 3, np.inf, -np.inf, -np.inf,
+                                                         -np.inf])
+
+
+def test_load_rejects_a_mismatch_and_changes_nothing():
+    arrays = save_and_load(memory_state(filled("proportional", 4)))
+    target = filled("proportional", 2, rng=3)
+    before = snapshot(target)
+    refusals = [
+        (RankBasedMemory(8), "saved kind is 'proportional', but this memory has 'rank-based'"),
+        (UniformMemory(8), "saved kind is 'proportional', but this memory has 'uniform'"),
+        (Memory(16), "saved capacity is 8, but this memory has 16"),
+        (Memory(8, alpha=0.7), r"saved alpha is 0\.6, but this memory has 0\.7"),
+    ]
+    for memory, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            load_memory_state(memory, arrays)
+    for key, message in (("tree.sums", r"saved proportional memory lacks \['tree.sums'\]"),
+                         ("max_priority", r"lacks \['max_priority'\]"),
+                         ("rng", r"lacks \['rng'\]"),
+                         ("kind", r"saved replay memory lacks \['kind'\]"),
+                         ("storage.capacity", r"saved replay storage lacks \['capacity'\]")):
+        with pytest.raises(ValueError, match=message):
+            load_memory_state(target, {k: v for k, v in arrays.items() if k != key})
+        assert states_equal(snapshot(target), before), key
+
+
+def test_load_rejects_a_rank_based_or_uniform_mismatch():
+    ranked = save_and_load(memory_state(filled("rank-based", 4)))
+    with pytest.raises(ValueError, match="saved kind is 'rank-based', but this memory has "
+                                         "'proportional'"):
+        load_memory_state(Memory(8), ranked)
+    with pytest.raises(ValueError, match=r"saved alpha is 0\.7, but this memory has 0\.5"):
+        load_memory_state(RankBasedMemory(8, alpha=0.5), ranked)
+    with pytest.raises(ValueError, match=r"saved rank-based memory lacks \['ranked_keys'\]"):
+        load_memory_state(RankBasedMemory(8), {k: v for k, v in ranked.items()
+                                               if k != "ranked_keys"})
+    with pytest.raises(ValueError, match=r"saved abs_errors has shape \(3,\), expected \(8,\)"):
+        load_memory_state(RankBasedMemory(8), {**ranked, "abs_errors": np.zeros(3)})
+    uniform = save_and_load(memory_state(filled("uniform", 4)))
+    with pytest.raises(ValueError, match="saved kind is 'uniform', but this memory has "
+                                         "'rank-based'"):
+        load_memory_state(RankBasedMemory(8), uniform)
+    with pytest.raises(ValueError, match="saved capacity is 8, but this memory has 4"):
+        load_memory_state(UniformMemory(4), uniform)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_an_unusable_random_generator_state_is_refused(kind):
+    arrays = save_and_load(memory_state(filled(kind, 4)))
+    for rng in ("not json", '{"bit_generator": "Nope"}'):
+        with pytest.raises(ValueError, match="saved random generator state is unusable"):
+            load_memory_state(KINDS[kind](8), {**arrays, "rng": np.array(rng)})
+
+
+def test_checkpoints_of_the_tree_counted_from_one_still_load():
+    # The tree used to count its nodes from 1, after a spare element that stayed 0 in the sums
+    # and +inf in the minima: 2 * capacity elements, the root at 1. Here priorities 1, 2, 3, 4.
+    arrays = save_and_load(memory_state(filled("proportional", 4, capacity=4)))
+    arrays["tree.sums"] = np.array([0.0, 10, 3, 7, 1, 2, 3, 4])
+    arrays["tree.mins"] = np.array([np.inf, 1, 1, 3, 1, 2, 3, 4])
+    memory = Memory(4, alpha=0.6, rng=0)
+    load_memory_state(memory, arrays)
+    np.testing.assert_array_equal(memory.tree.tree, [10, 3, 7, 1, 2, 3, 4])
+    np.testing.assert_array_equal(memory.tree.mins, [1, 1, 3, 1, 2, 3, 4])
+    leaves, priorities = memory.tree.get_leaves(np.array([6.0]))
+    assert leaves.tolist() == [6] and priorities.tolist() == [4.0]
+    memory.batch_update(np.array([6]), np.array([0.0]))  # leaf 6 gets 0.01^0.6, the sums follow
+    assert memory.tree.total_priority == pytest.approx(6 + 0.01**0.6)
+    assert memory.tree.min_priority == pytest.approx(0.01**0.6)
+    for nodes in (np.zeros(9), np.zeros(6)):
+        arrays["tree.sums"] = nodes
+        with pytest.raises(ValueError, match=rf"saved tree.sums has shape \({len(nodes)},\), "
+                                             r"expected \(7,\)"):
+            load_memory_state(Memory(4), arrays)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_old_replay_statistics_in_the_file_are_ignored(kind):
+    # Older checkpoints saved the replay statistics in the memory's file, as "stats.*" keys.
+    memory = filled(kind, 6)
+    memory.sample(4)
+    arrays = save_and_load(memory_state(memory))
+    arrays["stats.stores"] = np.array(6)
+    arrays["stats.replay_counts"] = np.zeros(3, dtype=np.int64)  # of no use to the memory
+    restored = KINDS[kind](8)
+    load_memory_state(restored, arrays)
+    assert states_equal(snapshot(restored), snapshot(memory))
+    for _ in range(3):
+        np.testing.assert_array_equal(restored.sample(4)[0], memory.sample(4)[0])
