@@ -16,7 +16,7 @@ time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a
 (replay_storage.py) holds the transitions, each image frame once, and `store` gives the slot's
 leaf its priority with `update`.
 
-The walks up and down the tree are the tutorial's loops, compiled by numba (`_update_leaves`,
+The walks up and down the tree are the tutorial's loops, compiled by numba (`_update_leaf`,
 `_get_leaves`): what you read is what runs, a whole batch per call.
 """
 
@@ -75,7 +75,12 @@ class SumTree:
         """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
         if not isinstance(tree_index, int | np.integer) or isinstance(tree_index, bool):
             raise ValueError(f"tree index must be an integer, got {tree_index!r}")
-        self.update_batch(np.array([tree_index]), np.array([priority], dtype=np.float64))
+        if not self.capacity - 1 <= tree_index <= 2 * self.capacity - 2:
+            raise ValueError(f"tree index {tree_index} is not a leaf (leaves are "
+                             f"{self.capacity - 1}..{2 * self.capacity - 2})")
+        if not 0 <= priority < np.inf:
+            raise ValueError(f"priority must be finite and >= 0, got {float(priority)!r}")
+        _update_leaf(self.tree, self.mins, int(tree_index), float(priority))
 
     def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray) -> None:
         """`update` for k leaves, in order: a leaf named twice keeps its last. O(k log n).
@@ -104,17 +109,22 @@ class SumTree:
 
 
 @numba.njit(cache=True)
+def _update_leaf(tree, mins, node, priority):  # pragma: no cover (compiled)
+    """The tutorial's `update` loop: write the leaf, then walk up to the root, recomputing each
+    node from its two children."""
+    tree[node] = priority
+    mins[node] = priority if priority > 0 else np.inf
+    while node > 0:
+        node = (node - 1) // 2
+        tree[node] = tree[2 * node + 1] + tree[2 * node + 2]
+        mins[node] = min(mins[2 * node + 1], mins[2 * node + 2])
+
+
+@numba.njit(cache=True)
 def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compiled)
-    """The tutorial's `update` loop, for each leaf in turn: write it, then walk up to the root,
-    recomputing each node from its two children."""
+    """`_update_leaf` for each leaf in turn."""
     for k in range(leaves.size):
-        node = leaves[k]
-        tree[node] = priorities[k]
-        mins[node] = priorities[k] if priorities[k] > 0 else np.inf
-        while node > 0:
-            node = (node - 1) // 2
-            tree[node] = tree[2 * node + 1] + tree[2 * node + 2]
-            mins[node] = min(mins[2 * node + 1], mins[2 * node + 2])
+        _update_leaf(tree, mins, leaves[k], priorities[k])
 
 
 @numba.njit(cache=True)

@@ -1,4 +1,4 @@
-"""D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 / TensorFlow.
+"""D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 (TensorFlow or JAX).
 
 `python d3qn_agent.py` trains on CartPole-v1, saving the best network to `models/` and the
 learning curve to `plots/`; `--test` plays the saved network. A flag edited below and the same
@@ -21,7 +21,7 @@ import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filte
 import gymnasium as gym
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 import checkpoint
 import recording
@@ -128,7 +128,7 @@ def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # 
 
 # ---- The TD error and the loss that replay() minimises -------------------------------------------
 def td_errors(model: Any, target_model: Any, batch: tuple, double: bool,
-              training: bool = False) -> tf.Tensor:
+              training: bool = False) -> Any:
     """TD errors delta = y - Q(s, a) of a batch (states, actions, rewards, next_states, dones,
     discounts) from `Memory.sample`, the target y = r + discount * (1 - done) * Q_next held fixed;
     discount = gamma^k for a reward summed over k steps (N_STEP). Double DQN (van Hasselt et al.
@@ -138,33 +138,34 @@ def td_errors(model: Any, target_model: Any, batch: tuple, double: bool,
     states, actions, rewards, next_states, dones, discounts = batch
     next_q_target = target_model(next_states, training=False)
     if double:
-        next_actions = tf.argmax(model(next_states, training=False), axis=1, output_type=tf.int32)
-        next_q = tf.gather(next_q_target, next_actions, axis=1, batch_dims=1)
+        next_actions = ops.argmax(model(next_states, training=False), axis=1)
+        next_q = ops.take_along_axis(next_q_target, next_actions[:, None], axis=1)[:, 0]
     else:
-        next_q = tf.reduce_max(next_q_target, axis=1)
-    dones = tf.cast(dones, tf.float32)
-    targets = tf.cast(rewards, tf.float32) + discounts * (1.0 - dones) * tf.cast(next_q, tf.float32)
-    q_taken = tf.gather(model(states, training=training), actions, axis=1, batch_dims=1)
-    return tf.stop_gradient(targets) - q_taken
+        next_q = ops.max(next_q_target, axis=1)
+    dones = ops.cast(dones, "float32")
+    targets = ops.cast(rewards, "float32") + discounts * (1.0 - dones) * next_q
+    actions = ops.cast(actions, "int32")[:, None]
+    q_taken = ops.take_along_axis(model(states, training=training), actions, axis=1)[:, 0]
+    return ops.stop_gradient(targets) - q_taken
 
 
-def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+def huber(errors: Any, delta: float = 1.0) -> Any:
     """Elementwise Huber loss: quadratic for |error| <= delta, linear beyond (bounded gradient)."""
-    abs_errors = tf.abs(errors)
-    quadratic = tf.minimum(abs_errors, delta)
-    return 0.5 * tf.square(quadratic) + delta * (abs_errors - quadratic)
+    abs_errors = ops.abs(errors)
+    quadratic = ops.minimum(abs_errors, delta)
+    return 0.5 * ops.square(quadratic) + delta * (abs_errors - quadratic)
 
 
 def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, loss: str
-                  ) -> tuple[tf.Tensor, tf.Tensor]:
+                  ) -> tuple[Any, Any]:
     """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
 
     The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
     one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none).
     """
     errors = td_errors(model, target_model, batch[:6], double, training=True)
-    losses = huber(errors) if loss == "huber" else tf.square(errors)
-    return tf.reduce_mean(batch.is_weights * losses), errors
+    losses = huber(errors) if loss == "huber" else ops.square(errors)
+    return ops.mean(batch.is_weights * losses), errors
 
 
 def episode_seed(seed: int, *indices: int) -> int:
@@ -254,10 +255,9 @@ class DQNAgent:
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
         (traced into the compiled gradient steps, after each one)."""
-        tau = keras.ops.convert_to_tensor(self.config.tau if self.config.soft_update else 1.0,
-                                          "float32")
+        tau, soft = ops.convert_to_tensor(self.config.tau, "float32"), self.config.soft_update
         for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
-            target.assign(tau * online + (1.0 - tau) * target)
+            target.assign(tau * online + (1.0 - tau) * target if soft else online)
 
     def remember(self, state: np.ndarray, action: int, reward: float, next_state: np.ndarray,
                  done: bool) -> None:
@@ -429,7 +429,7 @@ class DQNAgent:
         self.learn = GradientSteps(
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
                               loss=config.loss),
-            self.model, self.optimizer, config.grad_clip,
+            self.model, self.target_model, self.optimizer, config.grad_clip,
             self.update_target_model if config.soft_update else None,
             config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
             after_call=self.greedy_actions.weights_changed)

@@ -1,21 +1,21 @@
 """The compiled call behind `DQNAgent.replay`, where the tutorial called `model.fit`: several
-gradient steps in one TensorFlow call, each on its own batch.
+gradient steps in one call, each on its own batch.
 
-A `model.fit` call costs ~70-90 ms in Keras 3; a traced graph ~1 ms, and a concrete function
-(one fixed signature, autograph off) also skips tf.function's argument matching (~0.3-1 ms). A
-graph loop (`tf.scan`) over the batches then pays that fixed cost once for all of them, and XLA
-fuses a step's ~400 small ops (docs/benchmarks.md). Step k sees the weights step k - 1 left.
+`Batches` and `deal` are the same on every backend. `GradientSteps` is the backend's own:
+tensorflow_backend.py (`tf.function` over a `tf.scan`, XLA) or jax_backend.py (`jax.jit` over a
+`lax.scan`), picked once from `keras.backend.backend()` (the KERAS_BACKEND variable).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from types import ModuleType
 from typing import Any, NamedTuple
 
+import keras
 import numpy as np
-import tensorflow as tf
 
-from checkpoint import NonFiniteError
+BACKENDS = ("tensorflow", "jax")  # the Keras backends with a module here: <name>_backend.py
 
 
 class Batches(NamedTuple):
@@ -47,76 +47,17 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
     return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
 
 
-class GradientSteps:
-    """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call.
+def compiled_backend() -> ModuleType:
+    """tensorflow_backend or jax_backend, as Keras runs; ValueError for another backend."""
+    name = keras.backend.backend()
+    if name not in BACKENDS:
+        raise ValueError(f"the Keras backend {name!r} (KERAS_BACKEND) is not supported here: "
+                         f"use one of {', '.join(BACKENDS)}")
+    return importlib.import_module(f"{name}_backend")
 
-    `loss(batch)` returns (the scalar loss, the TD errors) of one batch (`Batches` without the
-    leading axis). Each step clips the gradient's global norm to `grad_clip`, applies it, then
-    calls `after_step` (the soft target update, or None); `after_call` runs after each call
-    (the greedy policy's copy of the weights is stale then). A step whose loss or gradient norm is
-    NaN or inf is not applied, nor is any after it in the call, and the call raises
-    NonFiniteError: a NaN would poison the weights and, through the TD errors, the sum tree.
-    """
 
-    def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, optimizer: Any,
-                 grad_clip: float, after_step: Callable[[], None] | None, steps: int,
-                 state_shape: tuple[int, ...], state_dtype: Any, xla: bool,
-                 after_call: Callable[[], None] | None = None) -> None:
-        self.loss = loss
-        self.model = model
-        self.optimizer = optimizer
-        self.grad_clip = grad_clip
-        self.after_step = after_step
-        self.steps = steps
-        self.after_call = after_call
-        optimizer.build(model.trainable_variables)  # no variable may be created in a graph
-        states = tf.TensorSpec((steps, None, *state_shape), tf.as_dtype(state_dtype))
-        per_sample = tf.TensorSpec((steps, None), tf.float32)
-        signature = Batches(states=states, actions=tf.TensorSpec((steps, None), tf.int32),
-                            rewards=per_sample, next_states=states, dones=per_sample,
-                            discounts=per_sample, is_weights=per_sample)
-        self.compiled = tf.function(self.all_steps, autograph=False, jit_compile=xla
-                                    ).get_concrete_function(signature)
-
-    def __call__(self, batches: Batches, env_step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Train on `batches`; return the |TD errors| (steps, batch size) and the losses, each
-        from before its step. `env_step` only names the moment in a NonFiniteError."""
-        abs_errors, losses, applied = self.compiled(batches)
-        if self.after_call is not None:
-            self.after_call()
-        if not applied:
-            raise NonFiniteError(f"training at env step {env_step} gave a non-finite loss or "
-                                 f"gradient (losses {losses.numpy().tolist()}); from there on the "
-                                 "call's steps were not applied")
-        return abs_errors.numpy(), losses.numpy()
-
-    def all_steps(self, batches: Batches) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The traced call: `one_step` on each batch in turn; (|TD errors|, losses, applied)."""
-        def step(previous: tuple, batch: Batches) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            return self.one_step(batch, allowed=previous[2])
-
-        if self.steps == 1:  # convolutions run several times slower inside a graph loop
-            abs_errors, loss, applied = self.one_step(
-                Batches(*(field[0] for field in batches)), allowed=tf.constant(True))
-            return abs_errors[tf.newaxis], loss[tf.newaxis], applied
-        first = (tf.zeros_like(batches.is_weights[0]), tf.constant(0.0), tf.constant(True))
-        abs_errors, losses, applied = tf.scan(step, batches, first)
-        return abs_errors, losses, applied[-1]
-
-    def one_step(self, batch: Batches, allowed: tf.Tensor
-                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """One gradient step, applied only if `allowed` and finite: (|TD errors|, loss, applied)."""
-        with tf.GradientTape() as tape:
-            loss, errors = self.loss(batch)
-        variables = self.model.trainable_variables
-        gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables), self.grad_clip)
-
-        def apply() -> tf.Tensor:
-            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            if self.after_step is not None:
-                self.after_step()
-            return tf.constant(True)
-
-        finite = tf.math.is_finite(loss) & tf.math.is_finite(norm)
-        applied = tf.cond(allowed & finite, apply, lambda: tf.constant(False))
-        return tf.abs(errors), loss, applied
+def __getattr__(name: str) -> Any:
+    """`GradientSteps`: the backend's class, imported on first use (it builds on `Batches`)."""
+    if name == "GradientSteps":
+        return compiled_backend().GradientSteps
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

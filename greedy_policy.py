@@ -6,7 +6,8 @@ So for a multilayer perceptron, and for the small-image torso (MinAtar's `PatchC
 `GreedyPolicy` runs the forward pass in numpy on a copy of the weights, taken again at the first
 call after the agent says they changed (`weights_changed()`: after training, loading, or
 restoring a checkpoint), one copy per training call: every 16 CartPole steps. The Nature torso's
-84x84 convolutions stay in a traced TensorFlow function, where they are cheaper.
+84x84 convolutions stay in a compiled call of the backend's (tensorflow_backend.py or
+jax_backend.py), where they are cheaper.
 
 With the dueling head, Q(s, a) = V(s) + A(s, a) - mean A(s, .) differs from A(s, a) by the same
 amount for every action, so the greedy action is argmax A(s, .), and V is not computed.
@@ -18,8 +19,8 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from gradient_steps import compiled_backend
 from patch_conv import PatchConv2D, shifted_views
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
@@ -63,26 +64,18 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
 
 
 class GreedyPolicy:
-    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else a traced
-    TensorFlow call."""
+    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else a
+    compiled call of the backend's."""
 
     def __init__(self, model: keras.Model, state_dtype: Any) -> None:
         self.layers = numpy_layers(model)
         self._weights: list[list[np.ndarray]] | None = None
         if self.layers is None:
-            spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
-            self._traced = tf.function(
-                lambda states: tf.argmax(model(states, training=False), axis=1,
-                                         output_type=tf.int32),
-                autograph=False).get_concrete_function(spec)
+            self._compiled = compiled_backend().greedy_call(model, state_dtype)
         else:
-            # One traced call reads all the weights: ~0.2 ms, where `.numpy()` on each
-            # variable costs ~0.1 ms apiece.
             variables = [v for layer in self.layers for v in layer.weights]
             self._counts = [len(layer.weights) for layer in self.layers]
-            self._read_weights = tf.function(
-                lambda: [tf.identity(v) for v in variables],
-                autograph=False).get_concrete_function()
+            self._read_weights = compiled_backend().weights_reader(variables)
 
     def weights_changed(self) -> None:
         """Note that the network's weights changed: the next call copies them (~0.2 ms)."""
@@ -91,9 +84,9 @@ class GreedyPolicy:
     def __call__(self, states: np.ndarray) -> np.ndarray:
         """Greedy actions (int) of a batch of states (batch, *state_shape)."""
         if self.layers is None:
-            return self._traced(states).numpy()
+            return self._compiled(states)
         if self._weights is None:
-            flat = [tensor.numpy() for tensor in self._read_weights()]
+            flat = self._read_weights()
             ends = np.cumsum(self._counts)
             self._weights = [flat[end - count:end] for end, count in zip(ends, self._counts,
                                                                           strict=True)]

@@ -17,8 +17,8 @@ import time
 from argparse import Namespace
 from typing import Any
 
+import keras
 import numpy as np
-import tensorflow as tf
 from matplotlib.figure import Figure
 
 import checkpoint
@@ -27,6 +27,7 @@ import settings
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
 TENSORBOARD_ROOT = "runs"  # --tensorboard without a directory writes to runs/<run name>
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}  # the first line names the backend
 ESTIMATE_AFTER_SECONDS = 30.0  # seconds of training measured before the estimate is given
 
 
@@ -144,6 +145,8 @@ class TensorBoardWriter:
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         """Write each `tag: value` of `scalars` at x-axis position `step`."""
+        import tensorflow as tf  # on any Keras backend: tf.summary writes the event files
+
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         with self._writer.as_default(step=step):
@@ -216,7 +219,8 @@ class TrainingReport:
         """The run's first lines: what trains, the values presets decided, a warning if it will
         not train (`settings.no_training_warning`), TensorBoard's place."""
         print(f"training on {agent.config.env_name} until step {agent.config.total_steps:,}: "
-              f"{describe(agent.config)}", flush=True)
+              f"{describe(agent.config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
+              flush=True)
         if agent.settings_notes:
             print(f"settings: {', '.join(agent.settings_notes)}", flush=True)
         if warning := settings.no_training_warning(agent.config):
@@ -224,7 +228,8 @@ class TrainingReport:
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
-        if len(agent.state_shape) == 3 and not agent.config.xla and onednn_enabled() is False:
+        if (len(agent.state_shape) == 3 and not agent.config.xla
+                and keras.backend.backend() == "tensorflow" and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
                   "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
                   "choice (docs/atari.md)", flush=True)

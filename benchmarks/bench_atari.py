@@ -112,6 +112,8 @@ def parse_args() -> argparse.Namespace:
                         help="also measure the agent of this git commit, first ('none': skip)")
     parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)  # see --before
     parser.add_argument("--steps", type=int, default=STEPS, help="measured agent steps")
+    parser.add_argument("--gradient-steps-per-call", type=int, default=None,
+                        help="gradient steps per compiled call (default: the game's preset)")
     parser.add_argument("--memory-size", type=int, default=MEMORY_SIZE,
                         help="replay capacity (transitions)")
     parser.add_argument("--learning-starts", type=int, default=LEARNING_STARTS,
@@ -238,13 +240,15 @@ def measure(args: argparse.Namespace) -> float:
                      learning_starts=args.learning_starts,
                      exploration_steps=args.exploration_steps,
                      train_frequency=args.train_frequency, model_dir=work_dir, plot_dir=work_dir)
+        if args.gradient_steps_per_call:
+            flags["gradient_steps_per_call"] = args.gradient_steps_per_call
         if hasattr(d3qn_agent, "XLA"):  # XLA as the flag block sets it, not the Pong preset:
             flags["xla"] = d3qn_agent.XLA  # docs/atari.md's numbers were measured so
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
         print(f"{args.env_name}: {reporting.describe(config)}; batch {config.batch_size}, a "
               f"gradient step every {config.train_frequency} env steps, "
-              f"{getattr(config, 'gradient_steps_per_call', 1)} per TensorFlow call, XLA "
+              f"{getattr(config, 'gradient_steps_per_call', 1)} per compiled call, XLA "
               f"{'on' if getattr(config, 'xla', False) else 'off'}")
         skip_end_of_run(agent)
         watches = instrument(agent)
@@ -290,7 +294,7 @@ def main() -> None:
         print(f"\n== before: commit {args.before}")
         same_settings = [f"--{name.replace('_', '-')}={value}"
                          for name, value in vars(args).items()
-                         if name not in ("before", "code", "use_per")]
+                         if name not in ("before", "code", "use_per", "gradient_steps_per_call")]
         same_settings.append("--per" if args.use_per else "--no-per")
         speeds["before"] = measure_commit(args.before, same_settings)
         print("\n== now: this checkout")

@@ -39,6 +39,7 @@ GAMES: dict[str, list[str]] = {
              "1", "--checkpoint-every", "0"],
 }
 TIMINGS = [
+    (re.compile(r"; Keras on \w+$"), ""),  # the first line's backend, named since JAX runs
     (re.compile(r", [\d,.]+ steps/s(, .* left)?$"), ""),  # episode lines: speed, time left
     (re.compile(r" in [\d,.]+ (s|min|h)( [\d]+ min)?, .*training steps/s\)"), " in ..."),
 ]

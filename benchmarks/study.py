@@ -152,6 +152,8 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     Returns the result, or None when the run was stopped by a signal before its budget (its
     checkpoint is kept for the next try)."""
     sys.path.insert(0, str(ROOT))
+    import keras
+
     import checkpoint
     import d3qn_agent
     import settings
@@ -183,8 +185,10 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     steps, episodes, means = (list(column) for column in zip(*agent.evaluations, strict=True))
     result = {
         "study": run.study, "game": run.game, "variant": run.variant, "seed": run.seed,
-        "command": shlex.join(["python", "d3qn_agent.py", *run.arguments()]),
+        "command": ("KERAS_BACKEND=jax " if keras.backend.backend() == "jax" else "")
+        + shlex.join(["python", "d3qn_agent.py", *run.arguments()]),
         "commit": code,
+        "backend": keras.backend.backend(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "settings": {name: list(value) if isinstance(value, tuple) else value
                      for name, value in vars(agent.config).items()

@@ -12,7 +12,6 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import settings
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
@@ -105,7 +104,7 @@ def test_agent_save_then_load_restores_q_values(tmp_path):
 def stub_network(outputs: dict[int, np.ndarray]):
     """A stand-in for a Q-network: the Q-values it is told to give for each input array."""
     def network(inputs, training=False):
-        return tf.constant(outputs[id(inputs)], tf.float32)
+        return keras.ops.convert_to_tensor(outputs[id(inputs)], "float32")
     return network
 
 

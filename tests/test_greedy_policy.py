@@ -48,7 +48,7 @@ def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_action
     np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))
 
 
-def test_atari_images_go_through_tensorflow():
+def test_atari_images_go_through_the_backends_compiled_call():
     model = OurModel((84, 84, 4), 6, True)
     assert numpy_layers(model) is None
     policy = GreedyPolicy(model, np.uint8)

@@ -1,0 +1,113 @@
+"""What is compiled on the TensorFlow backend (Keras' default): the gradient steps behind
+`DQNAgent.replay`, the greedy forward pass, and reading the weights. gradient_steps.py and
+greedy_policy.py pick this module or jax_backend.py from `keras.backend.backend()`.
+
+A `model.fit` call costs ~70-90 ms in Keras 3; a traced graph ~1 ms, and a concrete function
+(one fixed signature, autograph off) also skips tf.function's argument matching (~0.3-1 ms). A
+graph loop (`tf.scan`) over the batches then pays that fixed cost once for all of them, and XLA
+fuses a step's ~400 small ops (docs/benchmarks.md). Step k sees the weights step k - 1 left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from checkpoint import NonFiniteError
+from gradient_steps import Batches
+
+
+class GradientSteps:
+    """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call.
+
+    `loss(batch)` returns (the scalar loss, the TD errors) of one batch (a `Batches` without the
+    leading axis), reading `model` and `target_model`. Each step clips the gradient's global norm
+    to `grad_clip`, applies it, then calls `after_step` (the soft target update, or None);
+    `after_call` runs after each call (the greedy policy's copy of the weights is stale then). A
+    step whose loss or gradient norm is NaN or inf is not applied, nor is any after it in the
+    call, and the call raises NonFiniteError: a NaN would poison the weights and, through the TD
+    errors, the sum tree.
+    """
+
+    def __init__(self, loss: Callable[[Any], tuple[Any, Any]], model: Any, target_model: Any,
+                 optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,
+                 steps: int, state_shape: tuple[int, ...], state_dtype: Any, xla: bool,
+                 after_call: Callable[[], None] | None = None) -> None:
+        self.loss = loss
+        self.model = model
+        self.optimizer = optimizer
+        self.grad_clip = grad_clip
+        self.after_step = after_step
+        self.steps = steps
+        self.after_call = after_call
+        optimizer.build(model.trainable_variables)  # no variable may be created in a graph
+        states = tf.TensorSpec((steps, None, *state_shape), tf.as_dtype(state_dtype))
+        per_sample = tf.TensorSpec((steps, None), tf.float32)
+        signature = Batches(states=states, actions=tf.TensorSpec((steps, None), tf.int32),
+                            rewards=per_sample, next_states=states, dones=per_sample,
+                            discounts=per_sample, is_weights=per_sample)
+        self.compiled = tf.function(self.all_steps, autograph=False, jit_compile=xla
+                                    ).get_concrete_function(signature)
+
+    def __call__(self, batches: Any, env_step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Train on `batches`; return the |TD errors| (steps, batch size) and the losses, each
+        from before its step. `env_step` only names the moment in a NonFiniteError."""
+        abs_errors, losses, applied = self.compiled(batches)
+        if self.after_call is not None:
+            self.after_call()
+        if not applied:
+            raise NonFiniteError(f"training at env step {env_step} gave a non-finite loss or "
+                                 f"gradient (losses {losses.numpy().tolist()}); from there on the "
+                                 "call's steps were not applied")
+        return abs_errors.numpy(), losses.numpy()
+
+    def all_steps(self, batches: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The traced call: `one_step` on each batch in turn; (|TD errors|, losses, applied)."""
+        def step(previous: tuple, batch: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            return self.one_step(batch, allowed=previous[2])
+
+        if self.steps == 1:  # convolutions run several times slower inside a graph loop
+            abs_errors, loss, applied = self.one_step(
+                type(batches)(*(field[0] for field in batches)), allowed=tf.constant(True))
+            return abs_errors[tf.newaxis], loss[tf.newaxis], applied
+        first = (tf.zeros_like(batches.is_weights[0]), tf.constant(0.0), tf.constant(True))
+        abs_errors, losses, applied = tf.scan(step, batches, first)
+        return abs_errors, losses, applied[-1]
+
+    def one_step(self, batch: Any, allowed: tf.Tensor
+                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """One gradient step, applied only if `allowed` and finite: (|TD errors|, loss, applied)."""
+        with tf.GradientTape() as tape:
+            loss, errors = self.loss(batch)
+        variables = self.model.trainable_variables
+        gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables), self.grad_clip)
+
+        def apply() -> tf.Tensor:
+            self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            if self.after_step is not None:
+                self.after_step()
+            return tf.constant(True)
+
+        finite = tf.math.is_finite(loss) & tf.math.is_finite(norm)
+        applied = tf.cond(allowed & finite, apply, lambda: tf.constant(False))
+        return tf.abs(errors), loss, applied
+
+
+def greedy_call(model: Any, state_dtype: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """argmax_a Q(s, a) of a batch of states, one traced TensorFlow call."""
+    spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
+    traced = tf.function(
+        lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
+        autograph=False).get_concrete_function(spec)
+    return lambda states: traced(states).numpy()
+
+
+def weights_reader(variables: list) -> Callable[[], list[np.ndarray]]:
+    """A function returning the current values of `variables` as numpy arrays: one traced call
+    reads them all (~0.2 ms, where `.numpy()` on each costs ~0.1 ms apiece)."""
+    read = tf.function(lambda: [tf.identity(v) for v in variables],
+                       autograph=False).get_concrete_function()
+    return lambda: [tensor.numpy() for tensor in read()]
