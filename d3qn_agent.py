@@ -137,15 +137,16 @@ def td_errors(model: Any, target_model: Any, batch: tuple, double: bool,
     cut still bootstraps. The tutorial looped over the samples; this is one graph."""
     states, actions, rewards, next_states, dones, discounts = batch
     next_q_target = target_model(next_states, training=False)
+    # Q(s, a) of each row's own action: one gather from the Q-values laid out flat.
+    rows = ops.arange(ops.shape(next_q_target)[0]) * next_q_target.shape[-1]
     if double:
-        next_actions = ops.argmax(model(next_states, training=False), axis=1)
-        next_q = ops.take_along_axis(next_q_target, next_actions[:, None], axis=1)[:, 0]
+        next_actions = ops.cast(ops.argmax(model(next_states, training=False), axis=1), "int32")
+        next_q = ops.take(ops.reshape(next_q_target, (-1,)), rows + next_actions)
     else:
         next_q = ops.max(next_q_target, axis=1)
-    dones = ops.cast(dones, "float32")
-    targets = ops.cast(rewards, "float32") + discounts * (1.0 - dones) * next_q
-    actions = ops.cast(actions, "int32")[:, None]
-    q_taken = ops.take_along_axis(model(states, training=training), actions, axis=1)[:, 0]
+    targets = ops.cast(rewards, "float32") + discounts * (1.0 - ops.cast(dones, "float32")) * next_q
+    q_values = ops.reshape(model(states, training=training), (-1,))
+    q_taken = ops.take(q_values, rows + ops.cast(actions, "int32"))
     return ops.stop_gradient(targets) - q_taken
 
 
@@ -411,7 +412,6 @@ class DQNAgent:
             note += f", solved (>= {self.solved_score:g})"
         self.report.evaluation(self, returns, time.perf_counter() - start, note)
 
-    # ---- plumbing ----------------------------------------------------------------------------
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
         `weighted_loss` (the tutorial's `fit`); again after `load`."""

@@ -171,7 +171,7 @@ def instrument(agent: Any) -> Stopwatches:
         (agent, "act", "act"),
         (agent, "remember", "store"),
         (agent.MEMORY, "sample", "sample"),
-        (agent, "learn", "train"),
+        (agent, "learn" if hasattr(agent, "learn") else "train_on_batch", "train"),  # or older
         (agent.MEMORY, "batch_update", "priorities"),
         (agent, "update_target_model", "target"),
         (agent, "PlotModel", "episode end"),

@@ -3,6 +3,7 @@
     python benchmarks/study.py run classic_control            # 4 games x 3 variants x seeds 0-9
     python benchmarks/study.py report classic_control         # tables and figures from the files
     python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 3 x seeds 0-4
+    python benchmarks/study.py compare cartpole_jax classic_control   # CartPole PER: JAX vs TF
     python benchmarks/study.py run screen-lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
@@ -506,6 +507,33 @@ def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots")
         f"figure: {os.path.relpath(path, ROOT)}" for path in paths) + "\n"
 
 
+def compare(study: str, baseline: str, game: str, variant: str, results: Path = RESULTS) -> str:
+    """One game and variant in two studies (the same runs on two backends, say): each study's
+    IQM of the last networks' scores with its CI, and P(a run of `study` scores above a run of
+    `baseline`), by the last networks and by the last 100 training episodes."""
+    runs = {}
+    for name in (study, baseline):
+        runs[name] = load_results(name, results).get(game, {}).get(variant, [])
+        if not runs[name]:
+            raise ValueError(f"study {name!r} has no {variant} runs of {game}")
+    lines = [f"{game}, {VARIANTS[variant][0]}: {study} against {baseline}", "",
+             "| study | runs | IQM, last networks [95% CI] | IQM, last 100 training episodes |",
+             "|---|---|---|---|"]
+    for name, found in runs.items():
+        points, intervals = iqm_interval({"last": [run["final_score"] for run in found],
+                                          "training": [training_score(run) for run in found]})
+        last = format_interval(points["last"], intervals["last"])
+        training = format_interval(points["training"], intervals["training"])
+        lines.append(f"| {name} | {len(found)} | {last} | {training} |")
+    for label, score in (("last networks", lambda run: run["final_score"]),
+                         ("last 100 training episodes", training_score)):
+        point, interval = improvement_interval([score(run) for run in runs[study]],
+                                               [score(run) for run in runs[baseline]])
+        lines.append(f"\nP({study} run beats {baseline} run), {label}: "
+                     f"{format_interval(point, interval, 2)}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     extra: list[str] = []
@@ -532,12 +560,19 @@ def main(argv: list[str] | None = None) -> int:
     train_parser.add_argument("--keep-network", type=Path, help="copy the last network here")
     report_parser = commands.add_parser("report", help="tables and figures from result files")
     report_parser.add_argument("study")
-    for sub in (run_parser, train_parser, report_parser):
+    compare_parser = commands.add_parser("compare", help="one game and variant in two studies")
+    compare_parser.add_argument("study")
+    compare_parser.add_argument("baseline")
+    compare_parser.add_argument("--game", default="CartPole-v1")
+    compare_parser.add_argument("--variant", default="per", choices=list(VARIANTS))
+    for sub in (run_parser, train_parser, report_parser, compare_parser):
         sub.add_argument("--results", type=Path, default=RESULTS, help="result files' root")
     args = parser.parse_args(argv)
-    if args.command == "report":
+    if args.command in ("report", "compare"):
         try:
-            print(report(args.study, args.results), end="")
+            print(report(args.study, args.results) if args.command == "report" else
+                  compare(args.study, args.baseline, args.game, args.variant, args.results),
+                  end="")
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
