@@ -247,8 +247,10 @@ class Memory(ReplayMemory):
         """
         leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
         live = self.storage.holds_transition[leaves - (self.capacity - 1)]
-        priorities = self.priorities(abs_errors[live])
-        self.tree.update_batch(leaves[live], priorities)
+        if not live.all():  # a frame store overwrote some of them since they were drawn
+            leaves, abs_errors = leaves[live], abs_errors[live]
+        priorities = self.priorities(abs_errors)
+        self.tree.update_batch(leaves, priorities)
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
 
