@@ -32,7 +32,6 @@ from replay_storage import (
     check_capacity,
     check_leaves,
     check_non_negative,
-    check_range,
     check_transition,
 )
 
@@ -191,16 +190,11 @@ class Memory(ReplayMemory):
                 (None: any integer >= 0).
         """
         super().__init__(capacity, storage, rng, n_step, gamma, action_count)
-        check_range("alpha", alpha, 0.0, np.inf)
-        check_range("beta", beta, 0.0, 1.0)
-        check_range("beta_increment", beta_increment, 0.0, 1.0)
+        self.set_exponents(alpha, beta, beta_increment)
         if not epsilon > 0 or not np.isfinite(epsilon):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
         if not abs_err_upper > 0:
             raise ValueError(f"abs_err_upper must be > 0, got {abs_err_upper!r}")
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.beta_increment = float(beta_increment)
         self.epsilon = float(epsilon)
         self.abs_err_upper = float(abs_err_upper)
         self.tree = SumTree(self.capacity)

@@ -21,7 +21,6 @@ from replay_storage import (
     ReplayMemory,
     TransitionStorage,
     check_leaves,
-    check_range,
     check_transition,
 )
 
@@ -46,12 +45,7 @@ class RankBasedMemory(ReplayMemory):
         action_count: int | None = None,
     ) -> None:
         super().__init__(capacity, storage, rng, n_step, gamma, action_count)
-        check_range("alpha", alpha, 0.0, np.inf)
-        check_range("beta", beta, 0.0, 1.0)
-        check_range("beta_increment", beta_increment, 0.0, 1.0)
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.beta_increment = float(beta_increment)
+        self.set_exponents(alpha, beta, beta_increment)
         # |delta| per slot: +inf for unseen transitions (they rank first), -inf for empty slots.
         self.abs_errors = np.full(self.capacity, -np.inf)
         # Slots holding transitions, largest |delta| first, and their keys (-|delta|, ascending).

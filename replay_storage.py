@@ -685,6 +685,15 @@ class ReplayMemory:
     def __len__(self) -> int:
         return len(self.storage)
 
+    def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
+        """A prioritized memory's alpha, beta and beta's growth per `sample`, each checked
+        (ValueError naming one out of range)."""
+        check_range("alpha", alpha, 0.0, np.inf)
+        check_range("beta", beta, 0.0, 1.0)
+        check_range("beta_increment", beta_increment, 0.0, 1.0)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.beta_increment = float(beta_increment)
+
     def check_sample_size(self, n: Any) -> None:
         """ValueError unless n is a positive integer and the memory holds a transition."""
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:

@@ -4,15 +4,23 @@ reference, then statistics with fixed seeds. rank_based.py's memory is tested in
 test_rank_based.py, checkpoints of every memory in test_replay_state.py."""
 
 import functools
-import re
 
 import numpy as np
 import pytest
+from memory_helpers import (
+    array_bytes,
+    experience,
+    filled_memory,
+    frame_stacks,
+    names_bad,
+    snapshot,
+    states_equal,
+)
 
 import apex
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from priority_figure import sampling_probabilities
-from replay_state import memory_state
+from rank_based import RankBasedMemory
 from replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
 
 
@@ -22,42 +30,6 @@ def filled_tree(priorities: list[float]) -> SumTree:
     n = len(priorities)
     tree.update_batch(np.arange(n) + n - 1, np.array(priorities, dtype=np.float64))
     return tree
-
-
-def experience(i: int) -> tuple:
-    state = np.full(3, i, dtype=np.float32)
-    return state, i % 2, float(i), state + 1, i % 3 == 0
-
-
-def filled_memory(n: int, **kwargs) -> Memory:
-    memory = Memory(kwargs.pop("capacity", n), rng=kwargs.pop("rng", 0), **kwargs)
-    for i in range(n):
-        memory.store(experience(i))
-    return memory
-
-
-def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
-    """`count` uint8 stacks of `stack` 2x2 frames, one episode: stack i + 1 is stack i shifted by
-    one frame (frames are filled with 1, 2, 3, ...)."""
-    frames = np.arange(1, count + stack, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2),
-                                                                               np.uint8)
-    return np.stack([np.stack(frames[i:i + stack], axis=-1) for i in range(count)])
-
-
-def snapshot(memory: object) -> dict[str, np.ndarray]:
-    """`memory_state(memory)` copied: its arrays are views of the live memory."""
-    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
-
-
-def names_bad(name: str, value: float) -> str:
-    """The regex of the message refusing `value` for `name`: "<name> must be finite and >= 0,
-    got <value>", the value as Python writes it (nan, inf, -1.0)."""
-    return rf"{name} must be finite and >= 0, got {re.escape(repr(float(value)))}$"
-
-
-def states_equal(first: dict, second: dict) -> bool:
-    return first.keys() == second.keys() and all(
-        np.array_equal(first[key], second[key]) for key in first)
 
 
 # SumTree on trees small enough to check by hand -------------------------------------------------
@@ -343,7 +315,7 @@ def test_store_returns_the_slot_and_wraps_around():
 
 
 def test_batch_fields_keep_their_types():
-    memory = filled_memory(5)
+    memory = filled_memory(Memory, 5)
     tree_idx, batch, is_weights = memory.sample(4)
     states, actions, rewards, next_states, dones, discounts = batch
     assert states.shape == (4, 3) and states.dtype == np.float32
@@ -388,9 +360,10 @@ def test_n_step_returns_by_hand():
     assert sampled_by_slot(memory)[5] == (8 + 16 / 2, 22, False, 1 / 4)
 
 
-def test_n_step_returns_of_the_prioritized_memory():
-    # The same chains through Memory.sample: each sampled slot's batch row is its n-step return.
-    memory = Memory(4, rng=0, n_step=2, gamma=0.5)
+@pytest.mark.parametrize("kind", [Memory, RankBasedMemory])
+def test_n_step_returns_of_the_prioritized_memories(kind):
+    # The same chains through sample: each sampled slot's batch row is its n-step return.
+    memory = kind(4, rng=0, n_step=2, gamma=0.5)
     for state, reward, done in [(0, 1.0, False), (1, 2.0, True), (5, 4.0, False)]:
         memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
                       np.float32), done))
@@ -423,8 +396,9 @@ def test_bad_n_step_is_rejected(n_step):
         UniformMemory(4, n_step=n_step)
 
 
-def test_partly_filled_memory_samples_only_filled_slots():
-    memory = filled_memory(3, capacity=100)
+@pytest.mark.parametrize("kind", [Memory, RankBasedMemory])
+def test_partly_filled_memory_samples_only_filled_slots(kind):
+    memory = filled_memory(kind, 3, capacity=100)
     assert len(memory) == 3
     for _ in range(50):
         tree_idx, (states, *_), _ = memory.sample(32)
@@ -433,7 +407,7 @@ def test_partly_filled_memory_samples_only_filled_slots():
 
 
 def test_wrap_around_keeps_the_newest_transitions():
-    memory = filled_memory(6, capacity=4)
+    memory = filled_memory(Memory, 6, capacity=4)
     assert len(memory) == 4
     _, (states, *_), _ = memory.sample(200)
     assert set(states[:, 0]) == {2.0, 3.0, 4.0, 5.0}
@@ -453,7 +427,7 @@ def test_new_transitions_get_the_highest_priority_so_far():
 
 
 def test_priority_formula_and_clipping():
-    memory = filled_memory(4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
+    memory = filled_memory(Memory, 4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
     errors = np.array([0.0, 0.15, 3.0, 0.99])
     np.testing.assert_allclose(memory.priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
     memory.batch_update(np.array([3, 4, 5, 6]), errors)
@@ -462,13 +436,13 @@ def test_priority_formula_and_clipping():
 
 
 def test_batch_update_last_duplicate_wins():
-    memory = filled_memory(4, alpha=1.0, epsilon=0.5, abs_err_upper=10.0)
+    memory = filled_memory(Memory, 4, alpha=1.0, epsilon=0.5, abs_err_upper=10.0)
     memory.batch_update(np.array([3, 4, 3]), np.array([1.0, 2.0, 3.0]))
     np.testing.assert_allclose(memory.tree.tree[3:], [3.5, 2.5, 1.0, 1.0])
 
 
 def test_importance_sampling_weights_match_the_paper():
-    memory = filled_memory(5, alpha=1.0, beta=0.4, beta_increment=0.1, epsilon=0.5)
+    memory = filled_memory(Memory, 5, alpha=1.0, beta=0.4, beta_increment=0.1, epsilon=0.5)
     memory.batch_update(np.arange(4, 9), np.array([0.5, 1.5, 0.0, 2.0, 9.0]))
     tree_idx, _, is_weights = memory.sample(50)
     assert memory.beta == pytest.approx(0.5)
@@ -482,13 +456,13 @@ def test_importance_sampling_weights_match_the_paper():
 
 
 def test_beta_grows_to_one_and_stops():
-    memory = filled_memory(4, beta=0.9, beta_increment=0.04)
+    memory = filled_memory(Memory, 4, beta=0.9, beta_increment=0.04)
     betas = [memory.sample(2) and memory.beta for _ in range(4)]
     np.testing.assert_allclose(betas, [0.94, 0.98, 1.0, 1.0])
 
 
 def test_proportional_sampling_frequencies_match_probabilities():
-    memory = filled_memory(6, alpha=0.7, abs_err_upper=100.0, rng=42)
+    memory = filled_memory(Memory, 6, alpha=0.7, abs_err_upper=100.0, rng=42)
     errors = np.array([0.0, 0.5, 1.0, 2.0, 4.0, 8.0])
     memory.batch_update(np.arange(5, 11), errors)
     priorities = (errors + 0.01) ** 0.7
@@ -501,7 +475,7 @@ def test_proportional_sampling_frequencies_match_probabilities():
 
 
 def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
-    memory = filled_memory(4, capacity=8)
+    memory = filled_memory(Memory, 4, capacity=8)
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.09, 0.24, 0.49]))
     slots, probabilities = sampling_probabilities(memory)
     np.testing.assert_array_equal(slots, [0, 1, 2, 3])
@@ -518,7 +492,7 @@ def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
 def test_memory_bad_input_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="empty memory"):
         Memory(4).sample(2)
-    memory = filled_memory(4)
+    memory = filled_memory(Memory, 4)
     before = snapshot(memory)
     for bad in (np.nan, np.inf, -0.5):
         with pytest.raises(ValueError, match=names_bad("absolute TD error", bad)):
@@ -605,14 +579,6 @@ def test_a_frame_store_empties_the_leaves_of_the_transitions_it_breaks():
     memory.batch_update(np.array([3, 4]), np.array([5.0, 5.0]))
     assert memory.tree.tree[3] == 0.0 and memory.tree.tree[4] == pytest.approx(1.0)
     assert set((memory.sample(100)[0] - 3).tolist()) == {1, 2}
-
-
-def array_bytes(*holders: object) -> int:
-    """Bytes of the numpy arrays the objects hold as attributes, alone or in tuples."""
-    arrays = [item for holder in holders for value in vars(holder).values()
-              for item in (value if isinstance(value, tuple) else (value,))
-              if isinstance(item, np.ndarray)]
-    return sum(array.nbytes for array in arrays)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "proportional"])

@@ -1,19 +1,14 @@
 """Tests for priority_figure.py: the replay statistics by hand, then watching real memories."""
 
-import io
 
 import numpy as np
 import pytest
+from memory_helpers import experience, save_and_load
 
 from PER import Memory, UniformMemory
 from priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
 from rank_based import RankBasedMemory
 from replay_state import load_memory_state, memory_state
-
-
-def experience(i: int) -> tuple:
-    state = np.full(3, i, dtype=np.float32)
-    return state, i % 2, float(i), state + 1, i % 3 == 0
 
 
 def store(memory, stats: ReplayStatistics, transition: tuple) -> None:
@@ -26,14 +21,6 @@ def sample(memory, stats: ReplayStatistics, n: int) -> np.ndarray:
     tree_idx, _, _ = memory.sample(n)
     stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
     return tree_idx
-
-
-def save_and_load(arrays: dict) -> dict:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    buffer.seek(0)
-    with np.load(buffer, allow_pickle=False) as saved:
-        return dict(saved)
 
 
 def test_age_bins_are_powers_of_two_by_hand():

@@ -1,50 +1,22 @@
 """Tests for rank_based.py's `RankBasedMemory`: ranks by hand, then statistics with fixed seeds.
 Checkpoints of it are tested in test_replay_state.py."""
 
-import re
 
 import numpy as np
 import pytest
+from memory_helpers import (
+    array_bytes,
+    experience,
+    filled_memory,
+    frame_stacks,
+    names_bad,
+    snapshot,
+    states_equal,
+)
 
 from priority_figure import sampling_probabilities
 from rank_based import RankBasedMemory
-from replay_state import memory_state
 from replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
-
-
-def experience(i: int) -> tuple:
-    state = np.full(3, i, dtype=np.float32)
-    return state, i % 2, float(i), state + 1, i % 3 == 0
-
-
-def filled_memory(n: int, **kwargs) -> RankBasedMemory:
-    memory = RankBasedMemory(kwargs.pop("capacity", n), rng=kwargs.pop("rng", 0), **kwargs)
-    for i in range(n):
-        memory.store(experience(i))
-    return memory
-
-
-def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
-    """`count` uint8 stacks of `stack` 2x2 frames, one episode: stack i + 1 is stack i shifted by
-    one frame (frames are filled with 1, 2, 3, ...)."""
-    frames = np.arange(1, count + stack, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2),
-                                                                               np.uint8)
-    return np.stack([np.stack(frames[i:i + stack], axis=-1) for i in range(count)])
-
-
-def snapshot(memory: RankBasedMemory) -> dict[str, np.ndarray]:
-    """`memory_state(memory)` copied: its arrays are views of the live memory."""
-    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
-
-
-def states_equal(first: dict, second: dict) -> bool:
-    return first.keys() == second.keys() and all(
-        np.array_equal(first[key], second[key]) for key in first)
-
-
-def names_bad(name: str, value: float) -> str:
-    """The regex of the message refusing `value` for `name` (numpy may write np.float64(nan))."""
-    return rf"{name} must be finite and >= 0, got (np\.float64\()?{re.escape(repr(value))}\b"
 
 
 def test_defaults_are_the_papers():
@@ -65,7 +37,7 @@ def test_store_returns_the_slot_and_new_transitions_rank_first():
 
 
 def test_a_full_memory_overwrites_the_oldest_and_ranks_it_first():
-    memory = filled_memory(4)
+    memory = filled_memory(RankBasedMemory, 4)
     memory.batch_update(np.arange(3, 7), np.array([4.0, 3.0, 2.0, 1.0]))
     assert memory.store(experience(4)) == 0  # overwrites slot 0, which ranked first
     memory.refresh_ranks()
@@ -75,7 +47,7 @@ def test_a_full_memory_overwrites_the_oldest_and_ranks_it_first():
 
 
 def test_batch_update_last_duplicate_wins_and_ranks_follow():
-    memory = filled_memory(4)
+    memory = filled_memory(RankBasedMemory, 4)
     memory.batch_update(np.array([3, 4, 5, 6, 3]), np.array([5.0, 1.0, 2.0, 3.0, 0.5]))
     np.testing.assert_array_equal(memory.abs_errors, [0.5, 1.0, 2.0, 3.0])
     memory.refresh_ranks()
@@ -102,7 +74,7 @@ def test_ranks_stay_sorted_through_many_stores_and_updates():
 
 
 def test_rank_based_sampling_frequencies_and_weights():
-    memory = filled_memory(6, alpha=0.7, beta=0.5, beta_increment=0.0, rng=7)
+    memory = filled_memory(RankBasedMemory, 6, alpha=0.7, beta=0.5, beta_increment=0.0, rng=7)
     errors = np.array([0.3, 5.0, 0.1, 2.0, 0.2, 1.0])  # ranks 4, 1, 6, 2, 5, 3
     memory.batch_update(np.arange(5, 11), errors)
     ranks = np.array([4, 1, 6, 2, 5, 3])
@@ -119,7 +91,7 @@ def test_rank_based_sampling_frequencies_and_weights():
 
 
 def test_alpha_zero_samples_uniformly_with_weights_one():
-    memory = filled_memory(5, alpha=0.0, rng=2)
+    memory = filled_memory(RankBasedMemory, 5, alpha=0.0, rng=2)
     memory.batch_update(np.arange(4, 9), np.array([9.0, 0.0, 1.0, 3.0, 0.5]))
     tree_idx, _, is_weights = memory.sample(5000)
     np.testing.assert_array_equal(is_weights, 1.0)
@@ -127,32 +99,11 @@ def test_alpha_zero_samples_uniformly_with_weights_one():
 
 
 def test_beta_grows_to_one_and_stops():
-    memory = filled_memory(4, beta=0.9, beta_increment=0.04)
+    memory = filled_memory(RankBasedMemory, 4, beta=0.9, beta_increment=0.04)
     betas = [memory.sample(2) and memory.beta for _ in range(4)]
     np.testing.assert_allclose(betas, [0.94, 0.98, 1.0, 1.0])
 
 
-def test_partly_filled_memory_samples_only_filled_slots():
-    memory = filled_memory(3, capacity=100)
-    assert len(memory) == 3
-    for _ in range(50):
-        tree_idx, (states, *_), _ = memory.sample(32)
-        assert set(tree_idx - 99) <= {0, 1, 2}
-        np.testing.assert_array_equal(states[:, 0], tree_idx - 99)
-
-
-def test_batch_holds_the_n_step_returns():
-    memory = RankBasedMemory(4, rng=0, n_step=2, gamma=0.5)
-    for state, reward, done in [(0, 1.0, False), (1, 2.0, True), (5, 4.0, False)]:
-        memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
-                      np.float32), done))
-    tree_idx, (states, _, rewards, next_states, dones, discounts), _ = memory.sample(200)
-    expected = {0: (2.0, 2.0, True, 0.25), 1: (2.0, 2.0, True, 0.5), 2: (4.0, 6.0, False, 0.5)}
-    assert set((tree_idx - 3).tolist()) == {0, 1, 2}
-    for row, slot in enumerate((tree_idx - 3).tolist()):
-        got = (rewards[row], next_states[row, 0], bool(dones[row]), float(discounts[row]))
-        assert got == expected[slot]
-        assert states[row, 0] == [0, 1, 5][slot]
 
 
 def test_sampling_probabilities_sum_to_one_and_follow_the_ranks():
@@ -194,7 +145,7 @@ def test_a_frame_store_drops_the_transitions_it_breaks_from_the_ranks():
 def test_memory_bad_input_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="empty memory"):
         RankBasedMemory(4).sample(2)
-    memory = filled_memory(4)
+    memory = filled_memory(RankBasedMemory, 4)
     memory.batch_update(np.arange(3, 7), np.array([0.1, 0.2, 0.3, 0.4]))
     before = snapshot(memory)
     for bad in (np.nan, np.inf, -0.5):
@@ -242,7 +193,7 @@ def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_w
 
 
 def test_seeded_memories_repeat():
-    first, second = filled_memory(50, capacity=64, rng=5), filled_memory(50, capacity=64, rng=5)
+    first, second = (filled_memory(RankBasedMemory, 50, capacity=64, rng=5) for _ in range(2))
     for _ in range(3):
         (first_idx, _, first_weights), (second_idx, _, second_weights) = (first.sample(8),
                                                                           second.sample(8))
@@ -250,14 +201,6 @@ def test_seeded_memories_repeat():
         np.testing.assert_array_equal(first_weights, second_weights)
         first.batch_update(first_idx, np.abs(np.sin(first_idx)))
         second.batch_update(second_idx, np.abs(np.sin(second_idx)))
-
-
-def array_bytes(*holders: object) -> int:
-    """Bytes of the numpy arrays the objects hold as attributes, alone or in tuples."""
-    arrays = [item for holder in holders for value in vars(holder).values()
-              for item in (value if isinstance(value, tuple) else (value,))
-              if isinstance(item, np.ndarray)]
-    return sum(array.nbytes for array in arrays)
 
 
 @pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])

@@ -2,10 +2,10 @@
 `UniformMemory` and rank_based.py's `RankBasedMemory`, through an .npz file as checkpoint.py
 writes them."""
 
-import io
 
 import numpy as np
 import pytest
+from memory_helpers import experience, frame_stacks, save_and_load, snapshot, states_equal
 
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
@@ -13,37 +13,6 @@ from replay_state import PRIORITY_KEYS, load_memory_state, memory_state
 from replay_storage import FrameStackStorage
 
 KINDS = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}
-
-
-def experience(i: int) -> tuple:
-    state = np.full(3, i, dtype=np.float32)
-    return state, i % 2, float(i), state + 1, i % 3 == 0
-
-
-def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
-    """`count` uint8 stacks of `stack` 2x2 frames, one episode: stack i + 1 is stack i shifted by
-    one frame (frames are filled with 1, 2, 3, ...)."""
-    frames = (np.arange(1, count + stack) % 256).astype(np.uint8)[:, None, None] * np.ones(
-        (1, 2, 2), np.uint8)
-    return np.stack([np.stack(frames[i:i + stack], axis=-1) for i in range(count)])
-
-
-def save_and_load(arrays: dict) -> dict:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    buffer.seek(0)
-    with np.load(buffer, allow_pickle=False) as saved:
-        return dict(saved)
-
-
-def snapshot(memory: object) -> dict[str, np.ndarray]:
-    """`memory_state(memory)` copied: its arrays are views of the live memory."""
-    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
-
-
-def states_equal(first: dict, second: dict) -> bool:
-    return first.keys() == second.keys() and all(
-        np.array_equal(first[key], second[key]) for key in first)
 
 
 def filled(kind: str, n: int, capacity: int = 8, **kwargs) -> object:
