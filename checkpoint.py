@@ -208,11 +208,6 @@ class FiniteSteps(gym.Wrapper):
         return observation, info
 
 
-def stops_on_nan(env: gym.Env, agent: Any) -> FiniteSteps:
-    """`env` for `agent`'s training: NonFiniteError at the first NaN or inf (`FiniteSteps`)."""
-    return FiniteSteps(env, agent)
-
-
 # ---- A run and the files it owns --------------------------------------------------------------
 @dataclass
 class TrainingRun:

@@ -191,7 +191,7 @@ class DQNAgent:
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
         env = make_env(config.env_name, config.max_episode_steps)
-        self.env = checkpoint.stops_on_nan(env, self)
+        self.env = checkpoint.FiniteSteps(env, self)  # NaN or inf stops the run, checkpointed
         if not isinstance(self.env.action_space, gym.spaces.Discrete):
             raise ValueError(f"{config.env_name} has action space {self.env.action_space}; "
                              "DQN needs a discrete one")

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The last commit before d3qn_agent.py and PER.py were cut back to the tutorial's story.
 REFERENCE_COMMIT = "3f8ba61"
 # Seeded runs that exercise every path the games take: the default CartPole run whole, and a few
-# thousand steps of LunarLander, MinAtar Breakout and Pong with training and an evaluation.
+# thousand steps of the other games with training and an evaluation.
 GAMES: dict[str, list[str]] = {
     "cartpole": [],
     "lunarlander": ["--env-name", "LunarLander-v3", "--total-steps", "4000",
@@ -37,6 +37,13 @@ GAMES: dict[str, list[str]] = {
     "pong": ["--env-name", "PongNoFrameskip-v4", "--total-steps", "2000", "--memory-size",
              "10000", "--learning-starts", "1000", "--eval-every", "2000", "--eval-episodes",
              "1", "--checkpoint-every", "0"],
+    # The other games the docs report, and the replay and target variants, briefly.
+    "acrobot": ["--env-name", "Acrobot-v1", "--total-steps", "3000", "--eval-every", "1500"],
+    "mountaincar": ["--env-name", "MountainCar-v0", "--total-steps", "3000", "--eval-every",
+                    "1500"],
+    "cartpole-rank-based": ["--rank-based", "--total-steps", "5000"],
+    "cartpole-uniform": ["--no-per", "--total-steps", "5000"],
+    "cartpole-soft-update": ["--soft-update", "--total-steps", "5000"],
 }
 TIMINGS = [
     (re.compile(r"; Keras on \w+$"), ""),  # the first line's backend, named since JAX runs

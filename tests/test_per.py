@@ -581,16 +581,16 @@ def test_a_frame_store_empties_the_leaves_of_the_transitions_it_breaks():
     assert set((memory.sample(100)[0] - 3).tolist()) == {1, 2}
 
 
-@pytest.mark.parametrize("kind", ["uniform", "proportional"])
+@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank-based"])
 @pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])
 def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     # Filled as the agents fill it: float32 vectors or uint8 frame stacks, Python int actions,
-    # float rewards, bool dones. (test_rank_based.py measures the rank-based memory.)
+    # float rewards, bool dones; a sample lets the rank-based memory rank every slot.
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
     storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
-    memory = {"uniform": UniformMemory, "proportional": Memory}[kind](
-        capacity, storage=storage, rng=0)
+    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[
+        kind](capacity, storage=storage, rng=0)
     for i in range(capacity):
         if storage is None:
             state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
@@ -599,6 +599,8 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
             next_state = np.stack(frames[i + 1:i + 5], axis=-1)
         memory.store((state, i % 2, 1.0, next_state, False))
     memory.sample(32)
+    if kind == "rank-based":
+        assert len(memory.ranked_slots) == len(memory)
     holders = [memory, memory.storage, *([memory.tree] if kind == "proportional" else [])]
     measured = array_bytes(*holders) / capacity
     estimate = replay_bytes_per_slot(

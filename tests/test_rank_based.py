@@ -5,7 +5,6 @@ Checkpoints of it are tested in test_replay_state.py."""
 import numpy as np
 import pytest
 from memory_helpers import (
-    array_bytes,
     experience,
     filled_memory,
     frame_stacks,
@@ -16,7 +15,7 @@ from memory_helpers import (
 
 from priority_figure import sampling_probabilities
 from rank_based import RankBasedMemory
-from replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
+from replay_storage import FrameStackStorage, TransitionStorage
 
 
 def test_defaults_are_the_papers():
@@ -201,28 +200,3 @@ def test_seeded_memories_repeat():
         np.testing.assert_array_equal(first_weights, second_weights)
         first.batch_update(first_idx, np.abs(np.sin(first_idx)))
         second.batch_update(second_idx, np.abs(np.sin(second_idx)))
-
-
-@pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])
-def test_replay_bytes_per_slot_is_what_a_full_memory_holds(state_shape):
-    # Filled as the agents fill it: float32 vectors or uint8 frame stacks, Python int actions,
-    # float rewards, bool dones; a sample lets the memory rank every slot.
-    capacity = 4096
-    frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
-    storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
-    memory = RankBasedMemory(capacity, storage=storage, rng=0)
-    for i in range(capacity):
-        if storage is None:
-            state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
-        else:
-            state = np.stack(frames[i:i + 4], axis=-1)
-            next_state = np.stack(frames[i + 1:i + 5], axis=-1)
-        memory.store((state, i % 2, 1.0, next_state, False))
-    memory.sample(32)
-    assert len(memory.ranked_slots) == len(memory)
-    measured = array_bytes(memory, memory.storage) / capacity
-    estimate = replay_bytes_per_slot(
-        state_shape, np.dtype(np.float32 if storage is None else np.uint8), "rank-based")
-    # What stays is a few fixed arrays (a pending stack): < 3 bytes a slot here, nothing for
-    # the millions of slots the estimate is for.
-    assert 0 <= measured - estimate < 3
