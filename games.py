@@ -17,6 +17,9 @@ from patch_conv import PatchConv2D
 from replay_storage import FrameStackStorage, storage_for
 
 MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so (minatar_wrappers.PREFIX)
+# The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
+# PatchConv2D on this project's CPUs (benchmarks/bench_pong_kernels.py sets it to time both).
+NATURE_CONV = keras.layers.Conv2D
 
 
 def is_minatar(env_name: str) -> bool:
@@ -66,7 +69,7 @@ def image_torso(frames: Any) -> Any:
         units = 128
     else:
         for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu")(x)
+            x = NATURE_CONV(filters, kernel, strides=stride, activation="relu")(x)
         units = 512
     x = keras.layers.Flatten()(x)
     return keras.layers.Dense(units, activation="relu")(x)

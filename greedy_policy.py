@@ -56,7 +56,7 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
     if isinstance(layer, PatchConv2D):
         # As PatchConv2D computes it: the shifted views side by side along the channels, times
         # the kernel (k, k, channels, filters) flattened to (k * k * channels, filters).
-        patches = np.concatenate(shifted_views(x, layer.kernel_size), axis=-1)
+        patches = np.concatenate(shifted_views(x, layer.kernel_size, layer.strides), axis=-1)
         x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
     else:
         x = x @ kernel + bias

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import keras
@@ -34,6 +35,7 @@ from timing import median_seconds
 
 from d3qn_agent import DQNAgent
 from gradient_steps import Batches
+from patch_conv import PatchConv2D
 
 BEFORE_STEPS_PER_SECOND = 37.7  # Pong before the fast path (docs/benchmarks.md), the 1.5x base
 MATMUL_SIZE = 2048  # n of the n x n x n matmul: 17 GFLOP, ~0.1-0.3 s on this CPU
@@ -41,11 +43,11 @@ MATMUL_SIZE = 2048  # n of the n x n x n matmul: 17 GFLOP, ~0.1-0.3 s on this CP
 
 def forward_flops(model: keras.Model) -> tuple[int, int]:
     """(all layers, the first convolution): floating-point operations of one sample's forward
-    pass through the model's Conv2D and Dense layers; the rest (ReLU, scaling, the dueling
-    mean) is a few thousand operations and left out."""
+    pass through the model's Conv2D (or PatchConv2D) and Dense layers; the rest (ReLU, scaling,
+    the dueling mean) is a few thousand operations and left out."""
     total = first_conv = 0
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Conv2D):
+        if isinstance(layer, (keras.layers.Conv2D, PatchConv2D)):
             _, height, width, filters = layer.output.shape
             kernel_height, kernel_width, channels, _ = layer.kernel.shape
             flops = 2 * height * width * filters * kernel_height * kernel_width * channels
@@ -57,6 +59,36 @@ def forward_flops(model: keras.Model) -> tuple[int, int]:
             continue
         total += flops
     return total, first_conv
+
+
+def gradient_step_flops(model: keras.Model, batch_size: int) -> int:
+    """Floating-point operations of one gradient step: the online network forward and backward
+    on the states, then the online and the target network forward on the next states."""
+    forward, first_conv = forward_flops(model)
+    return batch_size * ((3 * forward - first_conv) + 2 * forward)
+
+
+def random_gradient_step(agent: DQNAgent) -> Callable[[], object]:
+    """A call of `agent.learn` on one random batch of the agent's shapes (one gradient step)."""
+    rng = np.random.default_rng(0)
+    batch_size = agent.config.batch_size
+    shape = (1, batch_size, *agent.state_shape)  # one gradient step per call (the Atari preset)
+    states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
+    next_states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
+    per_sample = np.ones((1, batch_size), np.float32)
+    actions = rng.integers(0, agent.action_size, (1, batch_size), dtype=np.int32)
+    batches = Batches(states, actions, per_sample, next_states, np.zeros_like(per_sample),
+                      0.99 * per_sample, per_sample)
+    return lambda: agent.learn(batches, agent.step)
+
+
+def matmul_speed() -> tuple[float, float]:
+    """(seconds, FLOP/s) of a square float32 matmul of MATMUL_SIZE, median of 10."""
+    matrix = tf.constant(np.random.default_rng(0).standard_normal(
+        (MATMUL_SIZE, MATMUL_SIZE), dtype=np.float32))
+    matmul = tf.function(lambda: tf.linalg.matmul(matrix, matrix))
+    seconds = median_seconds(lambda: matmul().numpy(), 10)
+    return seconds, 2 * MATMUL_SIZE**3 / seconds
 
 
 def main() -> None:
@@ -75,23 +107,10 @@ def main() -> None:
                          plot_dir=work_dir)
     batch_size = agent.config.batch_size
     forward, first_conv = forward_flops(agent.model)
-    # online forward and backward on the states, then online and target forward on the next
-    step_flops = batch_size * ((3 * forward - first_conv) + 2 * forward)
-
-    rng = np.random.default_rng(0)
-    shape = (1, batch_size, *agent.state_shape)  # one gradient step per call (the Atari preset)
-    states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
-    next_states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
-    per_sample = np.ones((1, batch_size), np.float32)
-    actions = rng.integers(0, agent.action_size, (1, batch_size), dtype=np.int32)
-    batches = Batches(states, actions, per_sample, next_states, np.zeros_like(per_sample),
-                      0.99 * per_sample, per_sample)
-    step_seconds = median_seconds(lambda: agent.learn(batches, agent.step), args.repeats)
-
-    matrix = tf.constant(rng.standard_normal((MATMUL_SIZE, MATMUL_SIZE), dtype=np.float32))
-    matmul = tf.function(lambda: tf.linalg.matmul(matrix, matrix))
-    matmul_seconds = median_seconds(lambda: matmul().numpy(), 10)
-    matmul_rate = 2 * MATMUL_SIZE**3 / matmul_seconds
+    step_flops = gradient_step_flops(agent.model, batch_size)
+    learn = random_gradient_step(agent)
+    step_seconds = median_seconds(learn, args.repeats)
+    matmul_seconds, matmul_rate = matmul_speed()
 
     fastest_step = step_flops / matmul_rate
     bound = args.train_frequency / fastest_step

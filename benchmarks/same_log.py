@@ -9,7 +9,7 @@ A refactoring that should not change what the agent learns proves it here: every
 evaluation and summary line the same, only speeds and durations differing. Each run starts in an
 empty directory of its own with `--model-dir models --plot-dir plots`, so the paths a log names
 are the same on both sides. The two sides run one after the other, each printing its wall time
-(a rough check only: `bench_agent.py` and `bench_minatar.py` time the agent properly). Exits 1
+(a rough check only: `bench_agent.py` and `bench_vs_sb3.py` time the agent properly). Exits 1
 if any game's logs differ, after printing the first line that does.
 """
 

@@ -1,0 +1,124 @@
+"""Which convolutions take Pong's gradient step and greedy action fastest on this CPU: each
+candidate timed side by side in one process, in alternating rounds.
+
+    python benchmarks/bench_pong_kernels.py
+    python benchmarks/bench_pong_kernels.py --rounds 9
+
+Candidates for the Nature DQN torso (conv 32 8x8/4, 64 4x4/2, 64 3x3/1 on 84x84x4 frames):
+TensorFlow's `Conv2D` (oneDNN's kernels where TensorFlow turns them on) and `PatchConv2D`
+(patch_conv.py: the strided views of each layer's input side by side, times the kernel, one
+matrix product), each with the gradient step compiled by XLA and without. Each agent is
+d3qn_agent.py's Pong network and gradient step (`DQNAgent.learn` on one random batch of 32, as
+bench_pong_ceiling.py), built once; then every round times 10 calls of each candidate in turn,
+so a drift of the machine hits them all, and the median of the rounds' medians counts. The rate
+is the step's arithmetic (bench_pong_ceiling.py's count) over its time, also as a share of this
+CPU's float32 matmul rate.
+
+Then the greedy action for one state, the acting cost of every env step: the call that acting
+uses (`GreedyPolicy` with the Conv2D torso, traced and compiled by XLA), the same call traced
+without XLA, and the numpy forward pass of `greedy_policy.py` on the PatchConv2D torso, without
+and with the copy of the weights that it needs after each training call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+import keras
+import numpy as np
+import tensorflow as tf
+from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step
+from timing import median_seconds
+
+import games
+from d3qn_agent import DQNAgent
+from patch_conv import PatchConv2D
+
+ENV_NAME = "PongNoFrameskip-v4"  # whose network and preset are timed
+ROUNDS = 5  # alternating rounds of CALLS timed calls per candidate
+CALLS = 10
+CONVOLUTIONS = {"Conv2D": keras.layers.Conv2D, "PatchConv2D": PatchConv2D}
+
+
+def build_agent(convolution: type, xla: bool, work_dir: str) -> DQNAgent:
+    """The Pong agent with `convolution` in its torso (games.NATURE_CONV) and XLA on or off."""
+    games.NATURE_CONV = convolution
+    try:
+        return DQNAgent(ENV_NAME, memory_size=1_000, xla=xla, model_dir=work_dir,
+                        plot_dir=work_dir)
+    finally:
+        games.NATURE_CONV = keras.layers.Conv2D
+
+
+def alternating_medians(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Seconds per call of each candidate: median over `rounds` of the median of CALLS calls,
+    the candidates taking turns within each round (each warmed up first)."""
+    for call in calls.values():
+        call()
+    medians: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            medians[name].append(median_seconds(call, CALLS))
+    return {name: statistics.median(values) for name, values in medians.items()}
+
+
+def greedy_calls(conv_agent: DQNAgent, patch_agent: DQNAgent) -> dict[str, Callable[[], object]]:
+    """The greedy-action candidates for one random Pong state."""
+    state = np.random.default_rng(1).integers(0, 256, (1, *conv_agent.state_shape), np.uint8)
+    model = conv_agent.model
+    spec = tf.TensorSpec((None, *conv_agent.state_shape), tf.uint8)
+    plain_call = tf.function(
+        lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
+        autograph=False).get_concrete_function(spec)
+    numpy_policy = patch_agent.greedy_actions
+    if numpy_policy.layers is None:
+        raise RuntimeError("the PatchConv2D torso should run in numpy (greedy_policy.py)")
+
+    def numpy_after_training() -> object:
+        numpy_policy.weights_changed()
+        return numpy_policy(state)
+
+    return {"compiled by XLA (acting's)": lambda: conv_agent.greedy_actions(state),
+            "compiled, no XLA": lambda: plain_call(state).numpy(),
+            "numpy, PatchConv2D": lambda: numpy_policy(state),
+            "numpy, weights copied first": numpy_after_training}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+
+    with tempfile.TemporaryDirectory() as work_dir:
+        agents = {f"{name}, XLA {'on' if xla else 'off'}": build_agent(convolution, xla, work_dir)
+                  for name, convolution in CONVOLUTIONS.items() for xla in (False, True)}
+    conv_agent, patch_agent = agents["Conv2D, XLA off"], agents["PatchConv2D, XLA off"]
+    step_flops = gradient_step_flops(conv_agent.model, conv_agent.config.batch_size)
+    steps = alternating_medians(
+        {name: random_gradient_step(agent) for name, agent in agents.items()}, args.rounds)
+    actions = alternating_medians(greedy_calls(conv_agent, patch_agent), args.rounds)
+    _, matmul_rate = matmul_speed()
+
+    print(f"{ENV_NAME} gradient step, batch {conv_agent.config.batch_size}, "
+          f"{step_flops / 1e9:.2f} GFLOP; median of {args.rounds} alternating rounds of {CALLS}; "
+          f"float32 matmul {matmul_rate / 1e9:.0f} GFLOP/s")
+    print(f"{'torso':<24} {'ms':>7} {'GFLOP/s':>8} {'of matmul':>10}")
+    for name, seconds in steps.items():
+        rate = step_flops / seconds
+        print(f"{name:<24} {seconds * 1e3:7.2f} {rate / 1e9:8.0f} {rate / matmul_rate:10.0%}")
+    print(f"\ngreedy action for one state (median of {args.rounds} rounds of {CALLS})")
+    for name, seconds in actions.items():
+        print(f"{name:<28} {seconds * 1e3:7.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

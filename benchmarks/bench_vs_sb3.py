@@ -1,0 +1,171 @@
+"""Training speed against Stable-Baselines3: env steps/s of the D3QN agent and of SB3's DQN with
+the same network and update ratio, side by side in one run, on MinAtar or Atari Pong.
+
+    python benchmarks/bench_vs_sb3.py                                   # MinAtar Breakout
+    python benchmarks/bench_vs_sb3.py --env-name MinAtar/SpaceInvaders-v1 --steps 40000
+    python benchmarks/bench_vs_sb3.py --env-name PongNoFrameskip-v4 --rounds 2
+    python benchmarks/bench_atari.py --env-name MinAtar/Breakout-v1 --train-frequency 4 \\
+        --before none --steps 20000                       # where our agent's step time goes
+
+Both agents train with the game's preset values (settings.MINATAR_PRESET, or ATARI_PRESET for
+an Atari id): batch 32, a gradient step every 4 env steps, a target copy every 1,000, Adam 1e-4,
+on the same network: MinAtar's (1/255, conv 16 3x3, dense 128) or the Nature DQN's (1/255, conv
+32 8x8/4, 64 4x4/2, 64 3x3/1, dense 512, SB3's own `NatureCNN`). Ours has its dueling head,
+double-DQN targets, 3-step returns (Atari) and prioritized replay; SB3's DQN a linear Q head and
+uniform replay, as it ships (its replay has no PER). Epsilon is at the preset's final value (0.1
+MinAtar, 0.01 Atari) from the start, so nearly every step runs the network to act, as in nearly
+all of a long run. Each agent first runs `--warmup` untimed steps, which fill its replay past
+`learning_starts` and trace its graphs; then `--steps` timed steps. For Pong, whose frames are
+large, the replay holds 20,000 transitions and learning starts at 2,000 (the preset: 100,000 and
+10,000; sampling costs O(log N), so the speed barely depends on it). SB3 runs on torch, once with
+one thread and once with one per core (torch.set_num_threads; on a shared CPU its two threads can
+be several times slower than one), and its faster run counts; it plays the same environment
+(`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
+
+`--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
+of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
+without `stable_baselines3` (and torch) installed the script says so and measures ours alone.
+The 2-core CPU may be shared: the load average is printed with the numbers, and the ratio is the
+claim (both measured in this one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from agent_loop import run_steps, skip_end_of_run
+
+import settings
+from d3qn_agent import DQNAgent
+from games import is_minatar, make_env
+
+ENV_NAME = "MinAtar/Breakout-v1"  # the game both agents play
+SEED = 0  # seeds both agents and their environments
+# Per kind of game: timed steps, untimed warm-up steps, the run a speed projects to (frames),
+# and the values that differ from the preset for a short benchmark (none for MinAtar).
+MINATAR = {"steps": 20_000, "warmup": 6_000, "budget": 2_000_000, "changes": {}}
+ATARI = {"steps": 2_000, "warmup": 3_000, "budget": 500_000,
+         "changes": {"memory_size": 20_000, "learning_starts": 2_000, "train_frequency": 4}}
+
+
+def game_settings(env_name: str) -> tuple[dict, dict]:
+    """(the preset both agents train with, the benchmark's steps) for `env_name`."""
+    if is_minatar(env_name):
+        return settings.MINATAR_PRESET, MINATAR
+    return {**settings.ATARI_PRESET, **ATARI["changes"]}, ATARI
+
+
+def measure_ours(env_name: str, steps: int, warmup: int, seed: int) -> float:
+    """Env steps/s of d3qn_agent.py's own training loop on `env_name` (its preset)."""
+    changes = game_settings(env_name)[1]["changes"]
+    with tempfile.TemporaryDirectory() as work_dir:
+        agent = DQNAgent(env_name, seed=seed, exploration_steps=1, model_dir=work_dir,
+                         plot_dir=work_dir, **changes)
+        skip_end_of_run(agent)
+        run_steps(agent, warmup)
+        return steps / run_steps(agent, steps)
+
+
+def measure_sb3(env_name: str, steps: int, warmup: int, seed: int, threads: int) -> float:
+    """Env steps/s of Stable-Baselines3's DQN on `env_name` with the same network and ratio,
+    torch using `threads` threads."""
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class MinAtarTorso(BaseFeaturesExtractor):
+        """The MinAtar paper's torso: conv 16 3x3 stride 1, dense 128 (SB3 scales by 1/255)."""
+
+        def __init__(self, observation_space: object, features_dim: int = 128) -> None:
+            super().__init__(observation_space, features_dim)
+            channels, rows, cols = observation_space.shape  # SB3 put the channels first
+            self.net = torch.nn.Sequential(
+                torch.nn.Conv2d(channels, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                torch.nn.Linear(16 * (rows - 2) * (cols - 2), features_dim), torch.nn.ReLU())
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.net(observations)
+
+    torch.set_num_threads(threads)
+    preset = game_settings(env_name)[0]
+    # The Nature DQN torso is SB3's default for images (NatureCNN); no hidden layer after it.
+    torso = {"features_extractor_class": MinAtarTorso} if is_minatar(env_name) else {}
+    epsilon = preset["epsilon_min"]
+    model = DQN(
+        "CnnPolicy", make_env(env_name), learning_rate=preset["learning_rate"],
+        buffer_size=preset["memory_size"], learning_starts=preset["learning_starts"],
+        batch_size=preset["batch_size"], gamma=0.99, train_freq=preset["train_frequency"],
+        gradient_steps=1, target_update_interval=preset["target_update"],
+        exploration_initial_eps=epsilon, exploration_final_eps=epsilon,
+        policy_kwargs={**torso, "net_arch": []}, seed=seed, device="cpu", verbose=0)
+    model.learn(total_timesteps=warmup)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps, reset_num_timesteps=False)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--env-name", default=ENV_NAME, help="a MinAtar or Atari id")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"timed env steps per agent (MinAtar {MINATAR['steps']:,}, Atari "
+                             f"{ATARI['steps']:,})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"untimed env steps first (MinAtar {MINATAR['warmup']:,}, Atari "
+                             f"{ATARI['warmup']:,})")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating measurements each")
+    parser.add_argument("--seed", type=int, default=SEED, help="random seed")
+    parser.add_argument("--no-sb3", dest="sb3", action="store_false",
+                        help="measure ours alone, even with Stable-Baselines3 installed")
+    args = parser.parse_args()
+    preset, bench = game_settings(args.env_name)
+    steps = bench["steps"] if args.steps is None else args.steps
+    warmup = bench["warmup"] if args.warmup is None else args.warmup
+    if steps < 1 or warmup <= preset["learning_starts"] or args.rounds < 1:
+        parser.error(f"--steps and --rounds must be >= 1 and --warmup > "
+                     f"{preset['learning_starts']} (learning_starts), got {steps}, "
+                     f"{args.rounds} and {warmup}")
+    print("command: python " + shlex.join(sys.argv))
+    print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
+    agents = {"ours (d3qn_agent.py)": lambda: measure_ours(args.env_name, steps, warmup,
+                                                           args.seed)}
+    if args.sb3 and importlib.util.find_spec("stable_baselines3") is not None:
+        for threads in sorted({1, os.cpu_count() or 1}):
+            agents[f"SB3 DQN, {threads} thread{'s' if threads > 1 else ''}"] = (
+                lambda threads=threads: measure_sb3(args.env_name, steps, warmup, args.seed,
+                                                    threads))
+    elif args.sb3:
+        print("SB3 column skipped: stable_baselines3 is not installed "
+              "(pip install stable-baselines3 with a CPU build of torch)")
+    speeds: dict[str, list[float]] = {agent: [] for agent in agents}
+    for _ in range(args.rounds):
+        for agent, measure in agents.items():
+            speeds[agent].append(measure())
+    print(f"load average after {os.getloadavg()[0]:.2f} (1 min)")
+    print(f"{args.env_name}, {steps:,} timed env steps each after {warmup:,} untimed, "
+          f"{args.rounds} round{'s' if args.rounds > 1 else ''}")
+    budget = bench["budget"]
+    print(f"{'agent':<22} {'env steps/s':>12} {'rounds':>18} {f'a {budget:,}-step run':>20}")
+    medians = {agent: statistics.median(rounds) for agent, rounds in speeds.items()}
+    for agent, rounds in speeds.items():
+        each = " ".join(f"{speed:,.0f}" for speed in rounds)
+        print(f"{agent:<22} {medians[agent]:12,.1f} {each:>18} "
+              f"{budget / medians[agent] / 60:16.1f} min")
+    ours, *sb3 = medians.values()
+    if sb3:
+        print(f"ours / SB3 (its faster run): {ours / max(sb3):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
