@@ -26,3 +26,18 @@ def test_the_atari_network_is_the_nature_dqn_torso_with_a_dueling_head(tmp_path)
                     2 * 7 * 7 * 64 * 3 * 3 * 64)
     dense = 2 * 3136 * 512 + 2 * 512 * (1 + 6)
     assert ceiling.forward_flops(agent.model) == (sum(convolutions) + dense, convolutions[0])
+
+
+def test_a_patch_conv_torso_counts_as_the_conv2d_torso_and_a_step_as_five_passes() -> None:
+    def model(convolution: type) -> keras.Model:
+        inputs = keras.Input((8, 8, 2))
+        x = keras.layers.Flatten()(convolution(3, 4, strides=2)(inputs))
+        return keras.Model(inputs, keras.layers.Dense(5)(x))
+
+    forward, first_conv = ceiling.forward_flops(model(keras.layers.Conv2D))
+    assert ceiling.forward_flops(model(ceiling.PatchConv2D)) == (forward, first_conv)
+    # Batch 4: online forward + backward (the first layer without its input gradient), and the
+    # next states through the online and the target network.
+    # forward 1,728 + 270 = 1,998 a sample: 4 x (3 x 1,998 - 1,728 + 2 x 1,998) = 33,048.
+    assert (forward, first_conv) == (1_998, 1_728)
+    assert ceiling.gradient_step_flops(model(keras.layers.Conv2D), 4) == 33_048
