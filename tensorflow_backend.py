@@ -96,13 +96,15 @@ class GradientSteps:
         return tf.abs(errors), loss, applied
 
 
-def greedy_call(model: Any, state_dtype: Any) -> Callable[[np.ndarray], np.ndarray]:
-    """argmax_a Q(s, a) of a batch of states, one traced TensorFlow call compiled by XLA: for one
-    Pong state 0.35 ms against 0.53 ms without XLA (benchmarks/bench_pong_kernels.py)."""
+def greedy_call(model: Any, state_dtype: Any, xla: bool = True
+                ) -> Callable[[np.ndarray], np.ndarray]:
+    """argmax_a Q(s, a) of a batch of states, one traced TensorFlow call, compiled by XLA unless
+    `xla` is False: for one Pong state 0.35 ms against 0.53 ms without XLA
+    (benchmarks/bench_pong_kernels.py times both)."""
     spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
     traced = tf.function(
         lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
-        autograph=False, jit_compile=True).get_concrete_function(spec)
+        autograph=False, jit_compile=xla).get_concrete_function(spec)
     return lambda states: traced(states).numpy()
 
 

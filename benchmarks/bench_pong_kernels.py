@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import keras
 import numpy as np
-import tensorflow as tf
 from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step
 from timing import median_seconds
 
 import games
+import tensorflow_backend
 from d3qn_agent import DQNAgent
 from patch_conv import PatchConv2D
 
@@ -72,11 +72,8 @@ def alternating_medians(calls: dict[str, Callable[[], object]], rounds: int) -> 
 def greedy_calls(conv_agent: DQNAgent, patch_agent: DQNAgent) -> dict[str, Callable[[], object]]:
     """The greedy-action candidates for one random Pong state."""
     state = np.random.default_rng(1).integers(0, 256, (1, *conv_agent.state_shape), np.uint8)
-    model = conv_agent.model
-    spec = tf.TensorSpec((None, *conv_agent.state_shape), tf.uint8)
-    plain_call = tf.function(
-        lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
-        autograph=False).get_concrete_function(spec)
+    plain_call = tensorflow_backend.greedy_call(conv_agent.model, conv_agent.state_dtype,
+                                                xla=False)
     numpy_policy = patch_agent.greedy_actions
     if numpy_policy.layers is None:
         raise RuntimeError("the PatchConv2D torso should run in numpy (greedy_policy.py)")
@@ -86,7 +83,7 @@ def greedy_calls(conv_agent: DQNAgent, patch_agent: DQNAgent) -> dict[str, Calla
         return numpy_policy(state)
 
     return {"compiled by XLA (acting's)": lambda: conv_agent.greedy_actions(state),
-            "compiled, no XLA": lambda: plain_call(state).numpy(),
+            "compiled, no XLA": lambda: plain_call(state),
             "numpy, PatchConv2D": lambda: numpy_policy(state),
             "numpy, weights copied first": numpy_after_training}
 

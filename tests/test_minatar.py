@@ -111,11 +111,6 @@ def test_patch_conv_is_conv2d_and_loads_in_safe_mode(tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded(frames)), np.asarray(model(frames)))
 
 
-def test_patch_conv_refuses_a_bad_size():
-    with pytest.raises(ValueError, match="kernel_size must be a positive int, got 0"):
-        PatchConv2D(16, 0)
-
-
 def test_single_frames_come_back_exactly_and_each_is_stored_once():
     rng = np.random.default_rng(3)
     storage = FrameStackStorage(100, stack_axis=None)

@@ -53,6 +53,11 @@ def test_strides_are_saved_and_a_config_without_them_means_one(tmp_path):
     assert PatchConv2D.from_config(config).strides == 1
 
 
+def test_a_bad_kernel_size_is_refused_by_value():
+    with pytest.raises(ValueError, match="kernel_size must be a positive int, got 0"):
+        PatchConv2D(16, 0)
+
+
 @pytest.mark.parametrize("strides", [0, 1.5, "2"])
 def test_a_bad_stride_is_refused_by_value(strides):
     with pytest.raises(ValueError, match=f"strides must be a positive int, got {strides!r}"):
