@@ -69,6 +69,7 @@ LEARNING_STARTS = 1_000  # environment steps collected before the first gradient
 TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, traced into one TensorFlow call
 XLA = True  # compile replay()'s gradient steps with XLA, which fuses their ~400 small ops
+BFLOAT16 = False  # image convolutions in bfloat16 (weights float32): for AVX512_BF16, AMX, GPUs
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
@@ -99,16 +100,16 @@ class DuelingCombine(keras.layers.Layer):
 
 
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
-             hidden_units: tuple[int, ...] = HIDDEN_UNITS) -> keras.Model:
+             hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False) -> keras.Model:
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself).
 
     A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
-    convolutional torso (games.py). The head is one linear layer, or the dueling pair V, A
-    combined by `DuelingCombine`.
+    convolutional torso (games.py), its convolutions in bfloat16 if `bfloat16`. The head is one
+    linear layer, or the dueling pair V, A combined by `DuelingCombine`.
     """
     if len(input_shape) == 3:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
-        x = image_torso(inputs)
+        x = image_torso(inputs, bfloat16)
     elif len(input_shape) == 1:
         inputs = keras.Input(shape=input_shape, dtype="float32", name="state")
         x = inputs
@@ -224,9 +225,9 @@ class DQNAgent:
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
 
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
-                              config.hidden_units)
+                              config.hidden_units, config.bfloat16)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
-                                     config.hidden_units)
+                                     config.hidden_units, config.bfloat16)
         self.target_model.set_weights(self.model.get_weights())
         self.compile()
 
@@ -421,10 +422,9 @@ class DQNAgent:
             # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
             learning_rate = keras.optimizers.schedules.PolynomialDecay(
                 learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
-        if config.optimizer == "rmsprop":
-            self.optimizer = keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
-        else:
-            self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon)
+        self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
+                          if config.optimizer == "rmsprop"
+                          else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
         self.learn = GradientSteps(
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,

@@ -31,7 +31,8 @@ TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras
 def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
     """The layers a numpy forward pass runs, from the input to the head whose argmax is the
     greedy action (A for the dueling head, else Q), for an `OurModel` MLP or small-image torso
-    (Rescaling, PatchConv2D, Flatten, Dense); None for any other network (Conv2D's torso)."""
+    (Rescaling, PatchConv2D, Flatten, Dense) in float32; None for any other network (Conv2D's
+    torso, or one computing in bfloat16, which numpy's float32 would not reproduce)."""
     # Everything but the input and, with the dueling head, V and the layer combining V and A.
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
               and layer.name != "state_value" and type(layer).__name__ != "DuelingCombine"]
@@ -39,7 +40,7 @@ def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
         return None
     for layer in layers:
         activation = getattr(layer, "activation", None)
-        if not isinstance(layer, TORSO_LAYERS) or (
+        if not isinstance(layer, TORSO_LAYERS) or layer.compute_dtype != "float32" or (
                 activation is not None and activation.__name__ not in NUMPY_ACTIVATIONS):
             return None
     return layers

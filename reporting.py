@@ -45,6 +45,8 @@ def describe(config: Namespace) -> str:
     parts.append(f"soft target (tau={config.tau})" if config.soft_update
                  else f"target copy every {config.target_update} steps")
     parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
+    if getattr(config, "bfloat16", False):  # apex.py has no such flag
+        parts.append("bfloat16 convolutions")
     return ", ".join(parts)
 
 
@@ -228,6 +230,9 @@ class TrainingReport:
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
+        if agent.config.bfloat16 and len(agent.state_shape) != 3:
+            print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
+                  "vector states keep their float32 MLP", flush=True)
         if (len(agent.state_shape) == 3 and not agent.config.xla
                 and keras.backend.backend() == "tensorflow" and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "

@@ -101,6 +101,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "train_frequency": Flag(2, POSITIVE),
     "gradient_steps_per_call": Flag(16, POSITIVE),
     "xla": Flag(True),
+    "bfloat16": Flag(False),
     "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),
     "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
     "failure_reward": Flag(None, kind=float),

@@ -5,19 +5,22 @@ candidate timed side by side in one process, in alternating rounds.
     python benchmarks/bench_pong_kernels.py --rounds 9
 
 Candidates for the Nature DQN torso (conv 32 8x8/4, 64 4x4/2, 64 3x3/1 on 84x84x4 frames):
-TensorFlow's `Conv2D` (oneDNN's kernels where TensorFlow turns them on) and `PatchConv2D`
-(patch_conv.py: the strided views of each layer's input side by side, times the kernel, one
-matrix product), each with the gradient step compiled by XLA and without. Each agent is
-d3qn_agent.py's Pong network and gradient step (`DQNAgent.learn` on one random batch of 32, as
-bench_pong_ceiling.py), built once; then every round times 10 calls of each candidate in turn,
-so a drift of the machine hits them all, and the median of the rounds' medians counts. The rate
-is the step's arithmetic (bench_pong_ceiling.py's count) over its time, also as a share of this
-CPU's float32 matmul rate.
+TensorFlow's `Conv2D` (oneDNN's kernels where TensorFlow turns them on), the same convolutions
+computing in bfloat16 (`BFLOAT16`, games.image_torso: float32 weights, each call's inputs and
+weights rounded to bfloat16, fast on CPUs with AVX512_BF16 or AMX; the dense layers and the
+loss stay float32) and `PatchConv2D` (patch_conv.py: the strided views of each layer's input
+side by side, times the kernel, one matrix product), each with the gradient step compiled by XLA
+and without. Each agent is d3qn_agent.py's Pong network and gradient step (`DQNAgent.learn` on
+one random batch of 32, as bench_pong_ceiling.py), built once; then every round times 10 calls
+of each candidate in turn, so a drift of the machine hits them all, and the median of the
+rounds' medians counts. The rate is the step's arithmetic (bench_pong_ceiling.py's count) over
+its time, also as a share of this CPU's float32 matmul rate.
 
-Then the greedy action for one state, the acting cost of every env step: the call that acting
-uses (`GreedyPolicy` with the Conv2D torso, traced and compiled by XLA), the same call traced
-without XLA, and the numpy forward pass of `greedy_policy.py` on the PatchConv2D torso, without
-and with the copy of the weights that it needs after each training call.
+Then the greedy action for one state (timed before the gradient steps), the acting cost of
+every env step: the call that acting uses (`GreedyPolicy` with the Conv2D torso, traced and
+compiled by XLA), the same call traced without XLA, both again for the bfloat16 torso, and the
+numpy forward pass of `greedy_policy.py` on the PatchConv2D torso, without and with the copy of
+the weights that it needs after each training call.
 """
 
 from __future__ import annotations
@@ -44,15 +47,18 @@ from patch_conv import PatchConv2D
 ENV_NAME = "PongNoFrameskip-v4"  # whose network and preset are timed
 ROUNDS = 5  # alternating rounds of CALLS timed calls per candidate
 CALLS = 10
-CONVOLUTIONS = {"Conv2D": keras.layers.Conv2D, "PatchConv2D": PatchConv2D}
+# Each torso: (its convolution layer, whether it computes in bfloat16).
+TORSOS = {"Conv2D": (keras.layers.Conv2D, False), "Conv2D bfloat16": (keras.layers.Conv2D, True),
+          "PatchConv2D": (PatchConv2D, False)}
 
 
-def build_agent(convolution: type, xla: bool, work_dir: str) -> DQNAgent:
-    """The Pong agent with `convolution` in its torso (games.NATURE_CONV) and XLA on or off."""
+def build_agent(convolution: type, bfloat16: bool, xla: bool, work_dir: str) -> DQNAgent:
+    """The Pong agent with `convolution` in its torso (games.NATURE_CONV), in bfloat16 or not,
+    and XLA on or off."""
     games.NATURE_CONV = convolution
     try:
-        return DQNAgent(ENV_NAME, memory_size=1_000, xla=xla, model_dir=work_dir,
-                        plot_dir=work_dir)
+        return DQNAgent(ENV_NAME, memory_size=1_000, bfloat16=bfloat16, xla=xla,
+                        model_dir=work_dir, plot_dir=work_dir)
     finally:
         games.NATURE_CONV = keras.layers.Conv2D
 
@@ -69,12 +75,16 @@ def alternating_medians(calls: dict[str, Callable[[], object]], rounds: int) -> 
     return {name: statistics.median(values) for name, values in medians.items()}
 
 
-def greedy_calls(conv_agent: DQNAgent, patch_agent: DQNAgent) -> dict[str, Callable[[], object]]:
+def greedy_calls(agents: dict[str, DQNAgent]) -> dict[str, Callable[[], object]]:
     """The greedy-action candidates for one random Pong state."""
+    conv_agent, bf16_agent = agents["Conv2D, XLA off"], agents["Conv2D bfloat16, XLA off"]
     state = np.random.default_rng(1).integers(0, 256, (1, *conv_agent.state_shape), np.uint8)
-    plain_call = tensorflow_backend.greedy_call(conv_agent.model, conv_agent.state_dtype,
-                                                xla=False)
-    numpy_policy = patch_agent.greedy_actions
+
+    def plain_call(agent: DQNAgent) -> Callable[[np.ndarray], np.ndarray]:
+        return tensorflow_backend.greedy_call(agent.model, agent.state_dtype, xla=False)
+
+    conv_plain, bf16_plain = plain_call(conv_agent), plain_call(bf16_agent)
+    numpy_policy = agents["PatchConv2D, XLA off"].greedy_actions
     if numpy_policy.layers is None:
         raise RuntimeError("the PatchConv2D torso should run in numpy (greedy_policy.py)")
 
@@ -83,7 +93,9 @@ def greedy_calls(conv_agent: DQNAgent, patch_agent: DQNAgent) -> dict[str, Calla
         return numpy_policy(state)
 
     return {"compiled by XLA (acting's)": lambda: conv_agent.greedy_actions(state),
-            "compiled, no XLA": lambda: plain_call(state),
+            "compiled, no XLA": lambda: conv_plain(state),
+            "bfloat16, compiled by XLA": lambda: bf16_agent.greedy_actions(state),
+            "bfloat16, compiled, no XLA": lambda: bf16_plain(state),
             "numpy, PatchConv2D": lambda: numpy_policy(state),
             "numpy, weights copied first": numpy_after_training}
 
@@ -96,22 +108,25 @@ def main() -> None:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
 
     with tempfile.TemporaryDirectory() as work_dir:
-        agents = {f"{name}, XLA {'on' if xla else 'off'}": build_agent(convolution, xla, work_dir)
-                  for name, convolution in CONVOLUTIONS.items() for xla in (False, True)}
-    conv_agent, patch_agent = agents["Conv2D, XLA off"], agents["PatchConv2D, XLA off"]
+        agents = {f"{name}, XLA {'on' if xla else 'off'}":
+                  build_agent(convolution, bfloat16, xla, work_dir)
+                  for name, (convolution, bfloat16) in TORSOS.items() for xla in (False, True)}
+    conv_agent = agents["Conv2D, XLA off"]
     step_flops = gradient_step_flops(conv_agent.model, conv_agent.config.batch_size)
+    # Acting first: after the gradient steps' rounds every greedy call runs up to twice as slow
+    # (the caches and thread pools they leave behind) and its candidates no longer separate.
+    actions = alternating_medians(greedy_calls(agents), args.rounds)
     steps = alternating_medians(
         {name: random_gradient_step(agent) for name, agent in agents.items()}, args.rounds)
-    actions = alternating_medians(greedy_calls(conv_agent, patch_agent), args.rounds)
     _, matmul_rate = matmul_speed()
 
     print(f"{ENV_NAME} gradient step, batch {conv_agent.config.batch_size}, "
           f"{step_flops / 1e9:.2f} GFLOP; median of {args.rounds} alternating rounds of {CALLS}; "
           f"float32 matmul {matmul_rate / 1e9:.0f} GFLOP/s")
-    print(f"{'torso':<24} {'ms':>7} {'GFLOP/s':>8} {'of matmul':>10}")
+    print(f"{'torso':<32} {'ms':>7} {'GFLOP/s':>8} {'of matmul':>10}")
     for name, seconds in steps.items():
         rate = step_flops / seconds
-        print(f"{name:<24} {seconds * 1e3:7.2f} {rate / 1e9:8.0f} {rate / matmul_rate:10.0%}")
+        print(f"{name:<32} {seconds * 1e3:7.2f} {rate / 1e9:8.0f} {rate / matmul_rate:10.0%}")
     print(f"\ngreedy action for one state (median of {args.rounds} rounds of {CALLS})")
     for name, seconds in actions.items():
         print(f"{name:<28} {seconds * 1e3:7.3f} ms")

@@ -3,7 +3,7 @@ the same network and update ratio, side by side in one run, on MinAtar or Atari 
 
     python benchmarks/bench_vs_sb3.py                                   # MinAtar Breakout
     python benchmarks/bench_vs_sb3.py --env-name MinAtar/SpaceInvaders-v1 --steps 40000
-    python benchmarks/bench_vs_sb3.py --env-name PongNoFrameskip-v4 --rounds 2
+    python benchmarks/bench_vs_sb3.py --env-name PongNoFrameskip-v4 --rounds 3 --bfloat16
     python benchmarks/bench_atari.py --env-name MinAtar/Breakout-v1 --train-frequency 4 \\
         --before none --steps 20000                       # where our agent's step time goes
 
@@ -21,6 +21,9 @@ large, the replay holds 20,000 transitions and learning starts at 2,000 (the pre
 one thread and once with one per core (torch.set_num_threads; on a shared CPU its two threads can
 be several times slower than one), and its faster run counts; it plays the same environment
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
+
+`--bfloat16` adds ours with BFLOAT16 (its convolutions in bfloat16, games.image_torso) as one
+more agent of each round; SB3 stays in float32, as it ships.
 
 `--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
 of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
@@ -65,12 +68,14 @@ def game_settings(env_name: str) -> tuple[dict, dict]:
     return {**settings.ATARI_PRESET, **ATARI["changes"]}, ATARI
 
 
-def measure_ours(env_name: str, steps: int, warmup: int, seed: int) -> float:
-    """Env steps/s of d3qn_agent.py's own training loop on `env_name` (its preset)."""
+def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bool = False
+                 ) -> float:
+    """Env steps/s of d3qn_agent.py's own training loop on `env_name` (its preset), with its
+    convolutions in bfloat16 if `bfloat16`."""
     changes = game_settings(env_name)[1]["changes"]
     with tempfile.TemporaryDirectory() as work_dir:
-        agent = DQNAgent(env_name, seed=seed, exploration_steps=1, model_dir=work_dir,
-                         plot_dir=work_dir, **changes)
+        agent = DQNAgent(env_name, seed=seed, exploration_steps=1, bfloat16=bfloat16,
+                         model_dir=work_dir, plot_dir=work_dir, **changes)
         skip_end_of_run(agent)
         run_steps(agent, warmup)
         return steps / run_steps(agent, steps)
@@ -126,6 +131,8 @@ def main() -> None:
                              f"{ATARI['warmup']:,})")
     parser.add_argument("--rounds", type=int, default=1, help="alternating measurements each")
     parser.add_argument("--seed", type=int, default=SEED, help="random seed")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="also measure ours with BFLOAT16 (its convolutions in bfloat16)")
     parser.add_argument("--no-sb3", dest="sb3", action="store_false",
                         help="measure ours alone, even with Stable-Baselines3 installed")
     args = parser.parse_args()
@@ -140,6 +147,9 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
     agents = {"ours (d3qn_agent.py)": lambda: measure_ours(args.env_name, steps, warmup,
                                                            args.seed)}
+    if args.bfloat16:
+        agents["ours, bfloat16 convs"] = lambda: measure_ours(args.env_name, steps, warmup,
+                                                              args.seed, bfloat16=True)
     if args.sb3 and importlib.util.find_spec("stable_baselines3") is not None:
         for threads in sorted({1, os.cpu_count() or 1}):
             agents[f"SB3 DQN, {threads} thread{'s' if threads > 1 else ''}"] = (
@@ -162,9 +172,10 @@ def main() -> None:
         each = " ".join(f"{speed:,.0f}" for speed in rounds)
         print(f"{agent:<22} {medians[agent]:12,.1f} {each:>18} "
               f"{budget / medians[agent] / 60:16.1f} min")
-    ours, *sb3 = medians.values()
-    if sb3:
-        print(f"ours / SB3 (its faster run): {ours / max(sb3):.2f}x")
+    sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
+    for agent, speed in medians.items():
+        if sb3 and not agent.startswith("SB3"):
+            print(f"{agent} / SB3 (its faster run): {speed / max(sb3):.2f}x")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel
+from gradient_steps import Batches
+from patch_conv import PatchConv2D
 from replay_storage import FrameStackStorage
+from reporting import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG = "PongNoFrameskip-v4"
@@ -51,6 +54,46 @@ def test_image_input_gets_the_nature_dqn_torso(dueling):
     frames = np.random.default_rng(0).integers(0, 256, (2, *PONG_STATE), dtype=np.uint8)
     q_values = np.asarray(model(frames))
     assert q_values.shape == (2, PONG_ACTIONS) and np.isfinite(q_values).all()
+
+
+@pytest.mark.parametrize("state", [PONG_STATE, (10, 10, 7)], ids=["nature", "minatar"])
+def test_bfloat16_convolutions_compute_the_same_q_values_and_save_for_safe_mode(tmp_path, state):
+    model = OurModel(state, PONG_ACTIONS, dueling=True, bfloat16=True)
+    plain = OurModel(state, PONG_ACTIONS, dueling=True)
+    plain.set_weights(model.get_weights())  # one layout; the weights are float32 in both
+    convolutions = [layer.name for layer in model.layers
+                    if isinstance(layer, (keras.layers.Conv2D, PatchConv2D))]
+    assert convolutions and convolutions == [layer.name for layer in model.layers
+                                             if layer.compute_dtype == "bfloat16"]
+    assert {variable.dtype for variable in model.weights} == {"float32"}
+    frames = np.random.default_rng(4).integers(0, 256, (64, *state), dtype=np.uint8)
+    q_values, exact = model(frames), np.asarray(plain(frames))
+    assert keras.backend.standardize_dtype(q_values.dtype) == "float32"
+    # bfloat16 keeps 8 bits of each number: here ~1% of the largest Q-value at most.
+    np.testing.assert_allclose(np.asarray(q_values), exact, atol=0.03 * np.abs(exact).max())
+    model.save(tmp_path / "bfloat16.keras")
+    loaded = keras.models.load_model(tmp_path / "bfloat16.keras", safe_mode=True)
+    assert loaded.get_layer(convolutions[0]).dtype_policy.name == "mixed_bfloat16"
+    np.testing.assert_array_equal(np.asarray(loaded(frames)), np.asarray(q_values))
+
+
+def test_a_bfloat16_agent_trains_and_acts_through_the_compiled_call(tmp_path):
+    agent = pong_agent(tmp_path, memory_size=100, bfloat16=True)
+    assert "bfloat16 convolutions" in describe(agent.config)
+    assert agent.greedy_actions.layers is None  # numpy's float32 would act on other numbers
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (2, 32, *PONG_STATE), dtype=np.uint8)
+    ones = np.ones((1, 32), np.float32)
+    batches = Batches(frames[:1], rng.integers(0, PONG_ACTIONS, (1, 32), dtype=np.int32), ones,
+                      frames[1:], 0 * ones, 0.99 * ones, ones)
+    before = agent.model.get_weights()
+    _, (loss,) = agent.learn(batches, 0)
+    assert np.isfinite(loss)
+    assert all(np.any(old != new) for old, new in zip(before, agent.model.get_weights(),
+                                                        strict=True))
+    states = frames[0, :8]
+    np.testing.assert_array_equal(agent.greedy_actions(states),
+                                  np.asarray(agent.model(states)).argmax(axis=1))
 
 
 # --- Atari defaults --------------------------------------------------------------------------

@@ -54,3 +54,11 @@ def test_atari_images_go_through_the_backends_compiled_call():
     policy = GreedyPolicy(model, np.uint8)
     frames = np.random.default_rng(2).integers(256, size=(5, 84, 84, 4), dtype=np.uint8)
     np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))
+
+
+def test_a_bfloat16_torso_goes_through_the_backends_compiled_call():
+    model = OurModel((10, 10, 7), 3, True, bfloat16=True)  # float32 numpy would differ from it
+    assert numpy_layers(model) is None
+    frames = np.random.default_rng(6).integers(2, size=(50, 10, 10, 7), dtype=np.uint8) * 255
+    np.testing.assert_array_equal(GreedyPolicy(model, np.uint8)(frames),
+                                  np.asarray(model(frames)).argmax(axis=1))

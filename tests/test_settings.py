@@ -135,6 +135,15 @@ def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
             noted and on_tensorflow)
 
 
+def test_bfloat16_on_vector_states_says_that_it_changes_nothing(tmp_path, capsys):
+    agent = DQNAgent("CartPole-v1", bfloat16=True, model_dir=str(tmp_path),
+                     plot_dir=str(tmp_path))
+    agent.report.start(agent)
+    note = "note: BFLOAT16 changes only the convolutions of an image torso"
+    assert note in capsys.readouterr().out
+    assert {layer.compute_dtype for layer in agent.model.layers} == {"float32"}
+
+
 def test_the_command_line_wins_over_an_edit_and_says_so(monkeypatch):
     monkeypatch.setattr(d3qn_agent, "N_STEP", 1)
     config, notes = resolve(env_name="MountainCar-v0", n_step=2)
