@@ -67,8 +67,8 @@ def image_torso(frames: Any, bfloat16: bool = False) -> Any:
     `bfloat16`: the convolutions compute in bfloat16 (Keras' "mixed_bfloat16" policy: the weights
     stay float32, each call rounds its inputs and weights to bfloat16), on the bfloat16 units of
     a CPU with AVX512_BF16 or AMX, or of a GPU. The dense layers stay float32: with them in
-    bfloat16 too, the greedy action compiled by XLA ran about ten times slower on this project's
-    CPU. The head reads float32 features, as without `bfloat16`."""
+    bfloat16 too, the greedy action compiled by XLA ran several times slower on this project's
+    CPU (docs/benchmarks.md). The head reads float32 features, as without `bfloat16`."""
     conv_dtype = "mixed_bfloat16" if bfloat16 else None  # None: Keras' float32
     x = keras.layers.Rescaling(1.0 / 255.0)(frames)
     if min(frames.shape[1:3]) < 36:  # too small for the Nature strides (MinAtar's 10x10)

@@ -99,8 +99,8 @@ class GradientSteps:
 def greedy_call(model: Any, state_dtype: Any, xla: bool = True
                 ) -> Callable[[np.ndarray], np.ndarray]:
     """argmax_a Q(s, a) of a batch of states, one traced TensorFlow call, compiled by XLA unless
-    `xla` is False: for one Pong state 0.35 ms against 0.53 ms without XLA
-    (benchmarks/bench_pong_kernels.py times both)."""
+    `xla` is False; for one Pong state XLA's call is the faster (benchmarks/bench_pong_kernels.py
+    times both, docs/benchmarks.md)."""
     spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
     traced = tf.function(
         lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
