@@ -579,7 +579,7 @@ class Learner:
             grad_clip=config.grad_clip, ddqn=config.ddqn, dueling=config.dueling,
             hidden_units=config.hidden_units, max_episode_steps=config.max_episode_steps,
             eval_episodes=config.eval_episodes, seed=config.seed, model_dir=config.model_dir,
-            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1,
+            plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1, bfloat16=False,
             xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
         settings.check_replay_memory(config, self.agent.state_shape, self.agent.state_dtype,

@@ -45,7 +45,7 @@ def describe(config: Namespace) -> str:
     parts.append(f"soft target (tau={config.tau})" if config.soft_update
                  else f"target copy every {config.target_update} steps")
     parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
-    if getattr(config, "bfloat16", False):  # apex.py has no such flag
+    if config.bfloat16:
         parts.append("bfloat16 convolutions")
     return ", ".join(parts)
 
