@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from replay_storage import (
+from d3qn_utils.replay_storage import (
     FrameStackStorage,
     ReplayMemory,
     TransitionStorage,

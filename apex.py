@@ -40,7 +40,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import grpc
 import numpy as np
 import ray
@@ -48,15 +48,14 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-import checkpoint
-import settings
 from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
-from games import make_env, replay_storage
-from gradient_steps import Batches
-from greedy_policy import GreedyPolicy
+from d3qn_utils import checkpoint, settings
+from d3qn_utils.games import make_env, replay_storage
+from d3qn_utils.gradient_steps import Batches
+from d3qn_utils.greedy_policy import GreedyPolicy
+from d3qn_utils.replay_storage import check_block, check_block_values, check_non_negative
+from d3qn_utils.reporting import Forecast, TensorBoardWriter, tensorboard_dir
 from PER import Memory, UniformMemory
-from replay_storage import check_block, check_block_values, check_non_negative
-from reporting import Forecast, TensorBoardWriter, tensorboard_dir
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: NUM_ACTORS -> --num-actors, and so on.

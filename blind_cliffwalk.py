@@ -41,7 +41,7 @@ import os
 import sys
 import time
 
-import quiet_startup  # isort: skip  # noqa: F401 -- as in every script, before anything else
+from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- as in every script, before anything else
 import numpy as np
 
 from PER import Memory, UniformMemory

@@ -17,22 +17,20 @@ import sys
 import time
 from typing import Any
 
-import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import gymnasium as gym
 import keras
 import numpy as np
 from keras import ops
 
-import checkpoint
-import recording
-import settings
-from games import image_torso, make_env, replay_storage
-from gradient_steps import Batches, GradientSteps, deal
-from greedy_policy import GreedyPolicy, play_greedy
+from d3qn_utils import checkpoint, recording, settings
+from d3qn_utils.games import image_torso, make_env, replay_storage
+from d3qn_utils.gradient_steps import Batches, GradientSteps, deal
+from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
+from d3qn_utils.priority_figure import PriorityFigure, ReplayStatistics
+from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
 from PER import Memory, UniformMemory
-from priority_figure import PriorityFigure, ReplayStatistics
 from rank_based import RankBasedMemory
-from reporting import AVERAGE_WINDOW, TrainingReport
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: ENV_NAME -> --env-name, and so on. An

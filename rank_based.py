@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay_storage import (
+from d3qn_utils.replay_storage import (
     NO_SLOTS,
     FrameStackStorage,
     ReplayMemory,

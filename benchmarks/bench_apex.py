@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_seconds
 
 import apex
-from gradient_steps import Batches
+from d3qn_utils.gradient_steps import Batches
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTOR_COUNTS = (8, 64, 360)

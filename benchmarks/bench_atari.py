@@ -233,7 +233,7 @@ def measure(args: argparse.Namespace) -> float:
     `args.steps` agent steps and print where the time went; return the agent steps per second."""
     sys.path.insert(0, args.code)
     import d3qn_agent
-    import reporting
+    from d3qn_utils import reporting
 
     with tempfile.TemporaryDirectory() as work_dir:
         flags = dict(use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,

@@ -38,7 +38,7 @@ def measure(env_name: str, repeats: int) -> dict:
     import numpy as np
 
     from d3qn_agent import DQNAgent
-    from gradient_steps import Batches
+    from d3qn_utils.gradient_steps import Batches
 
     results: dict = {"backend": keras.backend.backend(), "step_ms": {}}
     with tempfile.TemporaryDirectory() as work_dir:

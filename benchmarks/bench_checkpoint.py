@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_loop import run_steps, skip_end_of_run
 
-import checkpoint
 from d3qn_agent import DQNAgent
+from d3qn_utils import checkpoint
 
 
 def main() -> None:

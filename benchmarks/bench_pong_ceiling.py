@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_seconds
 
 from d3qn_agent import DQNAgent
-from gradient_steps import Batches
-from patch_conv import PatchConv2D
+from d3qn_utils.gradient_steps import Batches
+from d3qn_utils.patch_conv import PatchConv2D
 
 BEFORE_STEPS_PER_SECOND = 37.7  # Pong before the fast path (docs/benchmarks.md), the 1.5x base
 MATMUL_SIZE = 2048  # n of the n x n x n matmul: 17 GFLOP, ~0.1-0.3 s on this CPU

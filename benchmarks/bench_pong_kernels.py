@@ -33,16 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 import keras
 import numpy as np
 from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step
 from timing import median_seconds
 
-import games
-import tensorflow_backend
 from d3qn_agent import DQNAgent
-from patch_conv import PatchConv2D
+from d3qn_utils import games, tensorflow_backend
+from d3qn_utils.patch_conv import PatchConv2D
 
 ENV_NAME = "PongNoFrameskip-v4"  # whose network and preset are timed
 ROUNDS = 5  # alternating rounds of CALLS timed calls per candidate

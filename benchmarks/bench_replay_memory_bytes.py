@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import PER
 from atari_wrappers import make_env
-from replay_storage import FrameStackStorage
+from d3qn_utils.replay_storage import FrameStackStorage
 
 # Hyperparameters (each overridable from the command line).
 ENV_ID = "PongNoFrameskip-v4"  # the ALE game whose frames fill the storage

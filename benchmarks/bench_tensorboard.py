@@ -33,8 +33,8 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import d3qn_agent
+from d3qn_utils.priority_figure import ReplayStatistics
 from PER import Memory
-from priority_figure import ReplayStatistics
 
 VARIANTS = {  # label -> flags
     "no TensorBoard": {},

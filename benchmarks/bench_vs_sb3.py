@@ -45,12 +45,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
 from agent_loop import run_steps, skip_end_of_run
 
-import settings
 from d3qn_agent import DQNAgent
-from games import is_minatar, make_env
+from d3qn_utils import settings
+from d3qn_utils.games import is_minatar, make_env
 
 ENV_NAME = "MinAtar/Breakout-v1"  # the game both agents play
 SEED = 0  # seeds both agents and their environments

@@ -155,9 +155,8 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     sys.path.insert(0, str(ROOT))
     import keras
 
-    import checkpoint
     import d3qn_agent
-    import settings
+    from d3qn_utils import checkpoint, settings
 
     code = commit()  # the code this process loads; the checkout may move on while it trains
     work_dir = run.work_dir(work_root)

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from replay_state import memory_state
+from d3qn_utils.replay_state import memory_state
 
 
 def experience(i: int) -> tuple:

@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import pytest
 
-import settings
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
+from d3qn_utils import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = "CartPole-v1"

@@ -25,7 +25,7 @@ import ray
 from test_tensorboard_and_priorities import read_events
 
 import apex
-from gradient_steps import Batches
+from d3qn_utils.gradient_steps import Batches
 
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")

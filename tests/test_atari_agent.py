@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel
-from gradient_steps import Batches
-from patch_conv import PatchConv2D
-from replay_storage import FrameStackStorage
-from reporting import describe
+from d3qn_utils.gradient_steps import Batches
+from d3qn_utils.patch_conv import PatchConv2D
+from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils.reporting import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG = "PongNoFrameskip-v4"

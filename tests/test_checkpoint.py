@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import checkpoint
+from d3qn_utils import checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
@@ -425,7 +425,7 @@ def test_resume_with_changed_flags_refuses_each_flag_that_may_not_change(
 
 
 def test_the_flags_that_may_change_on_resume_are_flags_and_documented():
-    import settings
+    from d3qn_utils import settings
 
     assert set(checkpoint.MAY_CHANGE_ON_RESUME) <= set(settings.D3QN_FLAGS)
     usage = (ROOT / "docs" / "usage.md").read_text()

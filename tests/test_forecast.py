@@ -8,7 +8,7 @@ import time
 import pytest
 
 from d3qn_agent import DQNAgent
-from reporting import Forecast, duration
+from d3qn_utils.reporting import Forecast, duration
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

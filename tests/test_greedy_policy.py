@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from d3qn_agent import OurModel
-from greedy_policy import GreedyPolicy, numpy_layers
+from d3qn_utils.greedy_policy import GreedyPolicy, numpy_layers
 
 
 @pytest.mark.parametrize("dueling", [True, False])

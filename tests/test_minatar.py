@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 import d3qn_agent
-import minatar_wrappers
-import settings
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
-from patch_conv import PatchConv2D
-from replay_storage import FrameStackStorage, storage_for
+from d3qn_utils import minatar_wrappers, settings
+from d3qn_utils.patch_conv import PatchConv2D
+from d3qn_utils.replay_storage import FrameStackStorage, storage_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BREAKOUT = "MinAtar/Breakout-v1"

@@ -5,8 +5,8 @@ import keras
 import numpy as np
 import pytest
 
-from greedy_policy import numpy_forward
-from patch_conv import PatchConv2D, shifted_views
+from d3qn_utils.greedy_policy import numpy_forward
+from d3qn_utils.patch_conv import PatchConv2D, shifted_views
 
 NATURE_LAYERS = [  # (filters, kernel, stride, input shape): the Nature DQN torso, and odd sizes
     (32, 8, 4, (2, 84, 84, 4)), (64, 4, 2, (2, 20, 20, 32)), (64, 3, 1, (2, 9, 9, 64)),

@@ -18,10 +18,10 @@ from memory_helpers import (
 )
 
 import apex
+from d3qn_utils.priority_figure import sampling_probabilities
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
-from priority_figure import sampling_probabilities
 from rank_based import RankBasedMemory
-from replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
 
 
 def filled_tree(priorities: list[float]) -> SumTree:

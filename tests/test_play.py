@@ -15,9 +15,9 @@ from PIL import Image
 
 import atari_wrappers
 import d3qn_agent
-import recording
 from d3qn_agent import DQNAgent, main
-from recording import GifRecorder
+from d3qn_utils import recording
+from d3qn_utils.recording import GifRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED_DIR = ROOT / "models" / "pretrained"

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from memory_helpers import experience, save_and_load
 
+from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
+from d3qn_utils.replay_state import load_memory_state, memory_state
 from PER import Memory, UniformMemory
-from priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
 from rank_based import RankBasedMemory
-from replay_state import load_memory_state, memory_state
 
 
 def store(memory, stats: ReplayStatistics, transition: tuple) -> None:

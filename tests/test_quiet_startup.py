@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import quiet_startup
+from d3qn_utils import quiet_startup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_forward_copies_a_pipe_through_the_filter_to_its_end(tmp_path):
 
 def run_with_filter(code: str) -> subprocess.CompletedProcess:
     """Run `code` in a fresh Python with the filter installed on its descriptor 2."""
-    program = f"import quiet_startup; quiet_startup.install()\n{code}"
+    program = f"from d3qn_utils import quiet_startup; quiet_startup.install()\n{code}"
     return subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
 

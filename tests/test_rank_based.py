@@ -13,9 +13,9 @@ from memory_helpers import (
     states_equal,
 )
 
-from priority_figure import sampling_probabilities
+from d3qn_utils.priority_figure import sampling_probabilities
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from rank_based import RankBasedMemory
-from replay_storage import FrameStackStorage, TransitionStorage
 
 
 def test_defaults_are_the_papers():

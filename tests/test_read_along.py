@@ -20,7 +20,7 @@ def test_the_core_files_stay_at_the_tutorials_scale(name, most):
     assert lines <= most, f"{name} has {lines} lines, more than {most}"
 
 
-GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar", "minatar_wrappers")
+GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar", "d3qn_utils.minatar_wrappers")
 
 
 def game_packages_imported(code: str) -> list[str]:
@@ -38,7 +38,7 @@ def test_a_cartpole_agent_imports_no_atari_or_minatar_package(tmp_path):
 
 
 def test_a_pong_agent_imports_the_atari_wrappers_alone():
-    assert game_packages_imported("import games; games.make_env('PongNoFrameskip-v4')") == [
+    assert game_packages_imported("from d3qn_utils import games; games.make_env('PongNoFrameskip-v4')") == [
         "ale_py", "atari_wrappers"]
 
 

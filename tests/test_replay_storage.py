@@ -12,8 +12,8 @@ from gymnasium.wrappers import FrameStackObservation
 
 import PER
 from atari_wrappers import ChannelsLast, make_env
+from d3qn_utils.replay_storage import FrameStackStorage
 from rank_based import RankBasedMemory
-from replay_storage import FrameStackStorage
 
 PONG = "PongNoFrameskip-v4"
 FRAME_SHAPE = (84, 84)

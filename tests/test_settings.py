@@ -20,9 +20,8 @@ import pytest
 
 import apex
 import d3qn_agent
-import reporting
-import settings
 from d3qn_agent import DQNAgent, main
+from d3qn_utils import reporting, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,14 +11,12 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util.tensor_util import make_ndarray
 
-import checkpoint
 import d3qn_agent
-import reporting
-import settings
 from d3qn_agent import DQNAgent, main
+from d3qn_utils import checkpoint, reporting, settings
+from d3qn_utils.priority_figure import ReplayStatistics, draw_priority_figure, priority_figure_data
+from d3qn_utils.reporting import TensorBoardWriter
 from PER import Memory, UniformMemory
-from priority_figure import ReplayStatistics, draw_priority_figure, priority_figure_data
-from reporting import TensorBoardWriter
 
 CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"

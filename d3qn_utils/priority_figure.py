@@ -23,8 +23,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-import checkpoint
-from replay_storage import require
+from d3qn_utils import checkpoint
+from d3qn_utils.replay_storage import require
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
 # bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.

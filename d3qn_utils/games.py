@@ -13,8 +13,8 @@ from typing import Any
 import gymnasium as gym
 import keras
 
-from patch_conv import PatchConv2D
-from replay_storage import FrameStackStorage, storage_for
+from d3qn_utils.patch_conv import PatchConv2D
+from d3qn_utils.replay_storage import FrameStackStorage, storage_for
 
 MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so (minatar_wrappers.PREFIX)
 # The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
@@ -48,7 +48,7 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
     if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if is_minatar(env_name):
-        return importlib.import_module("minatar_wrappers").make_env(
+        return importlib.import_module("d3qn_utils.minatar_wrappers").make_env(
             env_name, max_episode_steps, render_mode)
     if is_atari(env_name):
         return importlib.import_module("atari_wrappers").make_env(

@@ -120,7 +120,7 @@ def is_repository_script() -> bool:
     """True when the program running is a script of this repository (`python d3qn_agent.py`,
     `python benchmarks/bench_atari.py`), not pytest, a Ray worker or a notebook."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parent.parent  # the repository, above d3qn_utils/
     return path is not None and Path(path).resolve().parent in (root, root / "benchmarks")
 
 

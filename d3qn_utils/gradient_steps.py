@@ -53,7 +53,7 @@ def compiled_backend() -> ModuleType:
     if name not in BACKENDS:
         raise ValueError(f"the Keras backend {name!r} (KERAS_BACKEND) is not supported here: "
                          f"use one of {', '.join(BACKENDS)}")
-    return importlib.import_module(f"{name}_backend")
+    return importlib.import_module(f"d3qn_utils.{name}_backend")
 
 
 def __getattr__(name: str) -> Any:

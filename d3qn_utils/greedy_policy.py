@@ -20,8 +20,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from gradient_steps import compiled_backend
-from patch_conv import PatchConv2D, shifted_views
+from d3qn_utils.gradient_steps import compiled_backend
+from d3qn_utils.patch_conv import PatchConv2D, shifted_views
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
 HEADS = ("q_values", "action_advantage")  # OurModel's layers whose argmax is the greedy action

@@ -53,8 +53,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from replay_state import load_memory_state, memory_state
-from replay_storage import all_finite
+from d3qn_utils.replay_state import load_memory_state, memory_state
+from d3qn_utils.replay_storage import all_finite
 
 PREFIX = "step-"
 RUN_PREFIX = "run-"

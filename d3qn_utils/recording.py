@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-import checkpoint
+from d3qn_utils import checkpoint
 
 GIF_MAX_FPS = 25  # keep at most this many screens per second of game time, played in real time
 GIF_MAX_FRAMES = 2_000  # cap the length: 80 s of CartPole (50 steps/s), 133 s of Atari (15/s)

@@ -21,8 +21,7 @@ import keras
 import numpy as np
 from matplotlib.figure import Figure
 
-import checkpoint
-import settings
+from d3qn_utils import checkpoint, settings
 
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training

@@ -35,11 +35,9 @@ from typing import Any
 
 import numpy as np
 
-import checkpoint
-import games
-import recording
-from checkpoint import LATEST
-from replay_storage import replay_bytes_per_slot
+from d3qn_utils import checkpoint, games, recording
+from d3qn_utils.checkpoint import LATEST
+from d3qn_utils.replay_storage import replay_bytes_per_slot
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from replay_storage import check_saved_value, require
+from d3qn_utils.replay_storage import check_saved_value, require
 
 PRIORITY_KEYS = {
     "uniform": (),
