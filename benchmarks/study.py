@@ -4,7 +4,7 @@
     python benchmarks/study.py report classic_control         # tables and figures from the files
     python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 3 x seeds 0-4
     python benchmarks/study.py compare cartpole_jax classic_control   # CartPole PER: JAX vs TF
-    python benchmarks/study.py run screen-lunar --games LunarLander-v3 --variants per \\
+    python benchmarks/study.py run screens/lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
 Every run is `python d3qn_agent.py --env-name GAME --seed N` plus its variant's flag (none for
@@ -463,7 +463,8 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
     for axis in np.ravel(axes):
         axis.set_xlabel("IQM of the last networks (95% CI)", fontsize="medium")
     plot_dir.mkdir(parents=True, exist_ok=True)
-    paths = [plot_dir / f"{study}_iqm.png", plot_dir / f"{study}_sample_efficiency.png"]
+    paths = [plot_dir / f"{study.replace('/', '-')}_iqm.png",
+             plot_dir / f"{study.replace('/', '-')}_sample_efficiency.png"]
     figure.savefig(paths[0], dpi=100, bbox_inches="tight")
     plt.close(figure)
 

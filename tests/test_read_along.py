@@ -38,8 +38,8 @@ def test_a_cartpole_agent_imports_no_atari_or_minatar_package(tmp_path):
 
 
 def test_a_pong_agent_imports_the_atari_wrappers_alone():
-    assert game_packages_imported("from d3qn_utils import games; games.make_env('PongNoFrameskip-v4')") == [
-        "ale_py", "atari_wrappers"]
+    code = "from d3qn_utils import games; games.make_env('PongNoFrameskip-v4')"
+    assert game_packages_imported(code) == ["ale_py", "atari_wrappers"]
 
 
 def test_a_short_cartpole_run_logs_as_the_code_before_the_rewrite(capsys):
