@@ -40,7 +40,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import grpc
 import numpy as np
 import ray

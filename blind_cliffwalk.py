@@ -1,7 +1,7 @@
 """Blind Cliffwalk: the PER paper's cleanest evidence that replay order matters.
 
 Reproduces the Blind Cliffwalk experiment of "Prioritized Experience Replay" (Schaul et al.,
-2015; Section 3, Figures 1 and 2, Appendix B.1) in its tabular form:
+ICLR 2016; Section 3, Figures 1 and 2, Appendix B.1) in its tabular form:
 
 - A chain of n states and two actions. In every state one action is "right" and moves on, the
   other is "wrong" and ends the episode with reward 0; the right action in the last state ends the
@@ -41,7 +41,7 @@ import os
 import sys
 import time
 
-from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- as in every script, before anything else
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import numpy as np
 
 from PER import Memory, UniformMemory

@@ -1,11 +1,14 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 (TensorFlow or JAX).
 
-`python d3qn_agent.py` trains on CartPole-v1, saving the best network to `models/` and the
-learning curve to `plots/`; `--test` plays the saved network. A flag edited below and the same
-flag on the command line (`--help`) do the same. The pylessons tutorial "D3QN Agent with
-Prioritized Experience Replay" reads alongside: its names, in its order (README: Reading along).
-What it does not have lives beside this file, one call each: settings.py, games.py,
-gradient_steps.py, reporting.py, priority_figure.py, checkpoint.py, recording.py.
+`python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
+`plots/`); `--test` plays the saved network. A flag edited below and the same flag on the command
+line (`--help`) do the same. The pylessons tutorial "D3QN Agent with Prioritized Experience
+Replay" reads alongside: its names, in its order (README: Reading along). The replay memories
+come from PER.py and rank_based.py; what the tutorial lacks from d3qn_utils/: settings (flags,
+presets, command line), games (environments, image torso, replay storage), gradient_steps
+(compiled gradient steps), greedy_policy (acting without model.predict), reporting and
+priority_figure (what a run prints and draws), checkpoint (--resume, NaN stops, file locks),
+recording (--record), quiet_startup (TensorFlow's start-up lines off the terminal).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import gymnasium as gym
 import keras
 import numpy as np
@@ -25,17 +28,16 @@ from keras import ops
 
 from d3qn_utils import checkpoint, recording, settings
 from d3qn_utils.games import image_torso, make_env, replay_storage
-from d3qn_utils.gradient_steps import Batches, GradientSteps, deal
+from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
 from d3qn_utils.priority_figure import PriorityFigure, ReplayStatistics
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
-# ---------------------------------------------------------------------------------------------
-# Hyperparameters. Each one is also a command-line flag: ENV_NAME -> --env-name, and so on. An
-# edit here wins over the presets for other games (settings.py), as the command line does.
-# ---------------------------------------------------------------------------------------------
+# ---- Hyperparameters -----------------------------------------------------------------------------
+# Each is also a command-line flag (ENV_NAME -> --env-name); an edit here wins over the presets
+# for other games (d3qn_utils/settings.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
 TUTORIAL = False  # True: the tutorial's own values for the flags below left as shipped
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
@@ -177,10 +179,8 @@ def episode_seed(seed: int, *indices: int) -> int:
 # ---- Agent ---------------------------------------------------------------------------------------
 class DQNAgent:
     """D3QN agent with prioritized (or uniform) replay; `run()` trains, `test()` plays.
-
-    `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags are the lower-case names of
-    the flags above and win over them. All state of a run lives on the object (checkpoint.py).
-    """
+    `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags, the flags above in lower
+    case, win over them. All state of a run lives on the object, so a checkpoint can hold it."""
 
     def __init__(self, env_name: str | None = None, **flags: Any) -> None:
         given = flags if env_name is None else {"env_name": env_name, **flags}
@@ -286,7 +286,7 @@ class DQNAgent:
         """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
         priority; here for GRADIENT_STEPS_PER_CALL minibatches at once (returns their losses).
         One draw is dealt into the minibatches, each spanning the whole priority range, and one
-        compiled call takes an Adam step on `weighted_loss` for each in turn (gradient_steps.py):
+        compiled call takes an Adam step on `weighted_loss` for each in turn (`GradientSteps`):
         a call's fixed cost is paid once. Minibatch k misses the k - 1 priority updates before
         it, but its IS weights are those it was drawn with, so the correction stays exact."""
         steps = self.config.gradient_steps_per_call
@@ -333,6 +333,8 @@ class DQNAgent:
         evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
         SIGTERM and NaN stop with a checkpoint (checkpoint.py)."""
         config = self.config
+        if self.state is None:  # the first episode (a resumed run goes on with its open one)
+            self.start_episode()
         with checkpoint.training_session(self) as session:
             while self.step < config.total_steps and not session.stop_requested:
                 action = self.act(self.state)
@@ -424,7 +426,7 @@ class DQNAgent:
                           if config.optimizer == "rmsprop"
                           else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
-        self.learn = GradientSteps(
+        self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
                               loss=config.loss),
             self.model, self.target_model, self.optimizer, config.grad_clip,

@@ -75,7 +75,7 @@ LEARNING_STARTS = 2_000  # env steps before the first gradient step (Atari defau
 WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient steps run slower
 EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100,000)
 SEED = 0  # seeds the agent, its environment and its replay memory
-BEFORE_COMMIT = "538808e"  # the last commit before the fast path (issue "Faster than the peer")
+BEFORE_COMMIT = "538808e"  # the last commit before the fast path
 TRAIN_FREQUENCY = 2  # env steps per gradient step: the README's Pong runs (Atari preset: 4)
 
 # The measured parts of one agent step, in the order the loop runs them.

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import keras
 import numpy as np
 from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step

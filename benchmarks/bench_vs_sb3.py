@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from d3qn_utils import quiet_startup  # isort: skip  # noqa: F401 -- before TensorFlow, to filter its start-up lines
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 from agent_loop import run_steps, skip_end_of_run
 
 from d3qn_agent import DQNAgent

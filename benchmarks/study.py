@@ -62,18 +62,18 @@ BOOTSTRAP_REPS = 10_000  # rliable's stratified bootstrap resamples for a CI
 CURVE_BOOTSTRAP_REPS = 2_000  # per evaluation step of the sample-efficiency curves
 CHECKPOINTS_PER_RUN = 5  # a stopped run loses at most a fifth of its budget
 
-# The study of issue #29: each game at its preset's budget, and the score its last networks'
+# The classic-control study: each game at its preset's budget, and the score its last networks'
 # IQM should reach (the RL Zoo's DQN for Acrobot and MountainCar; the games' "solved" lines for
 # CartPole and LunarLander).
 TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -76.6, "LunarLander-v3": 200.0,
            "MountainCar-v0": -100.8}
-# The study of issue #31: the five MinAtar games at the MinAtar preset's 2M frames, against the
+# The MinAtar study: the five MinAtar games at the MinAtar preset's 2M frames, against the
 # MinAtar paper's DQN at 5M frames (its README's curves: training returns at epsilon 0.1, as the
 # preset's training returns are; Seaquest's from before minatar 1.0.11's fix).
 MINATAR_TARGETS = {"MinAtar/Asterix-v1": 17.0, "MinAtar/Breakout-v1": 10.0,
                    "MinAtar/Freeway-v1": 50.0, "MinAtar/Seaquest-v1": 20.0,
                    "MinAtar/SpaceInvaders-v1": 43.0}
-# The same curves at 2M frames, our runs' budget (issue #31's readings).
+# The same curves at 2M frames, our runs' budget (read off the same curves).
 MINATAR_DQN_AT_2M = {"MinAtar/Asterix-v1": 15.0, "MinAtar/Breakout-v1": 10.0,
                      "MinAtar/Freeway-v1": 50.0, "MinAtar/Seaquest-v1": 5.0,
                      "MinAtar/SpaceInvaders-v1": 40.0}

@@ -154,14 +154,12 @@ class TrainingSession:
 
 @contextlib.contextmanager
 def training_session(agent: Any) -> Iterator[TrainingSession]:
-    """Around `DQNAgent.run`'s loop: the run's first lines and its first episode (unless
-    resumed mid-episode); Ctrl-C and SIGTERM set `stop_requested` instead of ending the
-    process; a NonFiniteError saves a checkpoint of the last good state (`saved_on`). When the
-    loop ends, a stopped run saves a checkpoint to --resume from and its last network; a
-    finished one its last checkpoint (with CHECKPOINT_EVERY); both draw the plots and say so."""
+    """Around `DQNAgent.run`'s loop: the run's first lines; Ctrl-C and SIGTERM set
+    `stop_requested` instead of ending the process; a NonFiniteError saves a checkpoint of the
+    last good state (`saved_on`). When the loop ends, a stopped run saves a checkpoint to
+    --resume from and its last network; a finished one its last checkpoint (with
+    CHECKPOINT_EVERY); both draw the plots and say so."""
     agent.report.start(agent)
-    if agent.state is None:
-        agent.start_episode()
     with stop_requests() as stop, agent.report, saved_on(NonFiniteError, agent):
         session = TrainingSession(agent, stop)
         yield session

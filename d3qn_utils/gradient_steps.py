@@ -1,9 +1,10 @@
-"""The compiled call behind `DQNAgent.replay`, where the tutorial called `model.fit`: several
-gradient steps in one call, each on its own batch.
+"""What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
+`model.fit`: several gradient steps in one call, each on its own batch.
 
-`Batches` and `deal` are the same on every backend. `GradientSteps` is the backend's own:
-tensorflow_backend.py (`tf.function` over a `tf.scan`, XLA) or jax_backend.py (`jax.jit` over a
-`lax.scan`), picked once from `keras.backend.backend()` (the KERAS_BACKEND variable).
+`Batches` and `deal` are the same on every backend. The compiled call, `GradientSteps`, is each
+backend's own: d3qn_utils/tensorflow_backend.py (`tf.function` over a `tf.scan`, XLA) or
+d3qn_utils/jax_backend.py (`jax.jit` over a `lax.scan`); `compiled_backend()` returns the module
+Keras runs on (the KERAS_BACKEND variable).
 """
 
 from __future__ import annotations
@@ -55,9 +56,3 @@ def compiled_backend() -> ModuleType:
                          f"use one of {', '.join(BACKENDS)}")
     return importlib.import_module(f"d3qn_utils.{name}_backend")
 
-
-def __getattr__(name: str) -> Any:
-    """`GradientSteps`: the backend's class, imported on first use (it builds on `Batches`)."""
-    if name == "GradientSteps":
-        return compiled_backend().GradientSteps
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

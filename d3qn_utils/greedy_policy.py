@@ -1,8 +1,8 @@
 """The greedy policy argmax_a Q(s, a) of a Q-network, as cheap to call as the network allows.
 
-`act` needs one greedy action per environment step. Through TensorFlow, even a traced call costs
-~300 µs of fixed overhead; CartPole's whole 4-256-256-(1+2) forward pass costs ~20 µs in numpy.
-So for a multilayer perceptron, and for the small-image torso (MinAtar's `PatchConv2D`),
+`act` needs one greedy action per environment step. Through TensorFlow, even a traced call has
+a fixed cost many times that of CartPole's whole 4-256-256-(1+2) forward pass in numpy
+(docs/benchmarks.md measures both). So for a multilayer perceptron, and for the small-image torso (MinAtar's `PatchConv2D`),
 `GreedyPolicy` runs the forward pass in numpy on a copy of the weights, taken again at the first
 call after the agent says they changed (`weights_changed()`: after training, loading, or
 restoring a checkpoint), one copy per training call: every 16 CartPole steps. The Nature torso's

@@ -1,6 +1,6 @@
 """What is compiled on the JAX backend (KERAS_BACKEND=jax): the gradient steps behind
-`DQNAgent.replay`, the greedy forward pass, and reading the weights. gradient_steps.py and
-greedy_policy.py pick this module or tensorflow_backend.py from `keras.backend.backend()`.
+`DQNAgent.replay`, the greedy forward pass, and reading the weights. `compiled_backend()` in
+gradient_steps.py picks this module or tensorflow_backend.py from `keras.backend.backend()`.
 
 Keras variables hold state; a jitted JAX function must be pure. So each call takes the variables'
 values as arguments and returns the new ones: inside it, `keras.StatelessScope` maps every

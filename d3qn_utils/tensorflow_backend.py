@@ -1,11 +1,11 @@
 """What is compiled on the TensorFlow backend (Keras' default): the gradient steps behind
-`DQNAgent.replay`, the greedy forward pass, and reading the weights. gradient_steps.py and
-greedy_policy.py pick this module or jax_backend.py from `keras.backend.backend()`.
+`DQNAgent.replay`, the greedy forward pass, and reading the weights. `compiled_backend()` in
+gradient_steps.py picks this module or jax_backend.py from `keras.backend.backend()`.
 
-A `model.fit` call costs ~70-90 ms in Keras 3; a traced graph ~1 ms, and a concrete function
-(one fixed signature, autograph off) also skips tf.function's argument matching (~0.3-1 ms). A
-graph loop (`tf.scan`) over the batches then pays that fixed cost once for all of them, and XLA
-fuses a step's ~400 small ops (docs/benchmarks.md). Step k sees the weights step k - 1 left.
+A `model.fit` call has a large fixed cost in Keras 3, a traced graph a small one, and a concrete
+function (one fixed signature, autograph off) also skips tf.function's argument matching. A graph
+loop (`tf.scan`) over the batches then pays that fixed cost once for all of them, and XLA fuses a
+step's ~400 small ops (docs/benchmarks.md measures each). Step k sees the weights step k - 1 left.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_unknown_method_raises():
 
 
 def test_prioritized_replay_needs_clearly_fewer_updates_than_uniform_for_every_seed():
-    # The acceptance test: on the same memory and the same initial Q, both prioritized
+    # The acceptance test: on the same memory and the same initial Q, both prioritized
     # variants of PER.py converge in at most half the updates of uniform replay, seed by seed.
     n = 7
     for seed in range(10):
@@ -149,7 +149,7 @@ def test_main_prints_the_table_and_writes_the_plot(tmp_path, capsys):
 
 
 def test_priority_epsilon_reaches_the_memory_and_decides_the_result():
-    # The numbers (n = 10, 3 seeds, median) need a minute; n = 8 shows the same effect.
+    # The documented numbers (n = 10, 3 seeds, median) need a minute; n = 8 shows the same effect.
     memory = bc.make_memory("proportional", 8, 0.6, 0.7, np.random.default_rng(0), 1e-6)
     assert memory.epsilon == 1e-6
     default, small = (

@@ -307,7 +307,7 @@ def test_a_diverging_training_step_stops_with_the_last_good_state_saved(tmp_path
     assert np.isfinite(memory["tree.sums"]).all()
 
 
-# ---- A run owns what it writes (#30) ------------------------------------------------------------
+# ---- A run owns what it writes -----------------------------------------------------------------
 def run_main(directory: Path, capsys: pytest.CaptureFixture, *flags: str) -> tuple[int, str, str]:
     """`python d3qn_agent.py` with the tiny flags, in-process: (exit code, stdout, stderr)."""
     import d3qn_agent

@@ -13,7 +13,7 @@ from d3qn_utils import quiet_startup
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The lines TensorFlow 2.21 printed on importing on this project's CPU-only machine (#32).
+# The lines TensorFlow 2.21 printed on importing on this project's CPU-only machine.
 HARMLESS_LINES = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
     "I0000 00:00:1795603320.601570   13363 port.cc:153] oneDNN custom operations are on. You may "
