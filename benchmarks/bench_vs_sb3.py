@@ -1,5 +1,6 @@
 """Training speed against Stable-Baselines3: env steps/s of the D3QN agent and of SB3's DQN with
-the same network and update ratio, side by side in one run, on MinAtar or Atari Pong.
+the same network and update ratio, side by side in one run, on MinAtar or Atari Pong. For Pong
+this is THE speed of the documented preset (bench_atari.py shows where its time goes).
 
     python benchmarks/bench_vs_sb3.py                                   # MinAtar Breakout
     python benchmarks/bench_vs_sb3.py --env-name MinAtar/SpaceInvaders-v1 --steps 40000
@@ -7,8 +8,9 @@ the same network and update ratio, side by side in one run, on MinAtar or Atari 
     python benchmarks/bench_atari.py --env-name MinAtar/Breakout-v1 --train-frequency 4 \\
         --before none --steps 20000                       # where our agent's step time goes
 
-Both agents train with the game's preset values (settings.MINATAR_PRESET, or ATARI_PRESET for
-an Atari id): batch 32, a gradient step every 4 env steps, a target copy every 1,000, Adam 1e-4,
+Both agents train with the game's preset values (settings.MINATAR_PRESET, or for an Atari id
+ATARI_PRESET with the game's own, as `python d3qn_agent.py --env-name GAME` runs it): batch 32,
+a gradient step every 4 env steps (Pong: every 2), a target copy every 1,000, Adam 1e-4,
 on the same network: MinAtar's (1/255, conv 16 3x3, dense 128) or the Nature DQN's (1/255, conv
 32 8x8/4, 64 4x4/2, 64 3x3/1, dense 512, SB3's own `NatureCNN`). Ours has its dueling head,
 double-DQN targets, 3-step returns (Atari) and prioritized replay; SB3's DQN a linear Q head and
@@ -58,14 +60,16 @@ SEED = 0  # seeds both agents and their environments
 # and the values that differ from the preset for a short benchmark (none for MinAtar).
 MINATAR = {"steps": 20_000, "warmup": 6_000, "budget": 2_000_000, "changes": {}}
 ATARI = {"steps": 2_000, "warmup": 3_000, "budget": 500_000,
-         "changes": {"memory_size": 20_000, "learning_starts": 2_000, "train_frequency": 4}}
+         "changes": {"memory_size": 20_000, "learning_starts": 2_000}}
 
 
 def game_settings(env_name: str) -> tuple[dict, dict]:
-    """(the preset both agents train with, the benchmark's steps) for `env_name`."""
+    """(the preset both agents train with, the benchmark's steps) for `env_name`: an Atari
+    game's own preset over the Atari one (Pong's: a gradient step every 2 env steps)."""
     if is_minatar(env_name):
         return settings.MINATAR_PRESET, MINATAR
-    return {**settings.ATARI_PRESET, **ATARI["changes"]}, ATARI
+    return {**settings.ATARI_PRESET, **settings.GAME_PRESETS.get(env_name, {}),
+            **ATARI["changes"]}, ATARI
 
 
 def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bool = False

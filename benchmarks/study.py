@@ -42,7 +42,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -55,10 +54,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pong_per_vs_uniform import RunLog, parse_log
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-EPISODE_LINE = re.compile(r"^episode: (\d+), step: (\d+)/\d+, score: ([-\d.e+]+)", re.MULTILINE)
 FINAL_EPISODES = 20  # fresh greedy episodes that score a run's last network
 BOOTSTRAP_REPS = 10_000  # rliable's stratified bootstrap resamples for a CI
 CURVE_BOOTSTRAP_REPS = 2_000  # per evaluation step of the sample-efficiency curves
@@ -104,7 +103,9 @@ STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS
                        # each game's network to watch: models/pretrained/<game folder>.keras
                        "keep_network": ("per", 0)},
            "pong": {"games": list(PONG_TARGETS), "variants": ["per", "uniform"],
-                    "seeds": list(range(5)), "target_on": TRAINING}}
+                    "seeds": list(range(5)), "target_on": TRAINING,
+                    # also: the steps to a 100-episode training mean at the target
+                    "steps_to_target": 100}}
 
 
 @dataclass(frozen=True)
@@ -231,12 +232,10 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
 
 
 def training_curve(log: Path) -> dict[str, list]:
-    """Each training episode's last step and score, in order, from a run's log. A resumed run
-    logs again the episodes after its checkpoint, the same ones: the last line of each counts."""
-    episodes = {int(match[1]): (int(match[2]), float(match[3]))
-                for match in EPISODE_LINE.finditer(log.read_text())}
-    ordered = [episodes[episode] for episode in sorted(episodes)]
-    return {"steps": [step for step, _ in ordered], "scores": [score for _, score in ordered]}
+    """Each training episode's last step and score, in order, from a run's log (a resumed run's
+    replayed lines replace the old ones: `pong_per_vs_uniform.parse_log`)."""
+    run_log = parse_log(log.read_text())
+    return {"steps": run_log.steps.tolist(), "scores": run_log.scores.tolist()}
 
 
 def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS,
@@ -512,6 +511,90 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
     return paths
 
 
+def training_history(run: dict) -> RunLog:
+    """A result's training curve as `pong_per_vs_uniform.RunLog`, for its moving averages."""
+    curve = run["training_curve"]
+    return RunLog(np.asarray(curve["steps"]), np.asarray(curve["scores"]), {},
+                  run["settings"]["total_steps"])
+
+
+def first_step_at_target(run: dict, window: int) -> int | None:
+    """The first step at which the run's `window`-episode training mean reached its target, or
+    None if it never did."""
+    return training_history(run).first_step_with_mean(run["target"], window)
+
+
+def draw_training_curves(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path,
+                         window: int, points: int = 101) -> Path:
+    """Per game, the IQM over runs of the `window`-episode training mean against env steps,
+    with its 95% CI band, a colour per variant, and the target as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import plot_utils
+
+    figure, axes = plt.subplots(1, len(found), figsize=(5 * len(found), 4), squeeze=False)
+    for axis, (game, variants) in zip(axes[0], found.items(), strict=True):
+        first = next(iter(variants.values()))[0]
+        grid = np.linspace(0, first["settings"]["total_steps"], points)
+        curves = {}
+        for variant, runs in variants.items():
+            means = []
+            for run in runs:
+                history = training_history(run)
+                # The mean after the last episode ended by each grid step (before the first
+                # ended: the first episode's score).
+                ended = np.searchsorted(history.steps, grid, side="right")
+                means.append(history.moving_average(window)[np.maximum(ended - 1, 0)])
+            curves[VARIANTS[variant][0]] = iqm_curve(np.array(means))
+        plot_utils.plot_sample_efficiency_curve(
+            grid / 1000, {label: curve[0] for label, curve in curves.items()},
+            {label: curve[1] for label, curve in curves.items()}, algorithms=list(curves),
+            ax=axis, xlabel="env steps (thousands)",
+            ylabel=f"IQM of the {window}-episode training mean", labelsize="medium",
+            ticklabelsize="small")
+        axis.axhline(first["target"], color="black", linestyle="--", linewidth=1)
+        axis.set_title(f"{game} ({len(runs)} seeds a variant)", fontsize="medium")
+        axis.legend(fontsize="small", loc="lower right")
+    figure.tight_layout()
+    path = plot_dir / f"{study.replace('/', '-')}_training_curves.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def steps_to_target_tables(found: dict[str, dict[str, list[dict]]], window: int) -> str:
+    """Markdown: per game and variant the IQM [95% CI] of the steps to the target (fewer is
+    better) and how many runs got there; then P(PER beats uniform) on those steps."""
+    lines = [f"| game | variant | runs | steps to a {window}-episode training mean at the target: "
+             "IQM [95% CI] | runs that got there |", "|---|---|---|---|---|"]
+    improvements = ["| game | variant | P(fewer steps to the target than uniform) [95% CI] |",
+                    "|---|---|---|"]
+    for game, variants in found.items():
+        firsts = {variant: [first_step_at_target(run, window) for run in runs]
+                  for variant, runs in variants.items()}
+        # A run that never got there is censored at its budget: it counts as reaching the target
+        # at its last step, so an IQM over such runs is a lower bound.
+        steps = {variant: [run["settings"]["total_steps"] if first is None else first
+                           for first, run in zip(firsts[variant], variants[variant], strict=True)]
+                 for variant in variants}
+        points, intervals = iqm_interval(steps)
+        for variant, runs in variants.items():
+            got_there = sum(first is not None for first in firsts[variant])
+            lines.append(f"| {game} | {VARIANTS[variant][0]} | {len(runs)} | "
+                         f"{points[variant]:,.0f} [{intervals[variant][0]:,.0f}, "
+                         f"{intervals[variant][1]:,.0f}] | "
+                         f"{got_there}/{len(runs)} (target {runs[0]['target']:g}) |")
+        if "uniform" in steps:
+            for variant in (name for name in steps if name != "uniform"):
+                # Fewer steps is better: P(-steps of a run above -steps of a uniform run).
+                cell = format_interval(*improvement_interval(
+                    -np.asarray(steps[variant]), -np.asarray(steps["uniform"])), 2)
+                improvements.append(f"| {game} | {VARIANTS[variant][0]} | {cell} |")
+    return "\n".join([*lines, "", *improvements]) + "\n"
+
+
 def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots") -> str:
     """Recompute the study's tables and figures from its result files; return the tables."""
     found = load_results(study, results)
@@ -520,10 +603,14 @@ def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots")
     defaults = STUDIES.get(study, {})
     target_on = defaults.get("target_on", LAST_NETWORKS)
     tables = report_tables(found, target_on, defaults.get("published"))
+    if window := defaults.get("steps_to_target"):
+        tables += "\n" + steps_to_target_tables(found, window)
     (results / study / "report.md").write_text(
         f"Written by `python benchmarks/study.py report {study}` from the result files "
         f"beside it.\n\n{tables}")
     paths = draw_figures(study, found, plot_dir, target_on)
+    if window:
+        paths.append(draw_training_curves(study, found, plot_dir, window))
     return tables + "\n" + "\n".join(
         f"figure: {os.path.relpath(path, ROOT)}" for path in paths) + "\n"
 

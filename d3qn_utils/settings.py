@@ -117,8 +117,8 @@ D3QN_FLAGS: dict[str, Flag] = {
 # Presets from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's Atari
 # settings; 3-step returns from Hessel et al. 2018) for Atari ids. Adam's step stays constant
 # there: an Atari budget is set for the whole game, and the README's Pong runs were made so.
-# One gradient step per call: a ~40 ms conv step dwarfs a call's ~1 ms fixed cost, and
-# convolutions run slower inside the graph loop that several steps need (docs/benchmarks.md).
+# One gradient step per call: a conv step dwarfs a call's fixed cost, and convolutions run
+# slower inside the graph loop that several steps need (docs/benchmarks.md).
 ATARI_PRESET: dict[str, Any] = {
     "total_steps": 10_000_000,
     "memory_size": 100_000,
@@ -179,10 +179,10 @@ ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games a
     "epsilon_min": 0.1,
     "eval_every": 5_000,
 }
-# Pong: the documented run (docs/atari.md, the third run), whose 100-episode mean reached 18.1
-# at step 370,674 and 19.6 at 500,000 (3.5 h here): a gradient step every 2 agent steps, XLA off
-# (it ran with oneDNN's convolutions, faster than XLA's), a checkpoint every 25,000 steps
-# (~0.7 GB each, two kept). Its other values are the Atari preset's; other games keep its budget.
+# Pong (docs/atari.md): 500,000 steps, a gradient step every 2 agent steps, XLA off (oneDNN's
+# convolutions took Pong's gradient step faster than XLA on the AMD and the Intel CPUs measured,
+# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (~0.7 GB each, two kept).
+# Its other values are the Atari preset's; other Atari games keep that preset's budget.
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000,
     "train_frequency": 2,

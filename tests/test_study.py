@@ -95,6 +95,45 @@ def test_report_from_hand_made_results(tmp_path):
         assert (tmp_path / "plots" / figure).stat().st_size > 10_000
 
 
+def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
+    # PER's runs score 20 from their first episode, which ends at step 100 * (seed + 1): the
+    # 100-episode mean (fewer at the start) is at 18 there. Uniform's never get there.
+    for seed in range(4):
+        for variant, score in (("per", 20.0), ("uniform", -21.0)):
+            path = study.Run("pong", "PongNoFrameskip-v4", variant, seed).result_path(tmp_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            steps = [100 * (seed + 1) + 1000 * episode for episode in range(10)]
+            path.write_text(json.dumps({
+                "game": "PongNoFrameskip-v4", "variant": variant, "seed": seed,
+                "command": "python d3qn_agent.py", "target": 18.0,
+                "evaluation": {"steps": [250_000, 500_000], "means": [score, score]},
+                "solved_score": None, "steps_to_solve": None, "final_score": score,
+                "training_scores_last_100": [score] * 10, "wall_seconds": 10.0,
+                "steps_per_second": 200.0, "load_average": [2.0, 2.0, 2.0],
+                "settings": {"total_steps": 500_000},
+                "training_curve": {"steps": steps, "scores": [score] * 10}}))
+    text = study.report("pong", tmp_path, tmp_path / "plots")
+    # IQM of 100, 200, 300, 400: the mean of 200 and 300; the censored runs count 500,000.
+    assert "| PongNoFrameskip-v4 | PER (proportional) | 4 | 250 [" in text
+    assert "| 4/4 (target 18) |" in text
+    assert "| uniform | 4 | 500,000 [500,000, 500,000] | 0/4 (target 18) |" in text
+    assert "| PongNoFrameskip-v4 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
+    assert (tmp_path / "plots" / "pong_training_curves.png").exists()
+
+
+def test_a_resumed_runs_training_curve_keeps_each_episode_once(tmp_path):
+    log = tmp_path / "training.log"
+    log.write_text("training on Pong\n"
+                   "episode: 1, step: 900/2000, score: -21, e: 0.99, average: -21.0, 9 steps/s\n"
+                   "episode: 2, step: 1700/2000, score: -20, e: 0.98, average: -20.5, 9 steps/s\n"
+                   "resuming from step-1000 at step 1000\n"
+                   "training on Pong\n"
+                   "episode: 2, step: 1700/2000, score: -20, e: 0.98, average: -20.5, 9 steps/s\n"
+                   "episode: 3, step: 1990/2000, score: -19, e: 0.97, average: -20.0, 9 steps/s\n")
+    assert study.training_curve(log) == {"steps": [900, 1700, 1990],
+                                         "scores": [-21.0, -20.0, -19.0]}
+
+
 def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
     for seed, score in enumerate([100.0, 120.0, 140.0, 300.0]):  # training 50, 60, 70, 150
         write_result(tmp_path, "Game-v0", "per", seed, score, None, [0.0, score])
