@@ -4,6 +4,8 @@
     python benchmarks/study.py report classic_control         # tables and figures from the files
     python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 3 x seeds 0-4
     python benchmarks/study.py compare cartpole_jax classic_control   # CartPole PER: JAX vs TF
+    python benchmarks/study.py run pong --jobs 1 --work-dir ../pong_study  # 2 x 5 Pong runs
+    python benchmarks/study.py status pong --work-dir ../pong_study  # done, stopped, to do
     python benchmarks/study.py run screens/lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
@@ -236,6 +238,29 @@ def training_curve(log: Path) -> dict[str, list]:
     replayed lines replace the old ones: `pong_per_vs_uniform.parse_log`)."""
     run_log = parse_log(log.read_text())
     return {"steps": run_log.steps.tolist(), "scores": run_log.scores.tolist()}
+
+
+def status(runs: list[Run], work_root: Path, results: Path = RESULTS) -> str:
+    """A line per run: done (its last network's score, and how often it was resumed), stopped
+    at a checkpoint (a `run` resumes it there), or still to do."""
+    lines = []
+    for run in runs:
+        path = run.result_path(results)
+        checkpoints = sorted(run.work_dir(work_root).glob("*.checkpoints/run-*/step-*"))
+        if path.exists():
+            result = json.loads(path.read_text())
+            resumed = result.get("resumed", 0)
+            lines.append(f"{run.name}: done, last network {result['final_score']:.1f}"
+                         + (f", resumed {resumed} time{'s' if resumed > 1 else ''}"
+                            if resumed else ""))
+        elif checkpoints:
+            step = int(checkpoints[-1].name.removeprefix("step-"))
+            lines.append(f"{run.name}: stopped at step {step:,}; `run` resumes it there")
+        elif (run.work_dir(work_root) / "training.log").exists():
+            lines.append(f"{run.name}: started, no checkpoint yet")
+        else:
+            lines.append(f"{run.name}: to do")
+    return "\n".join(lines) + "\n"
 
 
 def run_all(runs: list[Run], jobs: int, work_root: Path, results: Path = RESULTS,
@@ -650,15 +675,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="train the study's missing runs")
-    run_parser.add_argument("study", help=f"the study's name (defaults known: {list(STUDIES)})")
-    run_parser.add_argument("--games", nargs="+", help="gymnasium ids")
-    run_parser.add_argument("--variants", nargs="+", choices=list(VARIANTS))
-    run_parser.add_argument("--seeds", nargs="+", type=int)
+    status_parser = commands.add_parser("status", help="which runs are done, stopped, to do")
+    for sub in (run_parser, status_parser):
+        sub.add_argument("study", help=f"the study's name (defaults known: {list(STUDIES)})")
+        sub.add_argument("--games", nargs="+", help="gymnasium ids")
+        sub.add_argument("--variants", nargs="+", choices=list(VARIANTS))
+        sub.add_argument("--seeds", nargs="+", type=int)
+        sub.add_argument("--work-dir", type=Path,
+                         default=Path(tempfile.gettempdir()) / "d3qn_study",
+                         help="checkpoints and logs of unfinished runs (outside the repository)")
     run_parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    run_parser.add_argument("--work-dir", type=Path,
-                            default=Path(tempfile.gettempdir()) / "d3qn_study",
-                            help="checkpoints and logs of unfinished runs (outside the "
-                            "repository)")
     run_parser.add_argument("--pretrained-dir", type=Path, default=ROOT / "models" / "pretrained",
                             help="where the study's networks to watch go (minatar: PER seed 0)")
     train_parser = commands.add_parser("train", help="train one run in this process")
@@ -673,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     compare_parser.add_argument("baseline")
     compare_parser.add_argument("--game", default="CartPole-v1")
     compare_parser.add_argument("--variant", default="per", choices=list(VARIANTS))
-    for sub in (run_parser, train_parser, report_parser, compare_parser):
+    for sub in (run_parser, status_parser, train_parser, report_parser, compare_parser):
         sub.add_argument("--results", type=Path, default=RESULTS, help="result files' root")
     args = parser.parse_args(argv)
     if args.command in ("report", "compare"):
@@ -694,11 +720,14 @@ def main(argv: list[str] | None = None) -> int:
     missing = [key for key, value in chosen.items() if not value]
     if missing:
         parser.error(f"study {args.study!r} is not predefined: give --{' --'.join(missing)}")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     # Seed by seed: a study cut short still has every game and variant on its first seeds.
     runs = [Run(args.study, game, variant, seed, tuple(extra)) for seed in chosen["seeds"]
             for game in chosen["games"] for variant in chosen["variants"]]
+    if args.command == "status":
+        print(status(runs, args.work_dir, args.results), end="")
+        return 0
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     kept = defaults.get("keep_network")
     keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
                      if (run.variant, run.seed) == kept}

@@ -134,6 +134,22 @@ def test_a_resumed_runs_training_curve_keeps_each_episode_once(tmp_path):
                                          "scores": [-21.0, -20.0, -19.0]}
 
 
+def test_status_tells_done_resumed_stopped_started_and_to_do_runs(tmp_path):
+    runs = [study.Run("s", "CartPole-v1", "per", seed) for seed in range(4)]
+    path = runs[0].result_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"final_score": 475.25, "resumed": 2}))
+    (runs[1].work_dir(tmp_path) / "x.checkpoints" / "run-1" / "step-0000025000").mkdir(
+        parents=True)
+    runs[2].work_dir(tmp_path).mkdir(parents=True)
+    (runs[2].work_dir(tmp_path) / "training.log").write_text("")
+    assert study.status(runs, tmp_path, tmp_path).splitlines() == [
+        "CartPole-v1/per/seed0: done, last network 475.2, resumed 2 times",
+        "CartPole-v1/per/seed1: stopped at step 25,000; `run` resumes it there",
+        "CartPole-v1/per/seed2: started, no checkpoint yet",
+        "CartPole-v1/per/seed3: to do"]
+
+
 def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
     for seed, score in enumerate([100.0, 120.0, 140.0, 300.0]):  # training 50, 60, 70, 150
         write_result(tmp_path, "Game-v0", "per", seed, score, None, [0.0, score])
