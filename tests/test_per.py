@@ -429,10 +429,10 @@ def test_new_transitions_get_the_highest_priority_so_far():
 def test_priority_formula_and_clipping():
     memory = filled_memory(Memory, 4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
     errors = np.array([0.0, 0.15, 3.0, 0.99])
-    np.testing.assert_allclose(memory.priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
+    np.testing.assert_allclose(memory.leaf_priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
     memory.batch_update(np.array([3, 4, 5, 6]), errors)
     np.testing.assert_allclose(memory.tree.tree[3:], np.sqrt([0.01, 0.16, 1.0, 1.0]))
-    np.testing.assert_array_equal(memory.tree.tree[3:], memory.priorities(errors))
+    np.testing.assert_array_equal(memory.tree.tree[3:], memory.leaf_priorities(errors))
 
 
 def test_batch_update_last_duplicate_wins():
