@@ -130,6 +130,20 @@ def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compile
 
 
 @numba.njit(cache=True)
+def _update_live_leaves(tree, mins, leaves, priorities, holds_transition, highest
+                        ):  # pragma: no cover (compiled)
+    """`_update_leaf` for each leaf whose slot still holds a transition (a frame store may have
+    overwritten it since it was drawn); returns the highest of `highest` and the priorities
+    written. One compiled call for `Memory.batch_update`, whose input is checked already."""
+    first_leaf = holds_transition.size - 1
+    for k in range(leaves.size):
+        if holds_transition[leaves[k] - first_leaf]:
+            _update_leaf(tree, mins, leaves[k], priorities[k])
+            highest = max(highest, priorities[k])
+    return highest
+
+
+@numba.njit(cache=True)
 def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
     """The tutorial's `get_leaf` loop, for each value in turn: walk down from the root, left
     while v falls in the left subtree, else right with the left subtree's sum taken off v."""
@@ -243,14 +257,10 @@ class Memory(ReplayMemory):
         longer hold a transition (overwritten frames) are skipped; a slot named twice takes its
         last error.
         """
-        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
-        live = self.storage.holds_transition[leaves - (self.capacity - 1)]
-        if not live.all():  # a frame store overwrote some of them since they were drawn
-            leaves, abs_errors = leaves[live], abs_errors[live]
+        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)  # the only check
         priorities = self.leaf_priorities(abs_errors)
-        self.tree.update_batch(leaves, priorities)
-        if priorities.size:
-            self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.max_priority = _update_live_leaves(self.tree.tree, self.tree.mins, leaves, priorities,
+                                                self.storage.holds_transition, self.max_priority)
 
     def leaf_priorities(self, abs_errors: np.ndarray) -> np.ndarray:
         """The leaves' priorities p^alpha, p = min(|delta| + epsilon, abs_err_upper): the
