@@ -726,6 +726,10 @@ class ReplayMemory:
         n_step = 1 this is the stored transition and discounts are gamma.
         Cost O(n_step * len(slots)), vectorized over the batch.
         """
+        if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
+            states, actions, rewards, next_states, dones = self.storage.get(slots)
+            return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
+                    np.full(len(slots), self.gamma, dtype=np.float32))
         rewards, dones = self.storage.rewards_and_dones(slots)
         returns = rewards.astype(np.float64)
         dones = dones.astype(bool)
