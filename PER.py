@@ -5,7 +5,9 @@ Proportional prioritization, in the paper's notation: transition i has priority
 p_i = |delta_i| + epsilon, is drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha, and its
 loss is scaled by the importance-sampling weight w_i = (N * P(i))^-beta / max_j w_j, which undoes
 the bias of drawing it more (or less) often than uniform replay would. The sum tree holds the
-numerators p_i^alpha, so drawing by P(i) is one walk down it.
+numerators p_i^alpha, so drawing by P(i) is one walk down it. Below, as in the tutorial's code,
+"priority" names such a leaf value, p_i^alpha: `SumTree`'s priorities, its `min_priority` and
+`Memory.max_priority` are p^alpha, and the paper's p_i appears only in `Memory.leaf_priorities`.
 
 Tutorial -> here: `PER_e`, `PER_a`, `PER_b`, `PER_b_increment_per_sampling` and
 `absolute_error_upper` are `Memory`'s arguments `epsilon`, `alpha`, `beta`, `beta_increment`
@@ -13,8 +15,8 @@ and `abs_err_upper` (the tutorial's values by default; the agent computes `beta_
 that beta reaches 1 at the end of its run). `SumTree.update`, `total_priority` and `Memory.store`,
 `sample`, `batch_update` keep their names; `get_leaf` is `get_leaves`, a batch of values at a
 time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a storage
-(replay_storage.py) holds the transitions, each image frame once, and `store` gives the slot's
-leaf its priority with `update`.
+(d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
+the slot's leaf its priority with `update`.
 
 The walks up and down the tree are the tutorial's loops, compiled by numba (`_update_leaf`,
 `_get_leaves`): what you read is what runs, a whole batch per call.
@@ -37,7 +39,8 @@ from d3qn_utils.replay_storage import (
 
 
 class SumTree:
-    """Sum tree over `capacity` priorities, in one float64 array `tree` of 2*capacity - 1 nodes.
+    """Sum tree over `capacity` priorities (p_i^alpha), in a float64 array `tree` of 2*capacity - 1
+    nodes.
 
     Node i has children 2i+1 and 2i+2 and parent (i-1)//2, the leaves are the last `capacity`
     nodes, and each inner node holds the sum of its two children, so the root holds the total::
@@ -67,7 +70,7 @@ class SumTree:
 
     @property
     def min_priority(self) -> float:
-        """Smallest non-zero leaf priority, +inf while every leaf is zero. O(1)."""
+        """Smallest non-zero leaf priority (p^alpha), +inf while every leaf is zero. O(1)."""
         return float(self.mins[0])
 
     def update(self, tree_index: int, priority: float) -> None:
@@ -127,6 +130,20 @@ def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compile
 
 
 @numba.njit(cache=True)
+def _update_live_leaves(tree, mins, leaves, priorities, holds_transition, highest
+                        ):  # pragma: no cover (compiled)
+    """`_update_leaf` for each leaf whose slot still holds a transition (a frame store may have
+    overwritten it since it was drawn); returns the highest of `highest` and the priorities
+    written. One compiled call for `Memory.batch_update`, whose input is checked already."""
+    first_leaf = holds_transition.size - 1
+    for k in range(leaves.size):
+        if holds_transition[leaves[k] - first_leaf]:
+            _update_leaf(tree, mins, leaves[k], priorities[k])
+            highest = max(highest, priorities[k])
+    return highest
+
+
+@numba.njit(cache=True)
 def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
     """The tutorial's `get_leaf` loop, for each value in turn: walk down from the root, left
     while v falls in the left subtree, else right with the left subtree's sum taken off v."""
@@ -151,7 +168,7 @@ def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
 class Memory(ReplayMemory):
     """Prioritized replay memory (proportional variant), with the tutorial's names.
 
-    A new transition gets the highest priority so far, so it is replayed at least once soon.
+    A new transition gets the highest priority given so far, so it is replayed at least once soon.
     Sampling is stratified: [0, total) is cut into n equal segments and one value drawn in each,
     so a batch spreads over the whole distribution P(i). beta grows by `beta_increment` per
     `sample`, up to 1. rank_based.py has the paper's other variant, p_i = 1 / rank(i).
@@ -182,7 +199,7 @@ class Memory(ReplayMemory):
             beta_increment: the tutorial's PER_b_increment_per_sampling.
             epsilon: the tutorial's PER_e: added to every |delta|, so no priority is 0.
             abs_err_upper: the tutorial's absolute_error_upper: |delta| + epsilon is clipped to it.
-            storage: where the transitions live (replay_storage.py), with this capacity;
+            storage: where the transitions live (d3qn_utils/replay_storage.py), with this capacity;
                 default a new `TransitionStorage`.
             rng: the random generator of the strata, or its seed.
             n_step, gamma: the sampled batch holds n-step returns (`n_step_batch`).
@@ -198,8 +215,9 @@ class Memory(ReplayMemory):
         self.epsilon = float(epsilon)
         self.abs_err_upper = float(abs_err_upper)
         self.tree = SumTree(self.capacity)
-        # The highest p^alpha ever given, kept as priorities change: O(1) where the tutorial
-        # scanned every leaf. New transitions start as if |delta| were the clip value (or 1).
+        # The highest p^alpha ever given; it never falls: the paper's rule for new transitions
+        # (Algorithm 1: p_t = max_{i<t} p_i), O(1). The tutorial took the max over the current
+        # leaves, which falls when the largest is lowered. Before any error: |delta| = clip or 1.
         self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple) -> int:
@@ -239,18 +257,14 @@ class Memory(ReplayMemory):
         longer hold a transition (overwritten frames) are skipped; a slot named twice takes its
         last error.
         """
-        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
-        live = self.storage.holds_transition[leaves - (self.capacity - 1)]
-        if not live.all():  # a frame store overwrote some of them since they were drawn
-            leaves, abs_errors = leaves[live], abs_errors[live]
-        priorities = self.priorities(abs_errors)
-        self.tree.update_batch(leaves, priorities)
-        if priorities.size:
-            self.max_priority = max(self.max_priority, float(priorities.max()))
+        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)  # the only check
+        priorities = self.leaf_priorities(abs_errors)
+        self.max_priority = _update_live_leaves(self.tree.tree, self.tree.mins, leaves, priorities,
+                                                self.storage.holds_transition, self.max_priority)
 
-    def priorities(self, abs_errors: np.ndarray) -> np.ndarray:
-        """p^alpha, p = min(|delta| + epsilon, abs_err_upper): the tutorial's PER_e, PER_a and
-        absolute_error_upper, for a batch."""
+    def leaf_priorities(self, abs_errors: np.ndarray) -> np.ndarray:
+        """The leaves' priorities p^alpha, p = min(|delta| + epsilon, abs_err_upper): the
+        tutorial's PER_e, absolute_error_upper and PER_a, for a batch."""
         return np.minimum(abs_errors + self.epsilon, self.abs_err_upper) ** self.alpha
 
 

@@ -334,7 +334,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
         raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
                          f"{context} of context (expected {k - context})")
     check_non_negative("absolute TD error", errors)
-    priorities = np.concatenate([memory.priorities(errors), np.zeros(context)])
+    priorities = np.concatenate([memory.leaf_priorities(errors), np.zeros(context)])
     # (slots, priorities) in the order they were written: freed slots (0), then the new ones.
     writes: list[tuple[np.ndarray, np.ndarray]] = []
     try:

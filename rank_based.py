@@ -3,7 +3,7 @@
 Transition i has priority p_i = 1 / rank(i), rank 1 being the largest |delta|, and is drawn with
 probability P(i) = p_i^alpha / sum_k p_k^alpha. Unlike proportional PER it ignores how large the
 errors are, only their order, so an outlier cannot take over the batch. The paper tuned it with
-alpha 0.7 and beta 0.5 (settings.py's rank-based preset).
+alpha 0.7 and beta 0.5 (d3qn_utils/settings.py's rank-based preset).
 
 `RankBasedMemory` has `PER.Memory`'s interface. It keeps the transitions exactly sorted by
 |delta| (an O(N) merge before a sample that follows new errors, all in numpy), and its strata are

@@ -27,6 +27,7 @@ PER.py's `Memory` and `UniformMemory` take either through `storage=`.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -187,12 +188,21 @@ def check_range(name: str, value: float, low: float, high: float) -> None:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
 
 
+@numba.njit(cache=True)
+def first_outside(values: np.ndarray, low: float, high: float) -> int:  # pragma: no cover
+    """Index of the first element of the 1-D array `values` outside [low, high] (NaN always
+    is), or -1: one compiled pass (~0.2 us for a batch) where numpy needs a reduction or two."""
+    for i in range(values.size):
+        if not low <= values[i] <= high:
+            return i
+    return -1
+
+
 def check_non_negative(name: str, values: np.ndarray) -> None:
-    """ValueError naming the first NaN, infinite or negative entry of `values`."""
-    # Two reductions are the cheap test (NaN fails both comparisons); find the culprit only then.
-    if values.size and not (values.min() >= 0 and values.max() < np.inf):
-        bad = ~np.isfinite(values) | (values < 0)
-        raise ValueError(f"{name} must be finite and >= 0, got {float(values[bad][0])!r}")
+    """ValueError naming the first NaN, infinite or negative entry of the 1-D float `values`."""
+    bad = first_outside(values, 0.0, sys.float_info.max)
+    if bad >= 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {float(values[bad])!r}")
 
 
 def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
@@ -208,9 +218,9 @@ def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "abs
     if values.shape != leaves.shape:
         raise ValueError(f"got {len(leaves)} tree indices but {len(values)} errors")
     first_leaf, last_leaf = capacity - 1, 2 * capacity - 2
-    outside = np.flatnonzero((leaves < first_leaf) | (leaves > last_leaf))
-    if outside.size:
-        raise ValueError(f"tree index {leaves[outside[0]]} is not a leaf (leaves are "
+    outside = first_outside(leaves, first_leaf, last_leaf)
+    if outside >= 0:
+        raise ValueError(f"tree index {leaves[outside]} is not a leaf (leaves are "
                          f"{first_leaf}..{last_leaf})")
     check_non_negative(name, values)
     return leaves, values
@@ -716,6 +726,10 @@ class ReplayMemory:
         n_step = 1 this is the stored transition and discounts are gamma.
         Cost O(n_step * len(slots)), vectorized over the batch.
         """
+        if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
+            states, actions, rewards, next_states, dones = self.storage.get(slots)
+            return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
+                    np.full(len(slots), self.gamma, dtype=np.float32))
         rewards, dones = self.storage.rewards_and_dones(slots)
         returns = rewards.astype(np.float64)
         dones = dones.astype(bool)

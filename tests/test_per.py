@@ -18,8 +18,14 @@ from memory_helpers import (
 )
 
 import apex
+import PER
 from d3qn_utils.priority_figure import sampling_probabilities
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, replay_bytes_per_slot
+from d3qn_utils.replay_storage import (
+    FrameStackStorage,
+    TransitionStorage,
+    check_leaves,
+    replay_bytes_per_slot,
+)
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
 
@@ -429,10 +435,26 @@ def test_new_transitions_get_the_highest_priority_so_far():
 def test_priority_formula_and_clipping():
     memory = filled_memory(Memory, 4, alpha=0.5, epsilon=0.01, abs_err_upper=1.0)
     errors = np.array([0.0, 0.15, 3.0, 0.99])
-    np.testing.assert_allclose(memory.priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
+    np.testing.assert_allclose(memory.leaf_priorities(errors), np.sqrt([0.01, 0.16, 1.0, 1.0]))
     memory.batch_update(np.array([3, 4, 5, 6]), errors)
     np.testing.assert_allclose(memory.tree.tree[3:], np.sqrt([0.01, 0.16, 1.0, 1.0]))
-    np.testing.assert_array_equal(memory.tree.tree[3:], memory.priorities(errors))
+    np.testing.assert_array_equal(memory.tree.tree[3:], memory.leaf_priorities(errors))
+
+
+def test_batch_update_checks_its_input_once(monkeypatch):
+    # The leaves and errors are checked once per batch_update, not again on the way to the tree.
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return check_leaves(*args, **kwargs)
+
+    monkeypatch.setattr(PER, "check_leaves", counted)
+    memory = filled_memory(Memory, 4)
+    errors = np.array([0.5, 0.25])
+    memory.batch_update(np.array([3, 4]), errors)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(memory.tree.tree[3:5], memory.leaf_priorities(errors))
 
 
 def test_batch_update_last_duplicate_wins():

@@ -12,7 +12,7 @@ from gymnasium.wrappers import FrameStackObservation
 
 import PER
 from atari_wrappers import ChannelsLast, make_env
-from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils.replay_storage import FrameStackStorage, check_leaves, first_outside
 from rank_based import RankBasedMemory
 
 PONG = "PongNoFrameskip-v4"
@@ -322,3 +322,21 @@ def test_memories_sample_only_complete_correct_transitions(kind, n_step):
             assert discounts[row] == pytest.approx(discount, rel=1e-6)
         # Large errors make stale priorities matter: a freed slot left with one would be drawn.
         memory.batch_update(tree_idx, errors_rng.uniform(0, 5, size=16))
+
+
+def test_first_outside_finds_the_first_value_out_of_range_nan_included():
+    assert first_outside(np.array([3, 4, 6]), 3, 6) == -1  # both bounds inside
+    assert first_outside(np.array([3, 7, 2]), 3, 6) == 1
+    assert first_outside(np.zeros(0), 0.0, 1.0) == -1
+    for bad in (np.nan, np.inf, -1e-300):
+        assert first_outside(np.array([0.0, 1.0, bad, np.nan]), 0.0, 1e308) == 2
+
+
+def test_check_leaves_names_the_first_bad_index_or_value():
+    leaves, values = check_leaves(np.array([[3], [6]], dtype=np.uint32), [0.0, 2.5], 4)
+    assert leaves.dtype == np.int64 and values.dtype == np.float64
+    np.testing.assert_array_equal(leaves, [3, 6])
+    with pytest.raises(ValueError, match=r"tree index 7 is not a leaf \(leaves are 3\.\.6\)"):
+        check_leaves(np.array([3, 7, 2]), [0.0, 0.0, 0.0], 4)
+    with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got -2\.0$"):
+        check_leaves(np.array([3, 4]), [1.0, -2.0], 4, "priority")
