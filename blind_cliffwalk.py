@@ -15,10 +15,11 @@ ICLR 2016; Section 3, Figures 1 and 2, Appendix B.1) in its tabular form:
   gamma = 1 - 1/n, step size 1/4, until the mean squared error between Q and the true Q-values is
   below 10^-3. After each update the transition's |TD error| becomes its new priority.
 
-Methods: uniform replay (`PER.UniformMemory`); proportional and rank-based prioritization (both
-`PER.Memory`, the agent's code, with beta = 0: tabular Q-learning needs no importance-sampling
-correction); and two of the paper's reference points, greedy TD-error prioritization (always replay
-the largest last-seen |TD error|, Figure 2 left) and the oracle, which replays the transition whose
+Methods: uniform replay (`PER.UniformMemory`); proportional and rank-based prioritization
+(`PER.Memory` and `rank_based.RankBasedMemory`, the agent's code, with beta = 0: tabular
+Q-learning needs no importance-sampling correction); and two of the paper's reference points,
+greedy TD-error prioritization (always replay the largest last-seen |TD error|, Figure 2 left)
+and the oracle, which replays the transition whose
 update lowers the global error most (Figure 1). The paper runs the stochastic variants with a
 linear function approximator (Figure 2 right); here everything is tabular, as in Figure 2 left.
 The paper does not give alpha for this experiment, so both variants use its Atari values, which

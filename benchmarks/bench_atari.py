@@ -8,7 +8,7 @@ bench_vs_sb3.py's; both time the Pong preset with the same short-run settings be
 
 Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
 torso, batch 32, Adam 1e-4, target copy every 1,000 steps, 3-step returns) and a gradient step
-every 2 env steps as the README's Pong runs (`--train-frequency`), except for three settings that
+every 2 env steps as the Pong preset (`--train-frequency`), except for three settings that
 keep the run short and representative:
 
 - MEMORY_SIZE 20,000 instead of 100,000: sampling costs O(log N), so the time barely depends on
@@ -78,7 +78,7 @@ WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient st
 EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100,000)
 SEED = 0  # seeds the agent, its environment and its replay memory
 BEFORE_COMMIT = "538808e"  # the last commit before the fast path
-TRAIN_FREQUENCY = 2  # env steps per gradient step: the README's Pong runs (Atari preset: 4)
+TRAIN_FREQUENCY = 2  # env steps per gradient step: the Pong preset's (Atari preset: 4)
 
 # The measured parts of one agent step, in the order the loop runs them.
 PARTS = {

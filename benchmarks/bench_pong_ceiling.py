@@ -94,7 +94,7 @@ def matmul_speed() -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env-name", default="PongNoFrameskip-v4")
-    parser.add_argument("--train-frequency", type=int, default=2, help="the README's Pong runs: 2")
+    parser.add_argument("--train-frequency", type=int, default=2, help="the Pong preset's: 2")
     parser.add_argument("--no-xla", dest="xla", action="store_false",
                         help="run the gradient step without XLA (fastest with oneDNN here)")
     parser.add_argument("--repeats", type=int, default=50, help="timed gradient steps")

@@ -7,8 +7,8 @@ Each log is the printed output of one `python d3qn_agent.py --env-name PongNoFra
 run (uniform: the same command plus `--no-per`), appended chunk after chunk when the run is
 continued with `--resume`. A resumed chunk starts again from its checkpoint, so episodes logged
 after that checkpoint appear twice; the later line is the run's history and wins.
-The README's two runs are committed as benchmarks/logs/pong_per.log and pong_uniform.log;
---fast-path-log adds a third column, the prioritized run of the fast-path code
+The one-thread PER and uniform runs are committed as benchmarks/logs/pong_per.log and
+pong_uniform.log; --fast-path-log adds a third column, the prioritized run of the fast-path code
 (benchmarks/logs/pong_per_fast_path.log).
 
 Prints one markdown table, PER beside uniform (and the fast-path run when given): the 100- and
@@ -35,7 +35,7 @@ from markdown_table import format_row
 
 CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
 EVALUATION_STEPS = (250_000, 500_000)  # the Atari defaults evaluate every 250,000 steps
-SOLVED_MEAN = 18.0  # the README's Pong target, a 100-episode mean
+SOLVED_MEAN = 18.0  # the Pong target (docs/atari.md), a 100-episode mean
 WINDOWS = (100, 50)  # episodes in the two moving averages the table reports; the plot uses 50
 
 # Logs since the estimate end an episode line with the time left: "..., 47 steps/s, 2 h 3 min left".

@@ -116,7 +116,7 @@ D3QN_FLAGS: dict[str, Flag] = {
 
 # Presets from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's Atari
 # settings; 3-step returns from Hessel et al. 2018) for Atari ids. Adam's step stays constant
-# there: an Atari budget is set for the whole game, and the README's Pong runs were made so.
+# there: an Atari budget is set for the whole game, and the Pong runs were made so.
 # One gradient step per call: a conv step dwarfs a call's fixed cost, and convolutions run
 # slower inside the graph loop that several steps need (docs/benchmarks.md).
 ATARI_PRESET: dict[str, Any] = {
