@@ -19,9 +19,9 @@ Methods: uniform replay (`PER.UniformMemory`); proportional and rank-based prior
 (`PER.Memory` and `rank_based.RankBasedMemory`, the agent's code, with beta = 0: tabular
 Q-learning needs no importance-sampling correction); and two of the paper's reference points,
 greedy TD-error prioritization (always replay the largest last-seen |TD error|, Figure 2 left)
-and the oracle, which replays the transition whose
-update lowers the global error most (Figure 1). The paper runs the stochastic variants with a
-linear function approximator (Figure 2 right); here everything is tabular, as in Figure 2 left.
+and the oracle, which replays the transition whose update lowers the global error most
+(Figure 1). The paper runs the stochastic variants with a linear function approximator (Figure 2
+right); here everything is tabular, as in Figure 2 left.
 The paper does not give alpha for this experiment, so both variants use its Atari values, which
 are also the agent's: 0.6 proportional, 0.7 rank-based.
 
