@@ -46,9 +46,9 @@ def documented_commands(pages: list[Path]) -> dict[tuple[str, str], list[str]]:
                 for match in COMMAND.finditer(line):
                     backend = re.search(r"\bKERAS_BACKEND=(\S+)", match.group("env"))
                     key = (backend.group(1) if backend else "", match.group("script"))
-                    pages = commands.setdefault(key, [])
-                    if page.name not in pages:
-                        pages.append(page.name)
+                    found_on = commands.setdefault(key, [])
+                    if page.name not in found_on:
+                        found_on.append(page.name)
     return commands
 
 
@@ -63,6 +63,7 @@ def test_the_pages_document_the_programs_a_user_runs():
 
 
 def run_help(key: tuple[str, str]) -> subprocess.CompletedProcess:
+    """`python SCRIPT --help` from the repository root, on the Keras backend named (if any)."""
     backend, script = key
     env = {**os.environ, "KERAS_BACKEND": backend} if backend else dict(os.environ)
     return subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env,
@@ -70,13 +71,17 @@ def run_help(key: tuple[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def help_runs() -> dict[tuple[str, str], subprocess.CompletedProcess]:
-    """Every documented script's `--help`, run side by side (most import TensorFlow: seconds)."""
+def help_runs(request) -> dict[tuple[str, str], subprocess.CompletedProcess]:
+    """The `--help` of every documented script a selected test asks about, run side by side
+    (most import TensorFlow: seconds each)."""
+    keys = sorted({item.callspec.params["key"] for item in request.session.items
+                   if "key" in getattr(getattr(item, "callspec", None), "params", {})})
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        return dict(zip(COMMANDS, pool.map(run_help, COMMANDS), strict=True))
+        return dict(zip(keys, pool.map(run_help, keys), strict=True))
 
 
-@pytest.mark.parametrize("key", sorted(COMMANDS), ids=lambda key: "/".join(filter(None, key)))
+@pytest.mark.parametrize("key", sorted(COMMANDS),
+                         ids=lambda key: f"{key[1]}-{key[0]}" if key[0] else key[1])
 def test_each_documented_script_answers_help(key, help_runs):
     backend, script = key
     result = help_runs[key]
@@ -151,7 +156,7 @@ def test_each_python_file_named_in_code_is_where_the_page_says(page):
 
 
 def test_the_checks_catch_a_broken_command_a_broken_link_and_a_moved_module(tmp_path):
-    """The three checks fail where they should: on a page of their own, in a copy of docs/."""
+    """The checks fail where they should, on a page written for them."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "target.md").write_text("# A title: `GRADIENT_STEPS_PER_CALL`, numpy\n\n## Twice\n"
