@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -240,24 +241,39 @@ def training_curve(log: Path) -> dict[str, list]:
     return {"steps": run_log.steps.tolist(), "scores": run_log.scores.tolist()}
 
 
+def is_training(work_dir: Path) -> bool:
+    """True while a process holds the lock of a run's files in `work_dir` (checkpoint.RunLock:
+    flock, let go when the process ends)."""
+    for lock in work_dir.glob("*.lock"):
+        with contextlib.suppress(FileNotFoundError), lock.open() as file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    return False
+
+
 def status(runs: list[Run], work_root: Path, results: Path = RESULTS) -> str:
-    """A line per run: done (its last network's score, and how often it was resumed), stopped
-    at a checkpoint (a `run` resumes it there), or still to do."""
+    """A line per run: done (its last network's score, and how often it was resumed), training
+    now, stopped at a checkpoint (a `run` resumes it there), or still to do."""
     lines = []
     for run in runs:
         path = run.result_path(results)
         checkpoints = sorted(run.work_dir(work_root).glob("*.checkpoints/run-*/step-*"))
+        newest = (f", newest checkpoint at step {int(checkpoints[-1].name[5:]):,}"
+                  if checkpoints else "")
         if path.exists():
             result = json.loads(path.read_text())
             resumed = result.get("resumed", 0)
             lines.append(f"{run.name}: done, last network {result['final_score']:.1f}"
                          + (f", resumed {resumed} time{'s' if resumed > 1 else ''}"
                             if resumed else ""))
+        elif is_training(run.work_dir(work_root)):
+            lines.append(f"{run.name}: training now{newest}")
         elif checkpoints:
-            step = int(checkpoints[-1].name.removeprefix("step-"))
-            lines.append(f"{run.name}: stopped at step {step:,}; `run` resumes it there")
+            lines.append(f"{run.name}: stopped{newest}; `run` resumes it there")
         elif (run.work_dir(work_root) / "training.log").exists():
-            lines.append(f"{run.name}: started, no checkpoint yet")
+            lines.append(f"{run.name}: stopped before its first checkpoint; `run` starts it anew")
         else:
             lines.append(f"{run.name}: to do")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """The study runner (benchmarks/study.py): its report on hand-made results, skipping finished
 runs, resuming a killed one, and the fields a result file carries."""
 
+import fcntl
 import json
 import os
 import signal
@@ -145,9 +146,15 @@ def test_status_tells_done_resumed_stopped_started_and_to_do_runs(tmp_path):
     (runs[2].work_dir(tmp_path) / "training.log").write_text("")
     assert study.status(runs, tmp_path, tmp_path).splitlines() == [
         "CartPole-v1/per/seed0: done, last network 475.2, resumed 2 times",
-        "CartPole-v1/per/seed1: stopped at step 25,000; `run` resumes it there",
-        "CartPole-v1/per/seed2: started, no checkpoint yet",
+        "CartPole-v1/per/seed1: stopped, newest checkpoint at step 25,000; `run` resumes it there",
+        "CartPole-v1/per/seed2: stopped before its first checkpoint; `run` starts it anew",
         "CartPole-v1/per/seed3: to do"]
+    # A run whose lock is held (here by this process, through another open file) is training.
+    with (runs[1].work_dir(tmp_path) / "x.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert study.status(runs[1:2], tmp_path, tmp_path) == (
+            "CartPole-v1/per/seed1: training now, newest checkpoint at step 25,000\n")
+    assert not study.is_training(runs[1].work_dir(tmp_path))  # the lock is let go
 
 
 def test_targets_on_training_returns_count_the_seeds_by_those(tmp_path):
