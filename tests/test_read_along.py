@@ -20,6 +20,35 @@ def test_the_core_files_stay_at_the_tutorials_scale(name, most):
     assert lines <= most, f"{name} has {lines} lines, more than {most}"
 
 
+def function_source(path: Path, name: str) -> str:
+    """The source text of the first function called `name` in `path`."""
+    text = path.read_text()
+    node = next(node for node in ast.walk(ast.parse(text))
+                if isinstance(node, ast.FunctionDef) and node.name == name)
+    return ast.get_source_segment(text, node)
+
+
+def test_run_shows_where_the_first_episode_starts():
+    run = function_source(ROOT / "d3qn_agent.py", "run")
+    assert run.index("self.start_episode()") < run.index("checkpoint.training_session")
+    assert "start_episode" not in function_source(ROOT / "d3qn_utils" / "checkpoint.py",
+                                                  "training_session")
+
+
+def test_no_module_hands_over_a_name_it_does_not_define():
+    # A module __getattr__ would put a name where the pages cannot point to its definition.
+    for path in [*ROOT.glob("*.py"), *(ROOT / "d3qn_utils").glob("*.py")]:
+        names = {node.name for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.FunctionDef)}
+        assert "__getattr__" not in names, path.name
+
+
+def test_the_root_shows_the_tutorials_files_and_the_programs_a_user_runs():
+    assert sorted(path.name for path in ROOT.glob("*.py")) == [
+        "PER.py", "apex.py", "atari_wrappers.py", "blind_cliffwalk.py", "d3qn_agent.py",
+        "rank_based.py"]
+
+
 GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar", "d3qn_utils.minatar_wrappers")
 
 
