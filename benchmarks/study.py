@@ -6,6 +6,7 @@
     python benchmarks/study.py compare cartpole_jax classic_control   # CartPole PER: JAX vs TF
     python benchmarks/study.py run pong --jobs 1 --work-dir ../pong_study  # 2 x 5 Pong runs
     python benchmarks/study.py status pong --work-dir ../pong_study  # done, stopped, to do
+    python benchmarks/study.py compare pong_bf16 pong --game PongNoFrameskip-v4  # bfloat16 or not
     python benchmarks/study.py run screens/lunar --games LunarLander-v3 --variants per \\
         --seeds 100 101 102 -- --learning-rate 5e-4           # flags after -- go to every run
 
@@ -108,7 +109,12 @@ STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS
            "pong": {"games": list(PONG_TARGETS), "variants": ["per", "uniform"],
                     "seeds": list(range(5)), "target_on": TRAINING,
                     # also: the steps to a 100-episode training mean at the target
-                    "steps_to_target": 100}}
+                    "steps_to_target": 100},
+           # The same PER runs with bfloat16 convolutions ("flags": added to every run), set
+           # against "pong" by `compare pong_bf16 pong --game PongNoFrameskip-v4`.
+           "pong_bf16": {"games": list(PONG_TARGETS), "variants": ["per"],
+                         "seeds": list(range(5)), "target_on": TRAINING, "steps_to_target": 100,
+                         "flags": ["--bfloat16"]}}
 
 
 @dataclass(frozen=True)
@@ -565,6 +571,13 @@ def first_step_at_target(run: dict, window: int) -> int | None:
     return training_history(run).first_step_with_mean(run["target"], window)
 
 
+def steps_to_target(run: dict, window: int) -> int:
+    """`first_step_at_target`, censored at the run's budget: a run that never got there counts
+    as reaching the target at its last step, so an IQM over such runs is a lower bound."""
+    first = first_step_at_target(run, window)
+    return run["settings"]["total_steps"] if first is None else first
+
+
 def draw_training_curves(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path,
                          window: int, points: int = 101) -> Path:
     """Per game, the IQM over runs of the `window`-episode training mean against env steps,
@@ -613,16 +626,11 @@ def steps_to_target_tables(found: dict[str, dict[str, list[dict]]], window: int)
     improvements = ["| game | variant | P(fewer steps to the target than uniform) [95% CI] |",
                     "|---|---|---|"]
     for game, variants in found.items():
-        firsts = {variant: [first_step_at_target(run, window) for run in runs]
-                  for variant, runs in variants.items()}
-        # A run that never got there is censored at its budget: it counts as reaching the target
-        # at its last step, so an IQM over such runs is a lower bound.
-        steps = {variant: [run["settings"]["total_steps"] if first is None else first
-                           for first, run in zip(firsts[variant], variants[variant], strict=True)]
-                 for variant in variants}
+        steps = {variant: [steps_to_target(run, window) for run in runs]
+                 for variant, runs in variants.items()}
         points, intervals = iqm_interval(steps)
         for variant, runs in variants.items():
-            got_there = sum(first is not None for first in firsts[variant])
+            got_there = sum(first_step_at_target(run, window) is not None for run in runs)
             lines.append(f"| {game} | {VARIANTS[variant][0]} | {len(runs)} | "
                          f"{points[variant]:,.0f} [{intervals[variant][0]:,.0f}, "
                          f"{intervals[variant][1]:,.0f}] | "
@@ -674,8 +682,13 @@ def compare(study: str, baseline: str, game: str, variant: str, results: Path = 
         last = format_interval(points["last"], intervals["last"])
         training = format_interval(points["training"], intervals["training"])
         lines.append(f"| {name} | {len(found)} | {last} | {training} |")
-    for label, score in (("last networks", lambda run: run["final_score"]),
-                         ("last 100 training episodes", training_score)):
+    scores = {"last networks": lambda run: run["final_score"],
+              "last 100 training episodes": training_score}
+    if window := STUDIES.get(baseline, {}).get("steps_to_target"):
+        # Fewer steps is better: P(-steps of a run above -steps of a baseline run).
+        scores[f"fewer steps to a {window}-episode training mean at the target"] = (
+            lambda run: -steps_to_target(run, window))
+    for label, score in scores.items():
         point, interval = improvement_interval([score(run) for run in runs[study]],
                                                [score(run) for run in runs[baseline]])
         lines.append(f"\nP({study} run beats {baseline} run), {label}: "
@@ -737,7 +750,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"study {args.study!r} is not predefined: give --{' --'.join(missing)}")
     # Seed by seed: a study cut short still has every game and variant on its first seeds.
-    runs = [Run(args.study, game, variant, seed, tuple(extra)) for seed in chosen["seeds"]
+    flags = (*defaults.get("flags", ()), *extra)
+    runs = [Run(args.study, game, variant, seed, flags) for seed in chosen["seeds"]
             for game in chosen["games"] for variant in chosen["variants"]]
     if args.command == "status":
         print(status(runs, args.work_dir, args.results), end="")

@@ -96,23 +96,30 @@ def test_report_from_hand_made_results(tmp_path):
         assert (tmp_path / "plots" / figure).stat().st_size > 10_000
 
 
+def write_pong_result(results: Path, study_name: str, variant: str, seed: int, score: float,
+                      first_episode_end: int) -> None:
+    """A Pong result whose ten training episodes all score `score`, the first ending at step
+    `first_episode_end` and each next one 1,000 steps later."""
+    path = study.Run(study_name, "PongNoFrameskip-v4", variant, seed).result_path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps = [first_episode_end + 1000 * episode for episode in range(10)]
+    path.write_text(json.dumps({
+        "game": "PongNoFrameskip-v4", "variant": variant, "seed": seed,
+        "command": "python d3qn_agent.py", "target": 18.0,
+        "evaluation": {"steps": [250_000, 500_000], "means": [score, score]},
+        "solved_score": None, "steps_to_solve": None, "final_score": score,
+        "training_scores_last_100": [score] * 10, "wall_seconds": 10.0,
+        "steps_per_second": 200.0, "load_average": [2.0, 2.0, 2.0],
+        "settings": {"total_steps": 500_000},
+        "training_curve": {"steps": steps, "scores": [score] * 10}}))
+
+
 def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
     # PER's runs score 20 from their first episode, which ends at step 100 * (seed + 1): the
     # 100-episode mean (fewer at the start) is at 18 there. Uniform's never get there.
     for seed in range(4):
-        for variant, score in (("per", 20.0), ("uniform", -21.0)):
-            path = study.Run("pong", "PongNoFrameskip-v4", variant, seed).result_path(tmp_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            steps = [100 * (seed + 1) + 1000 * episode for episode in range(10)]
-            path.write_text(json.dumps({
-                "game": "PongNoFrameskip-v4", "variant": variant, "seed": seed,
-                "command": "python d3qn_agent.py", "target": 18.0,
-                "evaluation": {"steps": [250_000, 500_000], "means": [score, score]},
-                "solved_score": None, "steps_to_solve": None, "final_score": score,
-                "training_scores_last_100": [score] * 10, "wall_seconds": 10.0,
-                "steps_per_second": 200.0, "load_average": [2.0, 2.0, 2.0],
-                "settings": {"total_steps": 500_000},
-                "training_curve": {"steps": steps, "scores": [score] * 10}}))
+        write_pong_result(tmp_path, "pong", "per", seed, 20.0, 100 * (seed + 1))
+        write_pong_result(tmp_path, "pong", "uniform", seed, -21.0, 100 * (seed + 1))
     text = study.report("pong", tmp_path, tmp_path / "plots")
     # IQM of 100, 200, 300, 400: the mean of 200 and 300; the censored runs count 500,000.
     assert "| PongNoFrameskip-v4 | PER (proportional) | 4 | 250 [" in text
@@ -120,6 +127,12 @@ def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
     assert "| uniform | 4 | 500,000 [500,000, 500,000] | 0/4 (target 18) |" in text
     assert "| PongNoFrameskip-v4 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
     assert (tmp_path / "plots" / "pong_training_curves.png").exists()
+    # bfloat16's runs against them: as good at the end, always first to the target.
+    for seed in range(4):
+        write_pong_result(tmp_path, "pong_bf16", "per", seed, 20.0, 50)
+    text = study.compare("pong_bf16", "pong", "PongNoFrameskip-v4", "per", tmp_path)
+    assert "last networks: 0.50 [0.50, 0.50]" in text
+    assert "fewer steps to a 100-episode training mean at the target: 1.00 [1.00, 1.00]" in text
 
 
 def test_a_resumed_runs_training_curve_keeps_each_episode_once(tmp_path):
