@@ -33,8 +33,10 @@ uniform replay, with its CI, by the last networks and by the last 100 training e
 game and over the games (on the seeds they all have);
 for MinAtar, the training episodes' IQM beside the MinAtar paper's DQN at 2M and 5M frames;
 plots/<study>_iqm.png (the intervals) and plots/<study>_sample_efficiency.png (IQM of the
-evaluation curves with CI bands). The tables are printed and written to
-benchmarks/results/<study>/report.md.
+evaluation curves with CI bands). A study with "steps_to_target" (Pong) adds the steps to a
+100-episode training mean at the target, censored at the budget, with their IQM, CI and P(PER
+needs fewer than uniform), and plots/<study>_training_curves.png. The tables are printed and
+written to benchmarks/results/<study>/report.md.
 """
 
 from __future__ import annotations
