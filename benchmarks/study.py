@@ -4,7 +4,7 @@
     python benchmarks/study.py report classic_control         # tables and figures from the files
     python benchmarks/study.py run minatar --jobs 1           # 5 MinAtar games x 3 x seeds 0-4
     python benchmarks/study.py compare cartpole_jax classic_control   # CartPole PER: JAX vs TF
-    python benchmarks/study.py run pong --jobs 1 --work-dir ../pong_study  # 2 x 5 Pong runs
+    python benchmarks/study.py run pong --jobs 2 --work-dir ../pong_study  # 2 x 5 Pong runs
     python benchmarks/study.py status pong --work-dir ../pong_study  # done, stopped, to do
     python benchmarks/study.py compare pong_bf16 pong --game PongNoFrameskip-v4  # bfloat16 or not
     python benchmarks/study.py run screens/lunar --games LunarLander-v3 --variants per \\
