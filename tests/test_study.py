@@ -280,6 +280,9 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     resumed = json.loads(run.result_path(tmp_path / "results").read_text())
     log = (run.work_dir(tmp_path / "work") / "training.log").read_text()
     assert "resuming from" in log
+    assert resumed["resumed"] == 1
+    # run_all gives one run at a time all the cores, unless the caller chose.
+    assert resumed["threads"] == int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.cpu_count())
     assert all(field in resumed for field in study.RESULT_FIELDS)
     assert resumed["command"] == ("python d3qn_agent.py --env-name CartPole-v1 --seed 3 "
                                   + " ".join(TINY))
