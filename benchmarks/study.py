@@ -230,7 +230,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
         "wall_seconds": agent.step * timing["seconds"] / timing["steps"],
         "load_average": os.getloadavg(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS", os.cpu_count() or 1)),
+        "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.cpu_count() or 1),
     }
     path = run.result_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
