@@ -644,7 +644,10 @@ def steps_to_target_tables(found: dict[str, dict[str, list[dict]]], window: int)
                 cell = format_interval(*improvement_interval(
                     -np.asarray(steps[variant]), -np.asarray(steps["uniform"])), 2)
                 improvements.append(f"| {game} | {VARIANTS[variant][0]} | {cell} |")
-    return "\n".join([*lines, "", *improvements]) + "\n"
+    censored = ("A run that never got there counts as getting there at its last step (censored "
+                "at its budget): the IQM is then a lower bound, and in P two such runs tie (half "
+                "each).")
+    return "\n".join([*lines, "", censored, "", *improvements]) + "\n"
 
 
 def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots") -> str:

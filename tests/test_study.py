@@ -125,6 +125,7 @@ def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
     assert "| PongNoFrameskip-v4 | PER (proportional) | 4 | 250 [" in text
     assert "| 4/4 (target 18) |" in text
     assert "| uniform | 4 | 500,000 [500,000, 500,000] | 0/4 (target 18) |" in text
+    assert "counts as getting there at its last step (censored at its budget)" in text
     assert "| PongNoFrameskip-v4 | PER (proportional) | 1.00 [1.00, 1.00] |" in text
     assert (tmp_path / "plots" / "pong_training_curves.png").exists()
     # bfloat16's runs against them: as good at the end, always first to the target.
