@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pong_per_vs_uniform import RunLog, parse_log
+from pong_logs import RunLog, parse_log
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -245,7 +245,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
 
 def training_curve(log: Path) -> dict[str, list]:
     """Each training episode's last step and score, in order, from a run's log (a resumed run's
-    replayed lines replace the old ones: `pong_per_vs_uniform.parse_log`)."""
+    replayed lines replace the old ones: `pong_logs.parse_log`)."""
     run_log = parse_log(log.read_text())
     return {"steps": run_log.steps.tolist(), "scores": run_log.scores.tolist()}
 
@@ -562,7 +562,7 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
 
 
 def training_history(run: dict) -> RunLog:
-    """A result's training curve as `pong_per_vs_uniform.RunLog`, for its moving averages."""
+    """A result's training curve as `pong_logs.RunLog`, for its moving averages."""
     curve = run["training_curve"]
     return RunLog(np.asarray(curve["steps"]), np.asarray(curve["scores"]), {},
                   run["settings"]["total_steps"])

@@ -535,7 +535,7 @@ def load_agent(agent: Any, where: str = LATEST) -> str:
 def resume_from(agent: Any, where: str) -> str:
     """`load_agent(agent, where)`; return the lines that say from where, which run it continues
     (its id and start time) and which flags changed. The first, "resuming from <checkpoint> at
-    step <N>", is the one logs are searched for (benchmarks/pong_per_vs_uniform.py)."""
+    step <N>", is the one logs are searched for (benchmarks/pong_logs.py)."""
     directory = choose_checkpoint(agent) if where == LATEST else Path(where)
     progress_file = directory / "progress.json"
     saved = recorded_run(read_json(progress_file), progress_file)

@@ -1,4 +1,4 @@
-"""The PER-vs-uniform Pong report reads resumed logs as the run's history."""
+"""The Pong log reader reads resumed logs as the run's history; the table and its command line."""
 
 import sys
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import pong_per_vs_uniform as report
+import pong_logs as report
 
 # A run that logged episodes 1-3, was stopped at step 350 after its checkpoint at step 200,
 # and was resumed from that checkpoint: episodes 2 and 3 were replayed, 3 with another score;
@@ -90,3 +90,24 @@ def test_committed_fast_path_log_reaches_18_first_across_a_resume() -> None:
     text = (Path(report.__file__).parent / "logs" / "pong_per_fast_path.log").read_text()
     assert report.parse_log(text).first_step_with_mean(18.0, window=100) <= 383_563
     assert "resuming from" in text
+
+
+def test_command_line_puts_one_column_per_log(tmp_path: Path, capsys) -> None:
+    (tmp_path / "first.log").write_text(LOG)
+    (tmp_path / "second.log").write_text(SIGNAL_LOG)
+    logs = [str(tmp_path / "first.log"), str(tmp_path / "second.log")]
+    report.main(logs)
+    assert "|  | first | second |" in capsys.readouterr().out
+    report.main([*logs, "--names", "PER", "uniform", "--plot", str(tmp_path / "runs.png")])
+    assert "|  | PER | uniform |" in capsys.readouterr().out
+    assert (tmp_path / "runs.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("names, message", [(["PER"], "gives 1 names for 2 logs"),
+                                            (["PER", "PER"], "repeats a name")])
+def test_command_line_refuses_names_that_do_not_fit_the_logs(
+        tmp_path: Path, capsys, names: list[str], message: str) -> None:
+    (tmp_path / "run.log").write_text(LOG)
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "run.log")] * 2 + ["--names", *names])
+    assert message in capsys.readouterr().err

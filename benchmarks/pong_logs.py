@@ -1,21 +1,18 @@
-"""Prioritized against uniform replay on Pong: a side-by-side table and plot from two or three logs.
+"""Pong runs side by side from their logs: a table of scores and speeds, and a plot.
 
-    python benchmarks/pong_per_vs_uniform.py ../pong_per/pong.log ../pong_uniform/pong.log
-    python benchmarks/pong_per_vs_uniform.py ... --fast-path-log ../pong_fast/pong.log
+    python benchmarks/pong_logs.py benchmarks/logs/pong_per_preset.log \
+        benchmarks/logs/pong_bf16_preset.log --names preset bfloat16 --plot ../pong_runs.png
 
 Each log is the printed output of one `python d3qn_agent.py --env-name PongNoFrameskip-v4 ...`
-run (uniform: the same command plus `--no-per`), appended chunk after chunk when the run is
-continued with `--resume`. A resumed chunk starts again from its checkpoint, so episodes logged
-after that checkpoint appear twice; the later line is the run's history and wins.
-The one-thread PER and uniform runs are committed as benchmarks/logs/pong_per.log and
-pong_uniform.log; --fast-path-log adds a third column, the prioritized run of the fast-path code
-(benchmarks/logs/pong_per_fast_path.log).
+run, appended chunk after chunk when the run is continued with `--resume`. A resumed chunk starts
+again from its checkpoint, so episodes logged after that checkpoint appear twice; the later line
+is the run's history and wins. The committed runs' logs are in benchmarks/logs/ (docs/atari.md).
 
-Prints one markdown table, PER beside uniform (and the fast-path run when given): the 100- and
-50-episode means of the training scores at 100k, 200k, ..., 500k agent steps, the first step at
-which the 100-episode mean reaches 18, the greedy evaluations at 250k and 500k, the agent steps
-per second each chunk printed last and the wall time (each chunk's steps over that speed,
-summed). Then draws each run's 50-episode moving average against agent steps to --plot.
+Prints one markdown table, a column per log: the 100- and 50-episode means of the training
+scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches
+18, the greedy evaluations at 250k and 500k, the agent steps per second each chunk printed last
+and the wall time (each chunk's steps over that speed, summed). With --plot, draws each run's
+50-episode moving average against agent steps. `benchmarks/study.py` reads its runs' logs here.
 """
 
 from __future__ import annotations
@@ -170,8 +167,7 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
 def draw(runs: dict[str, RunLog], path: Path) -> None:
     """Each run's 50-episode moving average (and faint raw scores) against agent steps."""
     figure, axes = plt.subplots(figsize=(9, 5))
-    colors = ("tab:red", "tab:blue", "tab:green")[:len(runs)]
-    for (name, run), color in zip(runs.items(), colors, strict=True):
+    for (name, run), color in zip(runs.items(), plt.cm.tab10.colors, strict=False):
         axes.plot(run.steps, run.scores, ".", color=color, alpha=0.2, markersize=3)
         axes.plot(run.steps, run.moving_average(WINDOWS[1]), color=color, linewidth=2,
                   label=f"{name}: {WINDOWS[1]}-episode moving average")
@@ -183,7 +179,7 @@ def draw(runs: dict[str, RunLog], path: Path) -> None:
     axes.set_xlabel("agent steps")
     axes.set_ylabel("episode score")
     axes.set_ylim(-21.5, 21.5)
-    axes.set_title("PongNoFrameskip-v4, D3QN, seed 0: prioritized vs uniform replay")
+    axes.set_title("PongNoFrameskip-v4, D3QN")
     axes.grid(alpha=0.3)
     axes.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
     axes.legend(loc="upper left")
@@ -193,21 +189,20 @@ def draw(runs: dict[str, RunLog], path: Path) -> None:
     plt.close(figure)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("per_log", type=Path, help="log of the prioritized run")
-    parser.add_argument("uniform_log", type=Path, help="log of the --no-per run")
-    parser.add_argument("--plot", type=Path,
-                        default=Path("plots/per_vs_uniform_PongNoFrameskip-v4.png"),
-                        help="where to draw the figure")
-    parser.add_argument("--fast-path-log", type=Path,
-                        help="log of a prioritized run of the fast-path code: a third column")
-    args = parser.parse_args()
-    logs = [("PER", args.per_log), ("uniform", args.uniform_log)]
-    if args.fast_path_log:
-        logs.append(("PER, fast path", args.fast_path_log))
+    parser.add_argument("logs", type=Path, nargs="+", help="d3qn_agent.py logs, one per run")
+    parser.add_argument("--names", nargs="+",
+                        help="the runs' column names, one per log (default: the file names)")
+    parser.add_argument("--plot", type=Path, help="where to draw the figure (default: no figure)")
+    args = parser.parse_args(argv)
+    names = args.names or [path.stem for path in args.logs]
+    if len(names) != len(args.logs):
+        parser.error(f"--names gives {len(names)} names for {len(args.logs)} logs")
+    if len(set(names)) != len(names):
+        parser.error(f"--names repeats a name: {names}")
     runs = {}
-    for name, path in logs:
+    for name, path in zip(names, args.logs, strict=True):
         if not path.is_file():
             parser.error(f"no log file at {path}")
         runs[name] = parse_log(path.read_text(errors="replace"))
@@ -220,8 +215,9 @@ def main() -> None:
     print(format_row(["---"] * (len(runs) + 1)))
     for row in table_rows(runs):
         print(format_row(row))
-    draw(runs, args.plot)
-    print(f"\nplot: {args.plot}")
+    if args.plot:
+        draw(runs, args.plot)
+        print(f"\nplot: {args.plot}")
 
 
 if __name__ == "__main__":
