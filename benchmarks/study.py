@@ -92,6 +92,7 @@ VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
     "per-rank": ("PER (rank-based)", ["--rank-based"]),
     "uniform": ("uniform", ["--no-per"]),
 }
+VARIANT_COLORS = {"per": "tab:red", "per-rank": "tab:orange", "uniform": "tab:blue"}  # every figure
 # What the report reads of a result file (a run writes more: commit, settings, returns, ...).
 RESULT_FIELDS = ("game", "variant", "seed", "command", "target", "evaluation", "solved_score",
                  "steps_to_solve", "final_score", "training_scores_last_100", "wall_seconds",
@@ -521,7 +522,7 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
         raise ValueError(f"no game of study {study!r} has runs of every variant "
                          f"({', '.join(variants)}) yet")
     labels = {name: VARIANTS[name][0] for name in variants}
-    colors = dict(zip(labels.values(), ("tab:red", "tab:orange", "tab:blue"), strict=False))
+    colors = {labels[name]: VARIANT_COLORS[name] for name in variants}
     estimates = [iqm_interval({name: [run["final_score"] for run in found[game][name]]
                                for name in variants}) for game in games]
     figure, axes = plot_utils.plot_interval_estimates(
@@ -549,8 +550,7 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
             {label: curve[1] for label, curve in curves.items()},
             algorithms=list(curves), colors=colors, ax=axis, xlabel="env steps (thousands)",
             ylabel="IQM of greedy evaluations", labelsize="medium", ticklabelsize="small")
-        runs = len(found[game][variants[0]])
-        axis.set_title(f"{game} ({runs} seeds)", fontsize="medium")
+        axis.set_title(f"{game} ({seeds_label(found[game])})", fontsize="medium")
         target = found[game][variants[0]][0]["target"]
         if target is not None and target_on == LAST_NETWORKS:
             axis.axhline(target, color="black", linestyle="--", linewidth=1)
@@ -559,6 +559,15 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
     figure.savefig(paths[1], dpi=100)
     plt.close(figure)
     return paths
+
+
+def seeds_label(runs: dict[str, list[dict]]) -> str:
+    """How many seeds a figure's variants have: "5 seeds", or "per 4, uniform 3 seeds" while a
+    study is under way."""
+    counts = {len(found) for found in runs.values()}
+    if len(counts) == 1:
+        return f"{counts.pop()} seeds"
+    return ", ".join(f"{name} {len(found)}" for name, found in runs.items()) + " seeds"
 
 
 def training_history(run: dict) -> RunLog:
@@ -608,11 +617,12 @@ def draw_training_curves(study: str, found: dict[str, dict[str, list[dict]]], pl
         plot_utils.plot_sample_efficiency_curve(
             grid / 1000, {label: curve[0] for label, curve in curves.items()},
             {label: curve[1] for label, curve in curves.items()}, algorithms=list(curves),
-            ax=axis, xlabel="env steps (thousands)",
+            colors={VARIANTS[name][0]: VARIANT_COLORS[name] for name in variants}, ax=axis,
+            xlabel="env steps (thousands)",
             ylabel=f"IQM of the {window}-episode training mean", labelsize="medium",
             ticklabelsize="small")
         axis.axhline(first["target"], color="black", linestyle="--", linewidth=1)
-        axis.set_title(f"{game} ({len(runs)} seeds a variant)", fontsize="medium")
+        axis.set_title(f"{game} ({seeds_label(variants)})", fontsize="medium")
         axis.legend(fontsize="small", loc="lower right")
     figure.tight_layout()
     path = plot_dir / f"{study.replace('/', '-')}_training_curves.png"

@@ -136,6 +136,11 @@ def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
     assert "fewer steps to a 100-episode training mean at the target: 1.00 [1.00, 1.00]" in text
 
 
+def test_figure_titles_count_each_variants_seeds_while_a_study_is_under_way():
+    assert study.seeds_label({"per": [{}] * 5, "uniform": [{}] * 5}) == "5 seeds"
+    assert study.seeds_label({"per": [{}] * 4, "uniform": [{}] * 3}) == "per 4, uniform 3 seeds"
+
+
 def test_a_resumed_runs_training_curve_keeps_each_episode_once(tmp_path):
     log = tmp_path / "training.log"
     log.write_text("training on Pong\n"
