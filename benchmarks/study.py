@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -522,7 +523,7 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
         raise ValueError(f"no game of study {study!r} has runs of every variant "
                          f"({', '.join(variants)}) yet")
     labels = {name: VARIANTS[name][0] for name in variants}
-    colors = {labels[name]: VARIANT_COLORS[name] for name in variants}
+    colors = variant_colors(variants)
     estimates = [iqm_interval({name: [run["final_score"] for run in found[game][name]]
                                for name in variants}) for game in games]
     figure, axes = plot_utils.plot_interval_estimates(
@@ -559,6 +560,11 @@ def draw_figures(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: 
     figure.savefig(paths[1], dpi=100)
     plt.close(figure)
     return paths
+
+
+def variant_colors(variants: Iterable[str]) -> dict[str, str]:
+    """Each variant's label -> its colour, the same in every figure."""
+    return {VARIANTS[name][0]: VARIANT_COLORS[name] for name in variants}
 
 
 def seeds_label(runs: dict[str, list[dict]]) -> str:
@@ -617,8 +623,7 @@ def draw_training_curves(study: str, found: dict[str, dict[str, list[dict]]], pl
         plot_utils.plot_sample_efficiency_curve(
             grid / 1000, {label: curve[0] for label, curve in curves.items()},
             {label: curve[1] for label, curve in curves.items()}, algorithms=list(curves),
-            colors={VARIANTS[name][0]: VARIANT_COLORS[name] for name in variants}, ax=axis,
-            xlabel="env steps (thousands)",
+            colors=variant_colors(variants), ax=axis, xlabel="env steps (thousands)",
             ylabel=f"IQM of the {window}-episode training mean", labelsize="medium",
             ticklabelsize="small")
         axis.axhline(first["target"], color="black", linestyle="--", linewidth=1)
