@@ -359,11 +359,18 @@ def interval_estimates(scores: dict[str, Any], metric: Any, reps: int
     repeatable (a fixed bootstrap seed)."""
     from rliable import library
 
-    with warnings.catch_warnings():
-        # rliable 1.2 hands arch a RandomState, which arch 7 takes with a FutureWarning.
-        warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
-        return library.get_interval_estimates(scores, metric, reps=reps,
-                                              random_state=np.random.RandomState(0))
+    # rliable draws the resamples of two independent groups (P(X > Y)) from numpy's global
+    # generator, whatever random_state says: seed that too, and give its state back after.
+    global_state = np.random.get_state()  # noqa: NPY002 (the generator rliable uses)
+    np.random.seed(0)  # noqa: NPY002
+    try:
+        with warnings.catch_warnings():
+            # rliable 1.2 hands arch a RandomState, which arch 7 takes with a FutureWarning.
+            warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
+            return library.get_interval_estimates(scores, metric, reps=reps,
+                                                  random_state=np.random.RandomState(0))
+    finally:
+        np.random.set_state(global_state)  # noqa: NPY002
 
 
 def iqm_interval(scores: dict[str, Any], reps: int | None = None
@@ -688,24 +695,35 @@ def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots")
 def compare(study: str, baseline: str, game: str, variant: str, results: Path = RESULTS) -> str:
     """One game and variant in two studies (the same runs on two backends, say): each study's
     IQM of the last networks' scores with its CI, and P(a run of `study` scores above a run of
-    `baseline`), by the last networks and by the last 100 training episodes."""
+    `baseline`), by the last networks and by the last 100 training episodes; where `baseline`
+    counts the steps to its target (Pong), by those too (fewer is better)."""
     runs = {}
     for name in (study, baseline):
         runs[name] = load_results(name, results).get(game, {}).get(variant, [])
         if not runs[name]:
             raise ValueError(f"study {name!r} has no {variant} runs of {game}")
-    lines = [f"{game}, {VARIANTS[variant][0]}: {study} against {baseline}", "",
-             "| study | runs | IQM, last networks [95% CI] | IQM, last 100 training episodes |",
-             "|---|---|---|---|"]
+    window = STUDIES.get(baseline, {}).get("steps_to_target")
+    header = "| study | runs | IQM, last networks [95% CI] | IQM, last 100 training episodes |"
+    if window:
+        header += f" IQM, steps to a {window}-episode training mean at the target | got there |"
+    lines = [f"{game}, {VARIANTS[variant][0]}: {study} against {baseline}", "", header,
+             "|---" * header.count(" | ") + "|---|"]
     for name, found in runs.items():
-        points, intervals = iqm_interval({"last": [run["final_score"] for run in found],
-                                          "training": [training_score(run) for run in found]})
-        last = format_interval(points["last"], intervals["last"])
-        training = format_interval(points["training"], intervals["training"])
-        lines.append(f"| {name} | {len(found)} | {last} | {training} |")
+        measures = {"last": [run["final_score"] for run in found],
+                    "training": [training_score(run) for run in found]}
+        if window:
+            measures["steps"] = [steps_to_target(run, window) for run in found]
+        points, intervals = iqm_interval(measures)
+        cells = [format_interval(points["last"], intervals["last"]),
+                 format_interval(points["training"], intervals["training"])]
+        if window:
+            got_there = sum(first_step_at_target(run, window) is not None for run in found)
+            cells += [f"{points['steps']:,.0f} [{intervals['steps'][0]:,.0f}, "
+                      f"{intervals['steps'][1]:,.0f}]", f"{got_there}/{len(found)}"]
+        lines.append(f"| {name} | {len(found)} | " + " | ".join(cells) + " |")
     scores = {"last networks": lambda run: run["final_score"],
               "last 100 training episodes": training_score}
-    if window := STUDIES.get(baseline, {}).get("steps_to_target"):
+    if window:
         # Fewer steps is better: P(-steps of a run above -steps of a baseline run).
         scores[f"fewer steps to a {window}-episode training mean at the target"] = (
             lambda run: -steps_to_target(run, window))

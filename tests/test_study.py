@@ -45,6 +45,17 @@ def test_probability_of_improvement_checkable_by_hand():
     assert study.improvement_interval([9.0, 8.0], [1.0, 2.0])[1] == pytest.approx([1.0, 1.0])
 
 
+def test_intervals_repeat_call_after_call_and_leave_numpys_generator_alone():
+    before = np.random.get_state()[1].copy()  # noqa: NPY002 (the generator rliable uses)
+    better, baseline = [20.2, 21.0, 20.8, 21.0, 20.6], [20.9, 21.0, 21.0, 21.0, 20.1]
+    first = study.improvement_interval(better, baseline)
+    # rliable resamples two groups with numpy's global generator: seeded, and restored after.
+    assert study.improvement_interval(better, baseline)[1] == pytest.approx(first[1])
+    assert study.iqm_interval({"a": better})[1]["a"] == pytest.approx(
+        study.iqm_interval({"a": better})[1]["a"])
+    assert (np.random.get_state()[1] == before).all()  # noqa: NPY002
+
+
 def write_result(results: Path, game: str, variant: str, seed: int, score: float,
                  solved: int | None, curve: list[float]) -> None:
     """A result file with the fields the report reads and made-up numbers: its training
@@ -134,6 +145,8 @@ def test_pong_steps_to_the_target_are_censored_at_the_budget(tmp_path):
     text = study.compare("pong_bf16", "pong", "PongNoFrameskip-v4", "per", tmp_path)
     assert "last networks: 0.50 [0.50, 0.50]" in text
     assert "fewer steps to a 100-episode training mean at the target: 1.00 [1.00, 1.00]" in text
+    assert "| pong_bf16 | 4 | 20.0 [20.0, 20.0] | 20.0 [20.0, 20.0] | 50 [50, 50] | 4/4 |" in text
+    assert "| pong | 4 | 20.0 [20.0, 20.0] | 20.0 [20.0, 20.0] | 250 [" in text
 
 
 def test_figure_titles_count_each_variants_seeds_while_a_study_is_under_way():
