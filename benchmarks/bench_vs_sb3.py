@@ -24,8 +24,9 @@ one thread and once with one per core (torch.set_num_threads; on a shared CPU it
 be several times slower than one), and its faster run counts; it plays the same environment
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
 
-`--bfloat16` adds ours with BFLOAT16 (its convolutions in bfloat16, games.image_torso) as one
-more agent of each round; SB3 stays in float32, as it ships.
+Ours runs in float32, as the Pong preset does on a CPU without bfloat16 units; `--bfloat16` adds
+ours with BFLOAT16 (its convolutions in bfloat16, games.image_torso: the Pong preset on AVX512_BF16
+or AMX) as one more agent of each round; SB3 stays in float32, as it ships.
 
 `--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
 of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
@@ -149,8 +150,7 @@ def main() -> None:
                      f"{args.rounds} and {warmup}")
     print("command: python " + shlex.join(sys.argv))
     print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
-    agents = {"ours (d3qn_agent.py)": lambda: measure_ours(args.env_name, steps, warmup,
-                                                           args.seed)}
+    agents = {"ours, float32": lambda: measure_ours(args.env_name, steps, warmup, args.seed)}
     if args.bfloat16:
         agents["ours, bfloat16 convs"] = lambda: measure_ours(args.env_name, steps, warmup,
                                                               args.seed, bfloat16=True)

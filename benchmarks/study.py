@@ -113,9 +113,11 @@ STUDIES = {"classic_control": {"games": list(TARGETS), "variants": list(VARIANTS
            "pong": {"games": list(PONG_TARGETS), "variants": ["per", "uniform"],
                     "seeds": list(range(5)), "target_on": TRAINING,
                     # also: the steps to a 100-episode training mean at the target
-                    "steps_to_target": 100},
-           # The same PER runs with bfloat16 convolutions ("flags": added to every run), set
-           # against "pong" by `compare pong_bf16 pong --game PongNoFrameskip-v4`.
+                    "steps_to_target": 100,
+                    # float32 where the preset would pick bfloat16 ("flags": added to every run)
+                    "flags": ["--no-bfloat16"]},
+           # The same PER runs with bfloat16 convolutions, set against "pong" by
+           # `compare pong_bf16 pong --game PongNoFrameskip-v4`.
            "pong_bf16": {"games": list(PONG_TARGETS), "variants": ["per"],
                          "seeds": list(range(5)), "target_on": TRAINING, "steps_to_target": 100,
                          "flags": ["--bfloat16"]}}

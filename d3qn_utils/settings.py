@@ -189,6 +189,10 @@ PONG_PRESET: dict[str, Any] = {
     "xla": False,
     "checkpoint_every": 25_000,
 }
+# Pong where the CPU has bfloat16 instructions (AVX512_BF16, AMX): its convolutions in bfloat16,
+# which the Pong study found to learn as float32 does, faster side by side (docs/atari.md).
+# Chosen from the CPU's features, not a timing, so every run on one machine does the same sums.
+PONG_NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
 GAME_PRESETS: dict[str, dict[str, Any]] = {
     "PongNoFrameskip-v4": PONG_PRESET,
     "ALE/Pong-v5": PONG_PRESET,
@@ -295,11 +299,29 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
         presets.append(("MinAtar", MINATAR_PRESET))
     if env_name in GAME_PRESETS:
         presets.append((env_name, GAME_PRESETS[env_name]))
+    if GAME_PRESETS.get(env_name) is PONG_PRESET and (feature := native_bfloat16()):
+        presets.append((f"{env_name} on {feature}", PONG_NATIVE_BFLOAT16_PRESET))
     if values["per_rank_based"]:
         presets.append(("rank-based", RANK_BASED_PRESET))
     if values["tutorial"]:
         presets.append(("tutorial", TUTORIAL_PRESET))
     return presets
+
+
+def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's bfloat16 instructions that TensorFlow's oneDNN kernels use, as Linux names them
+    ("AMX_BF16", "AVX512_BF16"), or None: none, no /proc/cpuinfo to read, or JAX (the Pong
+    study measured bfloat16 on TensorFlow only). Cost: one read of /proc/cpuinfo."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    try:
+        match = re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    flags = set(match[1].split()) if match else set()
+    return next((name.upper() for name in ("amx_bf16", "avx512_bf16") if name in flags), None)
 
 
 def apex_presets(values: dict[str, Any]) -> list[Preset]:
@@ -341,7 +363,8 @@ def resolve(
                 values[name] = value
                 notes[name] = f"{name} {value} ({source} preset)"
             elif chosen[name] != value:
-                where = (f"--{flag_name(name, table[name])}" if name in given
+                off = "no-" if chosen[name] is False else ""  # --no-xla gave False
+                where = (f"--{off}{flag_name(name, table[name])}" if name in given
                          else f"{name.upper()} at the top of {Path(script.__file__).name}")
                 notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset has {value})"
     check(values, table)
@@ -512,6 +535,7 @@ def format_preset(preset: dict[str, Any]) -> str:
 def all_d3qn_presets() -> list[Preset]:
     """Every preset d3qn_agent.py knows, for --help."""
     return [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
+            ("Pong on a CPU with AVX512_BF16 or AMX", PONG_NATIVE_BFLOAT16_PRESET),
             ("--rank-based", RANK_BASED_PRESET)]
 
 

@@ -23,6 +23,8 @@ import d3qn_agent
 from d3qn_agent import DQNAgent, main
 from d3qn_utils import reporting, settings
 
+native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -116,6 +118,34 @@ def test_an_edit_wins_over_the_pong_preset(monkeypatch):
     assert ("train_frequency 4 (TRAIN_FREQUENCY at the top of d3qn_agent.py; the "
             "PongNoFrameskip-v4 preset has 2)") in notes
     assert "xla True (--xla; the PongNoFrameskip-v4 preset has False)" in notes
+
+
+@pytest.mark.parametrize(("flags", "found"), [("fpu avx512f avx512_bf16 vaes", "AVX512_BF16"),
+                                             ("avx512_bf16 amx_tile amx_bf16", "AMX_BF16"),
+                                             ("fpu avx2 avx512f avx512_vnni", None)])
+def test_native_bfloat16_is_read_from_the_cpus_flags(tmp_path, flags, found):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n")
+    expected = found if keras.backend.backend() == "tensorflow" else None  # measured on TF only
+    assert native_bfloat16(cpuinfo) == expected
+    assert native_bfloat16(tmp_path / "not_linux") is None
+
+
+def test_pong_on_a_cpu_with_bfloat16_gets_bfloat16_unless_told_not_to(monkeypatch):
+    monkeypatch.setattr(settings, "native_bfloat16", lambda: "AVX512_BF16")
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
+    config, notes = resolve()
+    assert config.bfloat16
+    assert "bfloat16 True (PongNoFrameskip-v4 on AVX512_BF16 preset)" in notes
+    config, notes = resolve(bfloat16=False)
+    assert not config.bfloat16
+    assert ("bfloat16 False (--no-bfloat16; the PongNoFrameskip-v4 on AVX512_BF16 preset has "
+            "True)") in notes
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "ALE/Breakout-v5")  # measured on Pong only
+    assert not resolve()[0].bfloat16
+    monkeypatch.setattr(settings, "native_bfloat16", lambda: None)
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
+    assert not resolve()[0].bfloat16
 
 
 def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
