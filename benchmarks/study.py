@@ -709,7 +709,7 @@ def compare(study: str, baseline: str, game: str, variant: str, results: Path = 
     if window:
         header += f" IQM, steps to a {window}-episode training mean at the target | got there |"
     lines = [f"{game}, {VARIANTS[variant][0]}: {study} against {baseline}", "", header,
-             "|---" * header.count(" | ") + "|---|"]
+             "|---" * (header.count("|") - 1) + "|"]
     for name, found in runs.items():
         measures = {"last": [run["final_score"] for run in found],
                     "training": [training_score(run) for run in found]}
