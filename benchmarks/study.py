@@ -419,6 +419,11 @@ def format_interval(point: float, interval: np.ndarray, digits: int = 1) -> str:
     return f"{point:.{digits}f} [{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
 
 
+def format_steps(point: float, interval: np.ndarray) -> str:
+    """A count of env steps and its interval, in whole steps with thousands separators."""
+    return f"{point:,.0f} [{interval[0]:,.0f}, {interval[1]:,.0f}]"
+
+
 def training_score(run: dict) -> float:
     """The mean return of a run's last 100 training episodes (exploring as it trained)."""
     return float(np.mean(run["training_scores_last_100"]))
@@ -605,6 +610,11 @@ def steps_to_target(run: dict, window: int) -> int:
     return run["settings"]["total_steps"] if first is None else first
 
 
+def runs_at_target(runs: list[dict], window: int) -> int:
+    """How many of `runs` reached their target (`first_step_at_target`)."""
+    return sum(first_step_at_target(run, window) is not None for run in runs)
+
+
 def draw_training_curves(study: str, found: dict[str, dict[str, list[dict]]], plot_dir: Path,
                          window: int, points: int = 101) -> Path:
     """Per game, the IQM over runs of the `window`-episode training mean against env steps,
@@ -657,11 +667,10 @@ def steps_to_target_tables(found: dict[str, dict[str, list[dict]]], window: int)
                  for variant, runs in variants.items()}
         points, intervals = iqm_interval(steps)
         for variant, runs in variants.items():
-            got_there = sum(first_step_at_target(run, window) is not None for run in runs)
             lines.append(f"| {game} | {VARIANTS[variant][0]} | {len(runs)} | "
-                         f"{points[variant]:,.0f} [{intervals[variant][0]:,.0f}, "
-                         f"{intervals[variant][1]:,.0f}] | "
-                         f"{got_there}/{len(runs)} (target {runs[0]['target']:g}) |")
+                         f"{format_steps(points[variant], intervals[variant])} | "
+                         f"{runs_at_target(runs, window)}/{len(runs)} "
+                         f"(target {runs[0]['target']:g}) |")
         if "uniform" in steps:
             for variant in (name for name in steps if name != "uniform"):
                 # Fewer steps is better: P(-steps of a run above -steps of a uniform run).
@@ -719,9 +728,8 @@ def compare(study: str, baseline: str, game: str, variant: str, results: Path = 
         cells = [format_interval(points["last"], intervals["last"]),
                  format_interval(points["training"], intervals["training"])]
         if window:
-            got_there = sum(first_step_at_target(run, window) is not None for run in found)
-            cells += [f"{points['steps']:,.0f} [{intervals['steps'][0]:,.0f}, "
-                      f"{intervals['steps'][1]:,.0f}]", f"{got_there}/{len(found)}"]
+            cells += [format_steps(points["steps"], intervals["steps"]),
+                      f"{runs_at_target(found, window)}/{len(found)}"]
         lines.append(f"| {name} | {len(found)} | " + " | ".join(cells) + " |")
     scores = {"last networks": lambda run: run["final_score"],
               "last 100 training episodes": training_score}
