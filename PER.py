@@ -34,7 +34,10 @@ from d3qn_utils.replay_storage import (
     check_capacity,
     check_leaves,
     check_non_negative,
+    check_saved_value,
     check_transition,
+    is_integer,
+    saved_array,
 )
 
 
@@ -75,7 +78,7 @@ class SumTree:
 
     def update(self, tree_index: int, priority: float) -> None:
         """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
-        if not isinstance(tree_index, int | np.integer) or isinstance(tree_index, bool):
+        if not is_integer(tree_index):
             raise ValueError(f"tree index must be an integer, got {tree_index!r}")
         if not self.capacity - 1 <= tree_index <= 2 * self.capacity - 2:
             raise ValueError(f"tree index {tree_index} is not a leaf (leaves are "
@@ -267,6 +270,38 @@ class Memory(ReplayMemory):
         tutorial's PER_e, absolute_error_upper and PER_a, for a batch."""
         return np.minimum(abs_errors + self.epsilon, self.abs_err_upper) ** self.alpha
 
+    # ---- Beyond the tutorial: the probabilities a figure shows, the state a checkpoint holds ----
+    def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots holding a transition, their P(i) = p_i^alpha / sum_k p_k^alpha). O(N)."""
+        slots = self.held_slots()
+        leaves = self.tree.tree[slots + (self.capacity - 1)]
+        return slots, leaves / max(self.tree.total_priority, 1e-300)
+
+    def zero_error_floor(self) -> tuple[float, float] | None:
+        """(P(i) of a transition whose |delta| is 0, epsilon): epsilon^alpha / total."""
+        if not self.tree.total_priority > 0:
+            return None
+        return self.epsilon**self.alpha / self.tree.total_priority, self.epsilon
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory as plain arrays (`ReplayMemory.state_dict`), with alpha, beta, the sum and
+        min trees and the highest priority given."""
+        return {**super().state_dict(), "alpha": np.array(self.alpha),
+                "beta": np.array(self.beta), "tree.sums": self.tree.tree,
+                "tree.mins": self.tree.mins, "max_priority": np.array(self.max_priority)}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
+        capacity or alpha), checked before anything changes."""
+        self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
+        check_saved_value(arrays, "alpha", self.alpha)
+        sums = saved_array(arrays, "tree.sums", self.tree.tree.shape)
+        mins = saved_array(arrays, "tree.mins", self.tree.mins.shape)
+        super().load_state_dict(arrays)
+        self.beta = float(arrays["beta"])
+        self.tree.tree[:], self.tree.mins[:] = sums, mins
+        self.max_priority = float(arrays["max_priority"])
+
 
 class UniformMemory(ReplayMemory):
     """Replay memory with uniform sampling and `Memory`'s interface (the agent's USE_PER=False,
@@ -275,6 +310,7 @@ class UniformMemory(ReplayMemory):
     """
 
     kind = "uniform"
+    beta = 0.0  # every importance-sampling weight is 1, as with beta = 0
 
     def __init__(
         self,
@@ -309,4 +345,9 @@ class UniformMemory(ReplayMemory):
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Check the arguments like `Memory.batch_update`; uniform sampling ignores priorities."""
         check_leaves(tree_idx, abs_errors, self.capacity)
+
+    def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots holding a transition, their P(i) = 1 / N). O(N)."""
+        slots = self.held_slots()
+        return slots, np.full(len(slots), 1.0 / max(len(slots), 1))
 

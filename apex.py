@@ -49,11 +49,17 @@ from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
-from d3qn_utils import checkpoint, settings
+from d3qn_utils import settings, training_session
+from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.games import make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.greedy_policy import GreedyPolicy
-from d3qn_utils.replay_storage import check_block, check_block_values, check_non_negative
+from d3qn_utils.replay_storage import (
+    check_block,
+    check_block_values,
+    check_non_negative,
+    is_integer,
+)
 from d3qn_utils.reporting import Forecast, TensorBoardWriter, tensorboard_dir
 from PER import Memory, UniformMemory
 
@@ -325,8 +331,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
     columns = check_block(transitions, memory.capacity)
     check_block_values(columns, memory.action_count)
     k = len(columns[0])
-    if isinstance(context, bool) or not isinstance(context, int | np.integer) or not (
-            0 <= context < k):
+    if not is_integer(context) or not 0 <= context < k:
         raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
                          f"got {context!r}")
     errors = np.asarray(abs_errors, dtype=np.float64).ravel()
@@ -802,7 +807,7 @@ class Learner:
         finally:
             self.training_end = (time.perf_counter(), self.env_steps, self.updates)
             self.stop_actors()
-        with checkpoint.stop_requests():
+        with training_session.stop_requests():
             self.fetch_status()
             if not self.evaluations or self.evaluations[-1][1] != self.updates:
                 self.evaluate()  # the last network, unless evaluated already
@@ -870,7 +875,7 @@ class Learner:
                        f"{self.updates:,} learner updates, seed {self.config.seed}", fontsize=10)
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left", fontsize=8)
-        with checkpoint.atomic_file(self.plot_path) as temporary:
+        with atomic_file(self.plot_path) as temporary:
             figure.savefig(temporary, dpi=100)
 
 
@@ -883,9 +888,9 @@ def run_until_stopped(learner: Learner) -> int:
     """Run `learner` to its end (0). Ctrl-C or SIGTERM stops every actor and saves the network
     and the plot (0); an actor failing for good saves them too (1). A second stop signal while
     they are saved is noted and ignored. The previous signal handlers come back afterwards."""
-    with checkpoint.stop_requests():  # the handler while `learner` saves (after `interrupt`)
+    with training_session.stop_requests():  # the handler while `learner` saves (after `interrupt`)
         try:
-            with checkpoint.on_stop_signals(interrupt):
+            with training_session.on_stop_signals(interrupt):
                 learner.run()
             return 0
         except KeyboardInterrupt as interruption:

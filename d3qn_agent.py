@@ -7,8 +7,9 @@ Replay" reads alongside: its names, in its order (README: Reading along). The re
 come from PER.py and rank_based.py; what the tutorial lacks from d3qn_utils/: settings (flags,
 presets, command line), games (environments, image torso, replay storage), gradient_steps
 (compiled gradient steps), greedy_policy (acting without model.predict), reporting and
-priority_figure (what a run prints and draws), checkpoint (--resume, NaN stops, file locks),
-recording (--record), quiet_startup (TensorFlow's start-up lines off the terminal).
+priority_figure (what a run prints and draws), agent_checkpoint, run_files, training_session and
+atomic_files (--resume, file locks, Ctrl-C and NaN stops, crash-safe files), recording
+(--record), quiet_startup (TensorFlow's start-up lines off the terminal).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from d3qn_utils import checkpoint, recording, settings
+from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
+from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
-from d3qn_utils.priority_figure import PriorityFigure, ReplayStatistics
+from d3qn_utils.priority_figure import ReplayStatistics
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
+from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
@@ -190,7 +193,8 @@ class DQNAgent:
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
         env = make_env(config.env_name, config.max_episode_steps)
-        self.env = checkpoint.FiniteSteps(env, self)  # NaN or inf stops the run, checkpointed
+        # NaN or inf from the environment stops the run, checkpointed (training_session.py).
+        self.env = training_session.FiniteSteps(env, steps_taken=lambda: self.step)
         if not isinstance(self.env.action_space, gym.spaces.Discrete):
             raise ValueError(f"{config.env_name} has action space {self.env.action_space}; "
                              "DQN needs a discrete one")
@@ -220,7 +224,6 @@ class DQNAgent:
                                       **replay_options)
         else:
             self.MEMORY = UniformMemory(config.memory_size, **replay_options)
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
 
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16)
@@ -250,7 +253,8 @@ class DQNAgent:
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
-        self.report = TrainingReport(self)
+        self.training_run: run_files.TrainingRun | None = None  # begun by `begin` or `resume`
+        self.report = TrainingReport(config, self.name, self.Plot_name, self.Priority_plot_name)
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -263,7 +267,7 @@ class DQNAgent:
                  done: bool) -> None:
         """Store one transition; `done` must mean terminated (not truncated by a time limit)."""
         slot = self.MEMORY.store((state, action, reward, next_state, done))
-        self.priority_figure.statistics.note_store(slot)  # who gets replayed, at what age
+        self.report.stored(slot)  # for the priority figure: who gets replayed, at what age
 
     def act(self, state: np.ndarray) -> int:
         """Epsilon-greedy action for one state, the greedy one without model.predict."""
@@ -295,7 +299,8 @@ class DQNAgent:
         abs_errors, losses = self.learn(batches, self.step)
         # Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
-        self.report.gradient_steps(self, tree_idx, losses, abs_errors, batches.is_weights)
+        self.report.gradient_steps(self.step, tree_idx, len(self.MEMORY), losses, abs_errors,
+                                   batches.is_weights, self.epsilon, self.MEMORY.beta)
         return losses
 
     def load(self, name: str) -> None:
@@ -304,7 +309,7 @@ class DQNAgent:
         try:
             model = keras.models.load_model(name)
         except Exception as err:  # Keras raises several types for a corrupt or foreign file
-            raise checkpoint.model_load_error(name, err) from err
+            raise agent_checkpoint.model_load_error(name, err) from err
         expected = (None, *self.state_shape)
         if tuple(model.input_shape) != expected or model.output_shape[-1] != self.action_size:
             raise ValueError(f"model {name!r} maps {model.input_shape} -> {model.output_shape}, "
@@ -316,7 +321,7 @@ class DQNAgent:
 
     def save(self, name: str) -> None:
         """Save the online network as a `.keras` file (architecture + weights), atomically."""
-        with checkpoint.atomic_file(name) as temporary:
+        with atomic_file(name) as temporary:
             self.model.save(temporary)
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
@@ -324,19 +329,23 @@ class DQNAgent:
         self.scores.append(score)
         window = self.scores[-AVERAGE_WINDOW:]
         self.average.append(sum(window) / len(window))
-        self.report.redraw_if_due(self)
+        self.report.redraw_if_due(self.step, self.scores, self.average, self.evaluations)
         return self.average[-1]
 
-    @checkpoint.owns_its_files  # holds MODEL_DIR/<name>.lock: no second run writes its files
     def run(self) -> None:
         """Train until TOTAL_STEPS environment steps, printing one line per episode. Greedy
         evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
-        SIGTERM and NaN stop with a checkpoint (checkpoint.py)."""
+        SIGTERM and NaN stop with a checkpoint to --resume from (training_session.py)."""
         config = self.config
+        if self.training_run is None or self.training_run.lock is None:
+            self.begin()  # as main() does: no second run may write this run's files
         if self.state is None:  # the first episode (a resumed run goes on with its open one)
             self.start_episode()
-        with checkpoint.training_session(self) as session:
-            while self.step < config.total_steps and not session.stop_requested:
+        self.report.start(self.step, self.settings_notes, len(self.state_shape) == 3)
+        with (self.training_run,  # lets go of the lock of the run's files when the run ends
+              training_session.stop_requests() as stop, self.report,
+              training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
                 self.step += 1
@@ -356,16 +365,30 @@ class DQNAgent:
                 if terminated or truncated:
                     self.episode += 1
                     score = info.get("episode", {}).get("r", self.episode_score)  # Atari: unclipped
-                    self.report.episode(self, score, self.PlotModel(score))
+                    self.report.episode(self.step, self.episode, score, self.epsilon,
+                                        self.PlotModel(score))
                     self.start_episode()
                 if self.step % config.eval_every == 0:
                     self.evaluate_and_keep_best()
-                session.step_done()  # a checkpoint every CHECKPOINT_EVERY steps
-            if self.step < config.total_steps:
-                return  # stopped: the session saves a checkpoint to --resume from
+                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                    print(f"checkpoint: {self.save_checkpoint()}", flush=True)
+            if self.step < config.total_steps:  # stopped by a signal: save to --resume from
+                checkpoint = self.save_checkpoint()
+                self.save(self.Last_model_name)
+                plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
+                                         self.MEMORY)
+                self.report.stopped(self.step, stop.signal_name, checkpoint,
+                                    self.Last_model_name, plots)
+                return
             if not self.evaluations or self.evaluations[-1][0] != self.step:
                 self.evaluate_and_keep_best()
             self.save(self.Last_model_name)
+            if config.checkpoint_every:
+                self.save_checkpoint()
+            plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
+                                     self.MEMORY)
+            self.report.finish(self.step, self.evaluations[-1][2], self.best_evaluation,
+                               self.steps_to_solve, self.Model_name, plots)
 
     def test(self, model: str | None = None, record: str | None = None) -> list[float]:
         """Play TEST_EPISODES greedy episodes of the network in `model` (default `Model_name`),
@@ -411,7 +434,7 @@ class DQNAgent:
         if self.steps_to_solve is None and self.solved_score and mean >= self.solved_score:
             self.steps_to_solve = self.step
             note += f", solved (>= {self.solved_score:g})"
-        self.report.evaluation(self, returns, time.perf_counter() - start, note)
+        self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
 
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
@@ -438,12 +461,98 @@ class DQNAgent:
         """Reset the environment with this episode's own seed; clear the episode's record."""
         self.episode_score = 0.0
         self.episode_actions = []
+        self.state = None  # until the reset returns: a checkpoint then holds an empty episode
         self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
+
+    # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs besides the networks' weights: the counters, scores
+        and generator, the episode in progress (its actions, to replay it), the optimizer's
+        variables, the memory's and the report's own state."""
+        progress = {
+            "step": self.step, "episode": self.episode, "epsilon": self.epsilon,
+            "scores": self.scores, "average": self.average, "evaluations": self.evaluations,
+            "best_evaluation": self.best_evaluation, "steps_to_solve": self.steps_to_solve,
+            "rng": self.rng.bit_generator.state, "episode_actions": self.episode_actions,
+            "episode_score": self.episode_score,
+            "state_sha256": agent_checkpoint.state_digest(self.state),
+        }
+        optimizer = {str(i): variable.numpy()
+                     for i, variable in enumerate(self.optimizer.variables)}
+        return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
+                "priority_figure": self.report.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what `state_dict` gave (ValueError for a part that does not fit), then
+        replay the episode in progress: the same seed and actions give the same observation."""
+        agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
+        self.MEMORY.load_state_dict(state["memory"])
+        self.report.load_state_dict(state["priority_figure"])
+        progress = state["progress"]
+        self.step, self.episode = int(progress["step"]), int(progress["episode"])
+        self.epsilon = float(progress["epsilon"])
+        self.scores = [float(score) for score in progress["scores"]]
+        self.average = [float(average) for average in progress["average"]]
+        self.evaluations = [(int(a), int(b), float(c)) for a, b, c in progress["evaluations"]]
+        self.best_evaluation = float(progress["best_evaluation"])
+        self.steps_to_solve = progress["steps_to_solve"]
+        self.rng.bit_generator.state = progress["rng"]
+        self.start_episode()
+        for action in progress["episode_actions"]:
+            self.state, *_ = self.env.step(int(action))
+        self.episode_actions = [int(action) for action in progress["episode_actions"]]
+        self.episode_score = float(progress["episode_score"])
+        if progress["state_sha256"] not in (None, agent_checkpoint.state_digest(self.state)):
+            raise ValueError("replaying the episode in progress did not reproduce its "
+                             "observation (is the environment deterministic under a seed?)")
+
+    def save_checkpoint(self) -> str:
+        """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
+        if self.training_run is None:  # saved before `run` (tests, benchmarks)
+            self.training_run = run_files.new_run(self.checkpoint_root)
+        return agent_checkpoint.save(self.checkpoint_root, self.training_run, self.config,
+                                     self.state_dict(), (self.model, self.target_model))
+
+    def resume(self, where: str = run_files.LATEST) -> str:
+        """Continue a run from its checkpoint (`where`: LATEST or a `step-*` directory); return
+        the lines that say from where, which run it continues and which flags changed."""
+        self.training_run, lines = agent_checkpoint.load(
+            self.checkpoint_root, where, self.config, (self.model, self.target_model),
+            self.load_state_dict)
+        self.greedy_actions.weights_changed()
+        return lines
+
+    def begin(self, resume: str | None = None) -> None:
+        """Start the run holding the lock of its files, so that no second run writes them
+        (run_files.py), or with `resume` continue one from its checkpoint; say which run it
+        continues, or what of earlier runs a new one replaces."""
+        lock = run_files.take_lock(self.Model_name, self.checkpoint_root, self.config.plot_dir)
+        with lock.released_on_error():
+            if resume:
+                print(self.resume(resume), flush=True)
+            elif self.training_run is None:
+                self.training_run = run_files.new_run(self.checkpoint_root)
+                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
+                    print(f"note: {note}", flush=True)
+        self.training_run.lock = lock
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (settings.py): train, or play with --test; returns the exit code."""
-    return settings.main(sys.modules[__name__], sys.argv[1:] if argv is None else argv)
+    """The command line: train, or play a saved network with --test. Returns the exit code: 2
+    after one `error:` line for bad input, `training_session.exit_code`'s for a training run."""
+    flags = settings.command_line_flags(sys.modules[__name__],
+                                        sys.argv[1:] if argv is None else argv)
+    try:
+        test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
+        agent = DQNAgent(**flags)
+        if test:
+            agent.test(model, record)
+            return 0
+        agent.begin(resume)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return training_session.exit_code(agent.run)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from d3qn_utils.replay_storage import (
     ReplayMemory,
     TransitionStorage,
     check_leaves,
+    check_saved_value,
     check_transition,
+    saved_array,
 )
 
 
@@ -120,6 +122,23 @@ class RankBasedMemory(ReplayMemory):
         self.ranked_slots = np.insert(ranked_slots, positions, stale)
         self.ranked_keys = np.insert(ranked_keys, positions, keys)
 
-    def forget_stale(self) -> None:
-        """Drop pending re-ranks (after the ranks were restored from a checkpoint)."""
-        self._stale_slots.clear()
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory as plain arrays (`ReplayMemory.state_dict`), with alpha, beta, the errors
+        and the ranking (brought up to date first)."""
+        self.refresh_ranks()
+        return {**super().state_dict(), "alpha": np.array(self.alpha),
+                "beta": np.array(self.beta), "abs_errors": self.abs_errors,
+                "ranked_slots": self.ranked_slots, "ranked_keys": self.ranked_keys}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
+        capacity or alpha), checked before anything changes."""
+        self.check_state(arrays, ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"))
+        check_saved_value(arrays, "alpha", self.alpha)
+        abs_errors = saved_array(arrays, "abs_errors", (self.capacity,))
+        super().load_state_dict(arrays)
+        self.beta = float(arrays["beta"])
+        self.abs_errors = abs_errors
+        self.ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
+        self.ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
+        self._stale_slots.clear()  # the saved ranking was up to date

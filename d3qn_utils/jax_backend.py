@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from d3qn_utils.checkpoint import NonFiniteError
 from d3qn_utils.gradient_steps import Batches
+from d3qn_utils.training_session import NonFiniteError
 
 
 class GradientSteps:

@@ -8,11 +8,11 @@ far, and one whose error has shrunk rarely, while uniform replay draws every age
 `ReplayStatistics` counts those replays while the agent trains, per slot and per age bin
 (`AGE_BINS` powers of two, see `age_bins`), together with the draws uniform replay would have
 made. The agent tells it of every store (`DQNAgent.remember`) and every draw (the report of
-`DQNAgent.replay`). Its counters are plain numpy arrays (`state_dict`), saved next to the
-memory's own in a checkpoint.
+`DQNAgent.replay`).
 
 `PriorityFigure` holds those statistics for a training run, with the IS weights of the last
 batches and beta over the run, and draws the four panels (`draw_priority_figure`) at the end.
+Its `state_dict` gives all of it as plain numpy arrays for a checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from d3qn_utils import checkpoint
+from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.replay_storage import require
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
@@ -97,36 +97,17 @@ class ReplayStatistics:
             "stats.uniform_replays_by_age": self.uniform_replays_by_age,
         }
 
-    def load_state_dict(self, arrays: dict[str, np.ndarray], size: int) -> None:
-        """Restore `state_dict`'s arrays. A checkpoint from before the statistics existed (no
-        "stats." keys) starts them afresh: no replays yet, the `size` transitions already in the
-        memory counted as the oldest. ValueError if a saved array has the wrong shape."""
-        if "stats.stores" not in arrays:
-            for counter in (self.replay_counts, self.stored_at, self.replays_by_age,
-                            self.exposure_by_age, self.uniform_replays_by_age):
-                counter[:] = 0
-            self.stores = size
-            return
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError naming a missing or misshapen array."""
         require(arrays, list(self.state_dict()), "replay statistics")
         for key, value in self.state_dict().items():
-            if key == "stats.stores":
-                continue
             saved = np.asarray(arrays[key])
             if saved.shape != value.shape:
                 raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
-            value[:] = saved
+        for key, value in self.state_dict().items():
+            if key != "stats.stores":
+                value[:] = arrays[key]
         self.stores = int(arrays["stats.stores"])
-
-
-def sampling_probabilities(memory: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(slots holding a transition, their probabilities P(i)) of a replay memory. O(capacity)."""
-    if memory.kind == "rank-based":
-        return memory.sampling_probabilities()
-    slots = memory.held_slots()
-    if memory.kind == "uniform":
-        return slots, np.full(len(slots), 1.0 / max(len(slots), 1))
-    priorities = memory.tree.tree[slots + (memory.capacity - 1)]
-    return slots, priorities / max(memory.tree.total_priority, 1e-300)
 
 
 PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
@@ -147,6 +128,17 @@ class PriorityFigure:
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
+    def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,
+                    beta: float, is_weights: np.ndarray) -> None:
+        """Note one `replay` call at env step `step`: it drew the leaves `tree_idx` from a memory
+        holding `size` transitions, for the gradient steps up to `last_gradient_step`, one batch
+        of IS weights each (`is_weights`, one row a step). O(len(tree_idx))."""
+        capacity = len(self.statistics.replay_counts)
+        self.statistics.note_sample(tree_idx - (capacity - 1), size)
+        first = last_gradient_step - len(is_weights) + 1
+        for gradient_step, weights in enumerate(is_weights, start=first):
+            self.note_batch(step, gradient_step, beta, weights)
+
     def note_batch(self, step: int, gradient_step: int, beta: float,
                    is_weights: np.ndarray) -> None:
         """Keep a sampled batch's IS weights (taken at env step `step`). O(batch)."""
@@ -165,37 +157,42 @@ class PriorityFigure:
                              recent, title)
         return True
 
-    def progress(self) -> dict[str, Any]:
-        """The history and recent weights as JSON values, for a checkpoint's progress.json."""
-        return {"priority_history": self.history,
-                "recent_is_weights": self.recent_is_weights.tolist(),
-                "recent_batches": self.recent_batches}
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The statistics, the history and the recent weights as plain arrays, for a checkpoint."""
+        return {**self.statistics.state_dict(),
+                "history": np.array(self.history, dtype=np.float64).reshape(-1, 4),
+                "recent_is_weights": self.recent_is_weights,
+                "recent_batches": np.array(self.recent_batches)}
 
-    def restore_progress(self, progress: dict[str, Any]) -> None:
-        """Take back what `progress` gave; checkpoints from before the figure start afresh."""
-        self.history = [(int(a), float(b), float(c), float(d))
-                        for a, b, c, d in progress.get("priority_history", [])]
-        if "recent_is_weights" in progress:
-            self.recent_is_weights[:] = np.asarray(progress["recent_is_weights"], np.float32)
-        self.recent_batches = int(progress.get("recent_batches", 0))
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError naming what is missing or misshapen."""
+        require(arrays, ("history", "recent_is_weights", "recent_batches"), "priority figure")
+        recent = np.asarray(arrays["recent_is_weights"], np.float32)
+        if recent.shape != self.recent_is_weights.shape:
+            raise ValueError(f"saved recent_is_weights has shape {recent.shape}, expected "
+                             f"{self.recent_is_weights.shape}")
+        self.statistics.load_state_dict(arrays)
+        self.history = [(int(step), float(beta), float(smallest), float(mean))
+                        for step, beta, smallest, mean in np.asarray(arrays["history"])]
+        self.recent_is_weights[:] = recent
+        self.recent_batches = int(arrays["recent_batches"])
 
 
 def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
-    """What the priority figure shows about `memory` (a PER `Memory` or `UniformMemory`), whose
-    observer `stats` has been.
+    """What the priority figure shows about `memory` (any replay memory), whose observer `stats`
+    has been.
 
     relative_probabilities: N * P(i) of every transition held, 1 being uniform replay's chance;
-    floor: N * P(i) of a transition with |delta| = 0, (epsilon)^alpha / total * N, and epsilon
-    (proportional PER; None otherwise); age_low, age_high: the age bins (transitions stored
+    floor: N * P(i) of a transition with |delta| = 0, and epsilon (proportional PER, through
+    `zero_error_floor`; None otherwise); age_low, age_high: the age bins (transitions stored
     since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
     step at those ages, measured and uniform replay's expectation. Cost O(capacity).
     """
-    _, probabilities = sampling_probabilities(memory)
+    _, probabilities = memory.sampling_probabilities()
     size = len(probabilities)
     floor = epsilon = None
-    if memory.kind == "proportional" and memory.tree.total_priority > 0:
-        floor = memory.epsilon**memory.alpha / memory.tree.total_priority * size
-        epsilon = memory.epsilon
+    if (zero_error := memory.zero_error_floor()) is not None:
+        floor, epsilon = zero_error[0] * size, zero_error[1]
     seen = stats.exposure_by_age > 0
     return {
         "relative_probabilities": probabilities * size,
@@ -289,6 +286,6 @@ def draw_priority_figure(
     age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
                        "top priority: replayed soon, later less often", fontsize=10)
     age_axes.grid(alpha=0.3, which="both")
-    with checkpoint.atomic_file(path) as temporary:
+    with atomic_file(path) as temporary:
         figure.savefig(temporary, dpi=90)
 

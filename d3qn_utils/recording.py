@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-from d3qn_utils import checkpoint
+from d3qn_utils.atomic_files import atomic_file
 
 GIF_MAX_FPS = 25  # keep at most this many screens per second of game time, played in real time
 GIF_MAX_FRAMES = 2_000  # cap the length: 80 s of CartPole (50 steps/s), 133 s of Atari (15/s)
@@ -129,7 +129,7 @@ class GifRecorder:
     def save(self, path: str | Path) -> tuple[int, int]:
         """Write the GIF to `path` atomically; return its size in bytes and its frame count."""
         data, frames = self.encode()
-        with checkpoint.atomic_file(path) as temporary:
+        with atomic_file(path) as temporary:
             temporary.write_bytes(data)
         return len(data), frames
 

@@ -26,7 +26,9 @@ PER.py's `Memory` and `UniformMemory` take either through `storage=`.
 
 from __future__ import annotations
 
+import json
 import math
+import numbers
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -38,12 +40,21 @@ FIELDS = ("state", "action", "reward", "next_state", "done")
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 
+def is_integer(value: Any) -> bool:
+    """An integer (numpy's too) that is not a bool: True is an int to Python, not to a user."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_integer(name: str, value: Any, minimum: int) -> int:
+    """`value` as an int, or ValueError naming `name` unless it is an integer >= `minimum`."""
+    if not is_integer(value) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def check_capacity(capacity: Any, minimum: int = 1) -> int:
     """Return `capacity` as an int, or raise ValueError unless it is an integer >= `minimum`."""
-    if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or (
-            capacity < minimum):
-        raise ValueError(f"capacity must be an integer >= {minimum}, got {capacity!r}")
-    return int(capacity)
+    return check_integer("capacity", capacity, minimum)
 
 
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
@@ -51,6 +62,14 @@ def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> No
     missing = [key for key in keys if key not in arrays]
     if missing:
         raise ValueError(f"saved {what} lacks {missing}")
+
+
+def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The saved `key` as a float64 array; ValueError unless it has `shape`."""
+    array = np.array(arrays[key], dtype=np.float64)
+    if array.shape != shape:
+        raise ValueError(f"saved {key} has shape {array.shape}, expected {shape}")
+    return array
 
 
 def check_saved_value(arrays: dict[str, np.ndarray], key: str, expected: Any) -> None:
@@ -413,8 +432,7 @@ class FrameStackStorage:
         None for states that are one frame each."""
         # Two slots at least: one stack of one frame plus its next frame.
         self.capacity = check_capacity(capacity, minimum=2)
-        if stack_axis is not None and (
-                isinstance(stack_axis, bool) or not isinstance(stack_axis, int | np.integer)):
+        if stack_axis is not None and not is_integer(stack_axis):
             raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
         self.stack_axis = None if stack_axis is None else int(stack_axis)
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
@@ -677,14 +695,10 @@ class ReplayMemory:
                  rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
                  action_count: int | None = None) -> None:
         self.capacity = check_capacity(capacity)
-        if action_count is not None and (isinstance(action_count, bool) or not isinstance(
-                action_count, int | np.integer) or action_count < 1):
-            raise ValueError(f"action_count must be an integer >= 1 or None, got {action_count!r}")
-        self.action_count = action_count
-        if isinstance(n_step, bool) or not isinstance(n_step, int | np.integer) or n_step < 1:
-            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+        self.action_count = (None if action_count is None
+                             else check_integer("action_count", action_count, 1))
+        self.n_step = check_integer("n_step", n_step, 1)
         check_range("gamma", gamma, 0.0, 1.0)
-        self.n_step = int(n_step)
         self.gamma = float(gamma)
         self.storage = storage if storage is not None else TransitionStorage(self.capacity)
         if self.storage.capacity != self.capacity:
@@ -706,14 +720,47 @@ class ReplayMemory:
 
     def check_sample_size(self, n: Any) -> None:
         """ValueError unless n is a positive integer and the memory holds a transition."""
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise ValueError(f"batch size must be a positive integer, got {n!r}")
+        check_integer("batch size", n, 1)
         if len(self) == 0:
             raise ValueError("cannot sample from an empty memory: store transitions first")
 
     def held_slots(self) -> np.ndarray:
         """The slots that hold a transition. O(capacity)."""
         return np.flatnonzero(self.storage.holds_transition)
+
+    def zero_error_floor(self) -> tuple[float, float] | None:
+        """(P(i) of a transition whose |delta| is 0, epsilon) where priorities add an epsilon to
+        |delta| (`PER.Memory`); None for the other memories."""
+        return None
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory as plain numpy arrays, for an `.npz` file that loads without pickle: its
+        kind, its storage's own `state_dict` ("storage.*") and its random generator ("rng", as
+        JSON); prioritized memories add their priorities and beta."""
+        arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
+        arrays["kind"] = np.array(self.kind)
+        arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
+        return arrays
+
+    def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
+        """ValueError unless `arrays` is the `state_dict` of a memory of this kind and capacity
+        that holds `keys` too."""
+        require(arrays, ("kind",), "replay memory")
+        check_saved_value(arrays, "kind", self.kind)
+        require(arrays, ("rng", "storage.capacity", *keys), f"{self.kind} memory")
+        check_saved_value(arrays, "storage.capacity", self.capacity)
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave: the transitions and the random generator. ValueError
+        naming what does not fit (another kind or capacity)."""
+        self.check_state(arrays)
+        prefix = "storage."
+        self.storage.load_state_dict({key[len(prefix):]: value for key, value in arrays.items()
+                                      if key.startswith(prefix)})
+        try:
+            self.rng.bit_generator.state = json.loads(arrays["rng"].item())
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions that start in `slots`, as the batch `sample` returns.

@@ -21,7 +21,9 @@ import keras
 import numpy as np
 from matplotlib.figure import Figure
 
-from d3qn_utils import checkpoint, settings
+from d3qn_utils import settings
+from d3qn_utils.atomic_files import atomic_file
+from d3qn_utils.priority_figure import PriorityFigure
 
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
@@ -184,22 +186,27 @@ def draw_learning_curve(path: str, scores: list[float], average: list[float],
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left")
-    with checkpoint.atomic_file(path) as temporary:
+    with atomic_file(path) as temporary:
         figure.savefig(temporary, dpi=100)
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run.
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, told what happened
+    in explicit values.
 
     Used as a context manager around the training loop, so TensorBoard's buffered events reach
-    the disk however the loop ends. Per gradient step it costs a few microseconds: the IS
-    weights go to the priority figure, and with TensorBoard the loss and mean |TD error| are
+    the disk however the loop ends. It owns the priority figure's data (`priority_figure`), which
+    a checkpoint saves through `state_dict`. Per gradient step it costs a few microseconds: the
+    IS weights go to the priority figure, and with TensorBoard the loss and mean |TD error| are
     averaged over TENSORBOARD_EVERY steps before one write (~1 ms).
     """
 
-    def __init__(self, agent: Any) -> None:
-        config = agent.config
-        self.tensorboard_dir = tensorboard_dir(config.tensorboard, agent.name)
+    def __init__(self, config: Namespace, name: str, plot_path: str,
+                 priority_plot_path: str) -> None:
+        self.config = config
+        self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
+        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
+        self.tensorboard_dir = tensorboard_dir(config.tensorboard, name)
         self.tensorboard = (TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir
                             else None)
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
@@ -216,140 +223,153 @@ class TrainingReport:
         if self.tensorboard is not None:
             self.tensorboard.flush()
 
-    def start(self, agent: Any) -> None:
-        """The run's first lines: what trains, the values presets decided, a warning if it will
-        not train (`settings.no_training_warning`), TensorBoard's place."""
-        print(f"training on {agent.config.env_name} until step {agent.config.total_steps:,}: "
-              f"{describe(agent.config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What the report keeps across a checkpoint: the priority figure's data."""
+        return self.priority_figure.state_dict()
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave."""
+        self.priority_figure.load_state_dict(arrays)
+
+    def start(self, step: int, settings_notes: list[str], image_states: bool) -> None:
+        """The run's first lines (at env step `step`): what trains, the values presets decided
+        (`settings_notes`), a warning if it will not train (`settings.no_training_warning`),
+        TensorBoard's place."""
+        config = self.config
+        print(f"training on {config.env_name} until step {config.total_steps:,}: "
+              f"{describe(config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
               flush=True)
-        if agent.settings_notes:
-            print(f"settings: {', '.join(agent.settings_notes)}", flush=True)
-        if warning := settings.no_training_warning(agent.config):
+        if settings_notes:
+            print(f"settings: {', '.join(settings_notes)}", flush=True)
+        if warning := settings.no_training_warning(config):
             print(warning, file=sys.stderr, flush=True)
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
-        if agent.config.bfloat16 and len(agent.state_shape) != 3:
+        if config.bfloat16 and not image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
-        if (len(agent.state_shape) == 3 and not agent.config.xla
-                and keras.backend.backend() == "tensorflow" and onednn_enabled() is False):
+        if (image_states and not config.xla and keras.backend.backend() == "tensorflow"
+                and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
                   "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
                   "choice (docs/atari.md)", flush=True)
         now = time.perf_counter()
         self._last_plot_time = now
-        self._start = self._interval_start = (now, agent.step)
-        self.forecast = Forecast(agent.config.total_steps)
+        self._start = self._interval_start = (now, step)
+        self.forecast = Forecast(config.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         """Write `scalars` to TensorBoard at env step `step` (nothing without TensorBoard)."""
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 
-    def gradient_steps(self, agent: Any, tree_idx: np.ndarray, losses: np.ndarray,
-                       abs_errors: np.ndarray, is_weights: np.ndarray) -> None:
-        """Note the gradient steps of one `replay` call: the transitions it drew (`tree_idx`,
-        for the priority figure's replay counts), and per step the loss, |TD errors| and IS
-        weights, as `gradient_step` notes each."""
-        memory = agent.MEMORY
-        agent.priority_figure.statistics.note_sample(tree_idx - (memory.capacity - 1), len(memory))
-        self.forecast.begin(agent.step, time.perf_counter())
-        last = agent.step // agent.config.train_frequency
-        for k, loss in enumerate(losses):
-            self.gradient_step(agent, last - len(losses) + 1 + k, float(loss), abs_errors[k],
-                               is_weights[k])
+    def stored(self, slot: int) -> None:
+        """A transition went into `slot` of the memory (for the priority figure's ages)."""
+        self.priority_figure.statistics.note_store(slot)
 
-    def gradient_step(self, agent: Any, gradient_step: int, loss: float, abs_errors: np.ndarray,
-                      is_weights: np.ndarray) -> None:
-        """Note gradient step number `gradient_step`: its IS weights for the priority figure;
-        every TENSORBOARD_EVERY steps the averaged loss, |TD error|, epsilon, speed, IS weights."""
-        beta = getattr(agent.MEMORY, "beta", 0.0)  # uniform replay: weights 1, as with beta = 0
-        agent.priority_figure.note_batch(agent.step, gradient_step, beta, is_weights)
+    def gradient_steps(self, step: int, tree_idx: np.ndarray, memory_size: int,
+                       losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
+                       epsilon: float, beta: float) -> None:
+        """Note the gradient steps of one `replay` call at env step `step`: the transitions it
+        drew (`tree_idx`, from a memory holding `memory_size`) and per step (one row each) the
+        loss, |TD errors| and IS weights; every TENSORBOARD_EVERY gradient steps the averaged
+        loss and |TD error|, `epsilon`, the speed, `beta` and the IS weights go to TensorBoard."""
+        last = step // self.config.train_frequency  # the gradient steps taken so far
+        self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
+        self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
             return
-        sums = self._interval_sums
-        sums[0] += loss
-        sums[1] += float(abs_errors.mean())
-        sums[2] += 1
-        if gradient_step % agent.config.tensorboard_every:
-            return
-        now, (then, start_step) = time.perf_counter(), self._interval_start
-        scalars = {
-            "train/loss": sums[0] / sums[2],
-            "train/mean_abs_td_error": sums[1] / sums[2],
-            "train/epsilon": agent.epsilon,
-            "train/env_steps_per_second": (agent.step - start_step) / max(now - then, 1e-9),
-        }
-        if agent.config.use_per:
-            scalars.update({"replay/beta": beta, "replay/max_is_weight": is_weights.max(),
-                            "replay/min_is_weight": is_weights.min()})
-        self.write(agent.step, scalars)
-        self._interval_sums = [0.0, 0.0, 0]
-        self._interval_start = (now, agent.step)
+        for gradient_step, loss, errors, weights in zip(
+                range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
+                strict=True):
+            sums = self._interval_sums
+            sums[0] += float(loss)
+            sums[1] += float(errors.mean())
+            sums[2] += 1
+            if gradient_step % self.config.tensorboard_every:
+                continue
+            now, (then, start_step) = time.perf_counter(), self._interval_start
+            scalars = {
+                "train/loss": sums[0] / sums[2],
+                "train/mean_abs_td_error": sums[1] / sums[2],
+                "train/epsilon": epsilon,
+                "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9),
+            }
+            if self.config.use_per:
+                scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
+                                "replay/min_is_weight": weights.min()})
+            self.write(step, scalars)
+            self._interval_sums = [0.0, 0.0, 0]
+            self._interval_start = (now, step)
 
-    def episode(self, agent: Any, score: float, average: float) -> None:
+    def episode(self, step: int, episode: int, score: float, epsilon: float,
+                average: float) -> None:
         """The tutorial's line for a finished episode (with the speed and, once estimated, the
         time left), after the estimate when it is due; and its scalars."""
-        self.write(agent.step, {"episode/score": score, "episode/average_score": average})
+        self.write(step, {"episode/score": score, "episode/average_score": average})
         now, (then, start_step) = time.perf_counter(), self._start
-        if estimate := self.forecast.estimate(agent.step, now):
+        if estimate := self.forecast.estimate(step, now):
             print(estimate, flush=True)
-        left = self.forecast.time_left(agent.step, now)
-        print(f"episode: {agent.episode}, step: {agent.step}/{agent.config.total_steps}, "
-              f"score: {score:g}, e: {agent.epsilon:.2f}, average: {average:.1f}, "
-              f"{(agent.step - start_step) / (now - then):.0f} steps/s"
+        left = self.forecast.time_left(step, now)
+        print(f"episode: {episode}, step: {step}/{self.config.total_steps}, "
+              f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
+              f"{(step - start_step) / (now - then):.0f} steps/s"
               + (f", {left} left" if left else ""), flush=True)
 
-    def evaluation(self, agent: Any, returns: np.ndarray, seconds: float, note: str) -> None:
-        """The line and scalar of a greedy evaluation that took `seconds`."""
+    def evaluation(self, step: int, returns: np.ndarray, seconds: float, note: str) -> None:
+        """The line and scalar of a greedy evaluation at env step `step` that took `seconds`."""
         self.evaluation_seconds += seconds
-        self.write(agent.step, {"eval/greedy_mean_score": float(returns.mean())})
-        print(f"evaluation at step {agent.step}: mean {returns.mean():.1f} +/- "
+        self.write(step, {"eval/greedy_mean_score": float(returns.mean())})
+        print(f"evaluation at step {step}: mean {returns.mean():.1f} +/- "
               f"{returns.std():.1f} over {len(returns)} greedy episodes{note}", flush=True)
 
-    def redraw_if_due(self, agent: Any) -> None:
+    def redraw_if_due(self, step: int, scores: list[float], average: list[float],
+                      evaluations: list[tuple[int, int, float]]) -> None:
         """Redraw the learning curve if PLOT_REFRESH_SECONDS passed (a redraw costs ~0.1 s)."""
         if time.perf_counter() - self._last_plot_time > PLOT_REFRESH_SECONDS:
-            self.draw_learning_curve(agent)
+            self.draw_learning_curve(step, scores, average, evaluations)
 
-    def draw_learning_curve(self, agent: Any) -> None:
-        """Draw the learning curve to `agent.Plot_name`."""
-        draw_learning_curve(agent.Plot_name, agent.scores, agent.average, agent.evaluations,
-                            agent.config.eval_episodes,
-                            f"{agent.config.env_name}: {describe(agent.config)}\nseed "
-                            f"{agent.config.seed}, {agent.step:,} environment steps")
+    def draw_learning_curve(self, step: int, scores: list[float], average: list[float],
+                            evaluations: list[tuple[int, int, float]]) -> None:
+        """Draw the learning curve (episode scores, their average, evaluations) to `plot_path`."""
+        config = self.config
+        draw_learning_curve(self.plot_path, scores, average, evaluations, config.eval_episodes,
+                            f"{config.env_name}: {describe(config)}\nseed {config.seed}, "
+                            f"{step:,} environment steps")
         self._last_plot_time = time.perf_counter()
 
-    def draw(self, agent: Any) -> str:
-        """Draw the learning curve and the priority figure (~0.4 s); return "plots A and B", or
-        "plot A" before the first gradient step, when there is no priority figure yet."""
-        self.draw_learning_curve(agent)
-        config = agent.config
-        kind = agent.MEMORY.kind
+    def draw(self, step: int, scores: list[float], average: list[float],
+             evaluations: list[tuple[int, int, float]], memory: Any) -> str:
+        """Draw the learning curve and the priority figure of `memory` (~0.4 s); return "plots A
+        and B", or "plot A" before the first gradient step, when there is no priority figure
+        yet."""
+        self.draw_learning_curve(step, scores, average, evaluations)
+        config = self.config
+        kind = "rank-based" if config.per_rank_based else "proportional"
         title = (f"{config.env_name}: what {kind} replay did (alpha {config.per_alpha:g}), "
-                 f"step {agent.step:,}" if config.use_per else
-                 f"{config.env_name}: uniform replay, step {agent.step:,}")
-        if agent.priority_figure.draw(agent.Priority_plot_name, agent.MEMORY, title):
-            return f"plots {agent.Plot_name} and {agent.Priority_plot_name}"
-        return f"plot {agent.Plot_name}"
+                 f"step {step:,}" if config.use_per else
+                 f"{config.env_name}: uniform replay, step {step:,}")
+        if self.priority_figure.draw(self.priority_plot_path, memory, title):
+            return f"plots {self.plot_path} and {self.priority_plot_path}"
+        return f"plot {self.plot_path}"
 
-    def stopped(self, agent: Any, signal_name: str, checkpoint_path: str, last_model: str) -> None:
-        """Draw the plots and say where a run stopped by a signal left everything."""
-        plots = self.draw(agent)
-        print(f"interrupted by {signal_name} at step {agent.step}: checkpoint {checkpoint_path}, "
+    def stopped(self, step: int, signal_name: str, checkpoint_path: str, last_model: str,
+                plots: str) -> None:
+        """Say where a run stopped by a signal left everything (`plots`: what `draw` drew)."""
+        print(f"interrupted by {signal_name} at step {step}: checkpoint {checkpoint_path}, "
               f"last network {last_model}, {plots}; continue with --resume", flush=True)
 
-    def finish(self, agent: Any) -> None:
-        """Draw the plots and print the run's summary line."""
-        plots = self.draw(agent)
+    def finish(self, step: int, final_evaluation: float, best_evaluation: float,
+               steps_to_solve: int | None, model_path: str, plots: str) -> None:
+        """The run's summary line (`plots`: what `draw` drew)."""
         elapsed = time.perf_counter() - self._start[0]
-        steps = agent.step - self._start[1]
-        solved = (f"solved at step {agent.steps_to_solve}" if agent.steps_to_solve is not None
+        steps = step - self._start[1]
+        solved = (f"solved at step {steps_to_solve}" if steps_to_solve is not None
                   else "not solved")
         training = elapsed - self.evaluation_seconds
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
-              f"final evaluation {agent.evaluations[-1][2]:.1f}, best "
-              f"{agent.best_evaluation:.1f}; {solved}; model {agent.Model_name}, {plots}",
+              f"final evaluation {final_evaluation:.1f}, best "
+              f"{best_evaluation:.1f}; {solved}; model {model_path}, {plots}",
               flush=True)

@@ -25,7 +25,6 @@ import inspect
 import numbers
 import os
 import re
-import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from d3qn_utils import checkpoint, games, recording
-from d3qn_utils.checkpoint import LATEST
-from d3qn_utils.replay_storage import replay_bytes_per_slot
+from d3qn_utils import games, recording
+from d3qn_utils.replay_storage import is_integer, replay_bytes_per_slot
+from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 
@@ -464,12 +463,6 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
             lambda value: any(value is choice for choice in allowed) or test(value))
 
 
-def is_integer(value: Any) -> bool:
-    """An integer (numpy's too) that is not a bool: True is an int to Python, not to the
-    command line."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def as_tuple(value: Any) -> Any:
     """A list as a tuple (HIDDEN_UNITS = [64, 64] means (64, 64)); anything else as it is."""
     return tuple(value) if isinstance(value, list) else value
@@ -587,22 +580,10 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
     return {name: value for name, value in vars(given).items() if value is not not_given}
 
 
-def main(script: ModuleType, argv: list[str]) -> int:
-    """`script.main`'s work (d3qn_agent.py): parse `argv` against `script`'s flag block, then
-    play (--test) or train a `script.DQNAgent`. Bad input prints one `error:` line and returns
-    2; a training run's errors give the codes of `checkpoint.exit_code`."""
-    flags = explicit_flags(argv, d3qn_parser(script))
-    try:
-        test_mode, resume, model, record = pop_modes(flags)
-        agent = script.DQNAgent(**flags)
-        if test_mode:
-            agent.test(model, record)
-            return 0
-        checkpoint.begin(agent, resume)  # lock the run's files; continue a checkpoint or start
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return checkpoint.exit_code(agent.run)
+def command_line_flags(script: ModuleType, argv: list[str]) -> dict[str, Any]:
+    """The flags and modes (`pop_modes`) given in `argv` against `script`'s flag block
+    (d3qn_agent.py); `--help` and malformed flags exit here, as argparse does."""
+    return explicit_flags(argv, d3qn_parser(script))
 
 
 def run_name(config: argparse.Namespace) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from d3qn_utils.checkpoint import NonFiniteError
 from d3qn_utils.gradient_steps import Batches
+from d3qn_utils.training_session import NonFiniteError
 
 
 class GradientSteps:

@@ -5,7 +5,6 @@ import io
 import re
 
 import numpy as np
-
 from d3qn_utils.replay_state import memory_state
 
 

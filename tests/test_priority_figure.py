@@ -3,10 +3,10 @@
 
 import numpy as np
 import pytest
+from d3qn_utils.replay_state import load_memory_state, memory_state
 from memory_helpers import experience, save_and_load
 
 from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
-from d3qn_utils.replay_state import load_memory_state, memory_state
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 

@@ -5,9 +5,9 @@ writes them."""
 
 import numpy as np
 import pytest
+from d3qn_utils.replay_state import PRIORITY_KEYS, load_memory_state, memory_state
 from memory_helpers import experience, frame_stacks, save_and_load, snapshot, states_equal
 
-from d3qn_utils.replay_state import PRIORITY_KEYS, load_memory_state, memory_state
 from d3qn_utils.replay_storage import FrameStackStorage
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory

@@ -1,0 +1,247 @@
+"""The agent's files: what a checkpoint holds and in which file, its format version, resuming
+with the flags allowed to change, and the error for a `.keras` file that will not load.
+
+A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holding
+
+    progress.json        {"format": 2, "run": {id, started, flags}, "progress": {counters, ...}}
+    memory.npz           the replay memory's own `state_dict`
+    priority_figure.npz  the priority figure's `state_dict`
+    optimizer.npz        the optimizer's variables, "0", "1", ... in Keras' order
+    online.weights.h5, target.weights.h5   the two networks (Keras)
+
+The agent gives what goes in (`DQNAgent.state_dict`) and takes it back (`load_state_dict`);
+this module only writes and reads it. Format 1, written before checkpoints had a version,
+is converted on reading (`from_format_1`); any other format is refused, naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import zipfile
+from argparse import Namespace
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d3qn_utils.atomic_files import read_arrays, read_json, write_arrays
+from d3qn_utils.run_files import (
+    LATEST,
+    RUN_PREFIX,
+    TrainingRun,
+    newest_checkpoints,
+    write_checkpoint,
+)
+from d3qn_utils.training_session import NonFiniteError, is_finite
+
+FORMAT = 2
+ARRAY_FILES = ("memory", "priority_figure", "optimizer")  # <name>.npz, the largest first
+NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
+# The flags a resumed run may give new values: its budget, the cadence of evaluations, checkpoints
+# and logs, where files go, and the fast path (the same gradient steps per env step, taken in
+# calls of another size, compiled with XLA or not). Any other difference from the checkpoint is
+# refused, naming each flag (docs/usage.md lists these).
+MAY_CHANGE_ON_RESUME = (
+    "total_steps", "eval_every", "eval_episodes", "test_episodes", "checkpoint_every",
+    "model_dir", "plot_dir", "tensorboard", "tensorboard_every", "gradient_steps_per_call", "xla",
+)
+# Room for what a checkpoint's arrays do not count: HDF5 and .npz headers, progress.json.
+CHECKPOINT_HEADROOM_BYTES = 1 << 20
+
+
+def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[str, Any],
+         networks: Sequence[Any]) -> str:
+    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to
+    a new checkpoint of `run` under `checkpoint_root`; return its path. WriteError if the disk
+    has no room for it (checked first: HDF5 can crash the process when the disk fills during its
+    write) or a write fails."""
+    progress = json.dumps({
+        "format": FORMAT,
+        "run": {"id": run.run_id, "started": run.started, "flags": vars(config)},
+        "progress": state["progress"],
+    }, indent=1)
+    arrays = [value for name in ARRAY_FILES for value in state[name].values()]
+    weights = [weight for network in networks for weight in network.get_weights()]
+    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress) + \
+        CHECKPOINT_HEADROOM_BYTES
+
+    def write(directory: Path) -> None:
+        for name in ARRAY_FILES:
+            write_arrays(directory / f"{name}.npz", state[name])
+        (directory / "progress.json").write_text(progress)
+        for network, file in zip(networks, NETWORK_FILES, strict=True):
+            network.save_weights(directory / file)
+
+    root = Path(checkpoint_root) / run.run_id
+    return str(write_checkpoint(root, state["progress"]["step"], write, size=size))
+
+
+def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any],
+         load_state: Callable[[dict[str, Any]], None]) -> tuple[TrainingRun, str]:
+    """Continue a run from a checkpoint: the newest of the run that wrote last among those whose
+    flags match `config` (`choose_checkpoint`), or with `where` the `step-*` directory given.
+    Loads the weights into `networks` (online, target) and gives the rest to `load_state`
+    (`DQNAgent.load_state_dict`). Returns the run it continues and the lines that say from where
+    and which flags changed; the first, "resuming from <checkpoint> at step <N>", is the one
+    logs are searched for (benchmarks/pong_logs.py).
+
+    ValueError naming the checkpoint and what is wrong if there is none, it was made with other
+    flags (but those of MAY_CHANGE_ON_RESUME), it does not fit, or a file is missing or corrupt.
+    Nothing on disk is written.
+    """
+    directory = choose_checkpoint(checkpoint_root, config) if where == LATEST else Path(where)
+    saved, arrays = read_state(directory)
+    run = saved["run"]
+    refused, changed = flag_changes(run["flags"], config)
+    if refused:
+        raise ValueError(refusal(directory, run, refused))
+    for network, file in zip(networks, NETWORK_FILES, strict=True):
+        try:
+            network.load_weights(directory / file)
+        except Exception as error:  # Keras raises several types for a bad weights file
+            raise ValueError(f"checkpoint file {directory / file} is missing or does not "
+                             f"fit the network: {error}") from error
+    try:
+        load_state({"progress": saved["progress"], **arrays})
+    except NonFiniteError as error:  # a good checkpoint; the environment is not fixed yet
+        raise ValueError(f"cannot resume from {directory}: {error}") from error
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"checkpoint {directory} is corrupt or does not fit this run: "
+                         f"{error}") from error
+    lines = (f"resuming from {directory} at step {saved['progress']['step']}\n"
+             f"continuing {run['id']}, started {run['started']}; changed flags: "
+             + (", ".join(changed) or "none"))
+    return TrainingRun(run["id"], run["started"]), lines
+
+
+def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
+    this FORMAT. ValueError naming the file if one is missing or corrupt, or the format is
+    unknown."""
+    progress_file = directory / "progress.json"
+    progress = read_json(progress_file)
+    version = progress.get("format", 1 if "fingerprint" in progress else None)
+    if version == 1:
+        progress, arrays = from_format_1(directory, progress)
+    elif version == FORMAT:
+        arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
+    else:
+        raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
+                         f"cannot read (it reads format {FORMAT} and converts format 1)")
+    if not isinstance(progress.get("progress"), dict) or recorded_run(progress) is None:
+        raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
+    return progress, arrays
+
+
+def from_format_1(directory: Path, progress: dict[str, Any]
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Convert a checkpoint of format 1, written before checkpoints had a version: its counters
+    at the top of progress.json with a "fingerprint" (the flags say the same now) and the
+    priority figure's history and recent weights; its replay statistics ("stats.*") inside
+    memory.npz."""
+    memory = read_arrays(directory / "memory.npz")
+    figure = {key: memory.pop(key) for key in list(memory) if key.startswith("stats.")}
+    try:
+        figure["history"] = np.array(progress.pop("priority_history"),
+                                     dtype=np.float64).reshape(-1, 4)
+        figure["recent_is_weights"] = np.array(progress.pop("recent_is_weights"), np.float32)
+        figure["recent_batches"] = np.array(progress.pop("recent_batches"))
+        run = progress.pop("run")
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"checkpoint {directory} has no format number and is not of format 1 "
+                         f"(it lacks {error}); this version cannot read it") from error
+    del progress["fingerprint"]
+    arrays = {"memory": memory, "priority_figure": figure,
+              "optimizer": read_arrays(directory / "optimizer.npz")}
+    return {"format": FORMAT, "run": run, "progress": progress}, arrays
+
+
+def recorded_run(progress: dict[str, Any]) -> dict[str, Any] | None:
+    """The run record of a checkpoint's progress.json (id, start time, flags), or None if it
+    has no valid one."""
+    run = progress.get("run")
+    valid = (isinstance(run, dict) and isinstance(run.get("id"), str)
+             and re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
+             and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict))
+    return run if valid else None
+
+
+def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
+    """For --resume without a path: the newest checkpoint of the run that wrote last among those
+    whose flags match `config`. ValueError if there is none, naming what differs in the run
+    closest to `config`."""
+    newest = newest_checkpoints(checkpoint_root)
+    if not newest:
+        raise ValueError(f"no checkpoint to resume from in {checkpoint_root}")
+    refusals = []
+    for directory in newest:
+        progress_file = directory / "progress.json"
+        run = recorded_run(read_json(progress_file))
+        if run is None:
+            raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
+        refused = flag_changes(run["flags"], config)[0]
+        if not refused:
+            return directory
+        refusals.append((len(refused), refusal(directory, run, refused)))
+    closest = min(refusals, key=lambda counted: counted[0])[1]
+    if len(newest) == 1:
+        raise ValueError(closest)
+    others = "the other run differs" if len(newest) == 2 else f"the {len(newest) - 1} others differ"
+    raise ValueError(f"{closest}; {others} more (--resume PATH takes any checkpoint)")
+
+
+def flag_changes(saved: dict[str, Any], config: Namespace) -> tuple[list[str], list[str]]:
+    """The flags of `config` whose value differs from `saved` (a checkpoint's), each as
+    "name saved -> new": (those that may not change on resume, those that may)."""
+    current = json.loads(json.dumps(vars(config)))  # as a checkpoint holds them: tuples as lists
+    refused, changed = [], []
+    for name, value in current.items():
+        if name in saved and saved[name] != value:
+            entry = f"{name} {saved[name]!r} -> {value!r}"
+            (changed if name in MAY_CHANGE_ON_RESUME else refused).append(entry)
+    return refused, changed
+
+
+def refusal(directory: Path, run: dict[str, Any], refused: list[str]) -> str:
+    """The error for resuming a checkpoint with other flags than those in `refused`."""
+    return (f"checkpoint {directory} (run started {run['started']}) was made with other flags "
+            f"(its value -> this run's): {', '.join(refused)}; a resumed run may change only "
+            f"{', '.join(MAY_CHANGE_ON_RESUME)}")
+
+
+def state_digest(state: np.ndarray | None) -> str | None:
+    """SHA-256 of an observation, which a resumed episode must reproduce exactly; None for none
+    yet or one holding NaN (a fixed environment's would differ)."""
+    if state is None or not is_finite(state):
+        return None
+    return hashlib.sha256(np.ascontiguousarray(state)).hexdigest()
+
+
+def load_variables(variables: Sequence[Any], arrays: dict[str, np.ndarray], what: str) -> None:
+    """Assign `arrays` ("0", "1", ...) to `variables` in order; ValueError naming `what` unless
+    they match in number and shapes, checked before any is assigned."""
+    if sorted(arrays, key=int) != [str(i) for i in range(len(variables))] or any(
+            arrays[str(i)].shape != tuple(v.shape) for i, v in enumerate(variables)):
+        raise ValueError(f"the saved {what} does not fit this run's")
+    for i, variable in enumerate(variables):
+        variable.assign(arrays[str(i)])
+
+
+def model_load_error(path: str, error: Exception) -> ValueError:
+    """The one-line error for a `.keras` file that Keras could not load (with `error`): there is
+    none, it cannot be read, or it is not a valid .keras file (for a file that is not a zip
+    archive Keras itself says "File not found")."""
+    if not os.path.exists(path):
+        return ValueError(f"no saved model at {path!r}; train first (python d3qn_agent.py)")
+    try:
+        with open(path, "rb") as file:
+            is_zip = zipfile.is_zipfile(file)
+    except OSError as os_error:
+        return ValueError(f"cannot read model {path!r}: {os_error.strerror or os_error}")
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {first_line}" if is_zip else "not a zip archive"
+    return ValueError(f"cannot load model {path!r}: not a valid .keras file ({reason})")

@@ -1,0 +1,106 @@
+"""Files written whole or not at all, and the errors that say so.
+
+`atomic_file(path)` gives a temporary path beside `path` and renames it into place only once
+written and flushed; a rename within one file system is atomic, so a process killed at any
+moment leaves the old file or the new one, never half of one. A write that fails (disk full)
+removes what it wrote and raises `WriteError`, one line naming the path and the errno. The
+readers turn every way a file can be missing or damaged into one ValueError that names it.
+Nothing here unpickles: JSON, and `.npz` arrays read with `allow_pickle=False`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TEMPORARY_PREFIX = ".tmp-"  # a file or directory being written: `.tmp-<pid>-<final name>`
+
+
+class WriteError(ValueError):
+    """A file could not be written (disk full, no permission, ...); what the write had begun is
+    removed and what was there before is untouched. A ValueError, so that the scripts print it as
+    their one `error:` line and exit with code 2."""
+
+    def __init__(self, path: str | Path, error: OSError, outcome: str) -> None:
+        reason = " ".join(str(error.strerror or error).split())  # HDF5's messages span lines
+        if error.errno is not None:
+            reason += f" [errno {error.errno}, {errno.errorcode.get(error.errno, '?')}]"
+        super().__init__(f"cannot write {path}: {reason}; {outcome}")
+
+
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place: beside it, named for this
+    process (two processes writing one file do not share it), with the suffix kept for writers
+    that go by it (Keras' `.keras`, matplotlib's `.png`)."""
+    return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path` to write to; on success it replaces `path` at once.
+    If the write fails, raises WriteError; the temporary file is removed and `path` is left as
+    it was."""
+    path = Path(path)
+    temporary = temporary_path(path)
+    outcome = "the file there before is unchanged" if path.exists() else "nothing was written"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield temporary
+        fsync_file(temporary)
+        os.replace(temporary, path)
+    except OSError as error:
+        raise WriteError(path, error, outcome) from error
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object, or ValueError naming the file if it is missing or damaged."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"checkpoint file {path} is corrupt: expected a JSON object")
+    return data
+
+
+def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write named arrays to an uncompressed `.npz` file."""
+    with open(path, "wb") as file:
+        np.savez(file, **arrays)
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Read every array of an `.npz` file without unpickling, or ValueError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            return {key: saved[key] for key in saved.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a written file's contents to the disk."""
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename inside `directory` durable (a no-op where directories cannot be opened)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
