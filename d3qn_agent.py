@@ -4,12 +4,8 @@
 `plots/`); `--test` plays the saved network. A flag edited below and the same flag on the command
 line (`--help`) do the same. The pylessons tutorial "D3QN Agent with Prioritized Experience
 Replay" reads alongside: its names, in its order (README: Reading along). The replay memories
-come from PER.py and rank_based.py; what the tutorial lacks from d3qn_utils/: settings (flags,
-presets, command line), games (environments, image torso, replay storage), gradient_steps
-(compiled gradient steps), greedy_policy (acting without model.predict), reporting and
-priority_figure (what a run prints and draws), agent_checkpoint, run_files, training_session and
-atomic_files (--resume, file locks, Ctrl-C and NaN stops, crash-safe files), recording
-(--record), quiet_startup (TensorFlow's start-up lines off the terminal).
+come from PER.py and rank_based.py; what the tutorial lacks (flags and presets, games, compiled
+gradient steps, reports and plots, checkpoints) from d3qn_utils/, one module a job (README: Files).
 """
 
 from __future__ import annotations
@@ -253,8 +249,29 @@ class DQNAgent:
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
-        self.training_run: run_files.TrainingRun | None = None  # begun by `begin` or `resume`
+        self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(config, self.name, self.Plot_name, self.Priority_plot_name)
+
+    def compile(self) -> None:
+        """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
+        `weighted_loss` (the tutorial's `fit`); again after `load`."""
+        config = self.config
+        learning_rate = config.learning_rate
+        if config.lr_decay:
+            # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
+            learning_rate = keras.optimizers.schedules.PolynomialDecay(
+                learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
+        self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
+                          if config.optimizer == "rmsprop"
+                          else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
+        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
+        self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
+            functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
+                              loss=config.loss),
+            self.model, self.target_model, self.optimizer, config.grad_clip,
+            self.update_target_model if config.soft_update else None,
+            config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
+            after_call=self.greedy_actions.weights_changed)
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -337,7 +354,7 @@ class DQNAgent:
         evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
         SIGTERM and NaN stop with a checkpoint to --resume from (training_session.py)."""
         config = self.config
-        if self.training_run is None or self.training_run.lock is None:
+        if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
         if self.state is None:  # the first episode (a resumed run goes on with its open one)
             self.start_episode()
@@ -372,23 +389,19 @@ class DQNAgent:
                     self.evaluate_and_keep_best()
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
-            if self.step < config.total_steps:  # stopped by a signal: save to --resume from
-                checkpoint = self.save_checkpoint()
-                self.save(self.Last_model_name)
-                plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
-                                         self.MEMORY)
-                self.report.stopped(self.step, stop.signal_name, checkpoint,
-                                    self.Last_model_name, plots)
-                return
-            if not self.evaluations or self.evaluations[-1][0] != self.step:
+            stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
+            if not stopped and (not self.evaluations or self.evaluations[-1][0] != self.step):
                 self.evaluate_and_keep_best()
+            checkpoint = self.save_checkpoint() if stopped or config.checkpoint_every else ""
             self.save(self.Last_model_name)
-            if config.checkpoint_every:
-                self.save_checkpoint()
             plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
                                      self.MEMORY)
-            self.report.finish(self.step, self.evaluations[-1][2], self.best_evaluation,
-                               self.steps_to_solve, self.Model_name, plots)
+            if stopped:
+                self.report.stopped(self.step, stop.signal_name, checkpoint,
+                                    self.Last_model_name, plots)
+            else:
+                self.report.finish(self.step, self.evaluations[-1][2], self.best_evaluation,
+                                   self.steps_to_solve, self.Model_name, plots)
 
     def test(self, model: str | None = None, record: str | None = None) -> list[float]:
         """Play TEST_EPISODES greedy episodes of the network in `model` (default `Model_name`),
@@ -436,27 +449,6 @@ class DQNAgent:
             note += f", solved (>= {self.solved_score:g})"
         self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
 
-    def compile(self) -> None:
-        """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
-        `weighted_loss` (the tutorial's `fit`); again after `load`."""
-        config = self.config
-        learning_rate = config.learning_rate
-        if config.lr_decay:
-            # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
-            learning_rate = keras.optimizers.schedules.PolynomialDecay(
-                learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
-        self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
-                          if config.optimizer == "rmsprop"
-                          else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
-        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
-        self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
-            functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
-                              loss=config.loss),
-            self.model, self.target_model, self.optimizer, config.grad_clip,
-            self.update_target_model if config.soft_update else None,
-            config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
-            after_call=self.greedy_actions.weights_changed)
-
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
         self.episode_score = 0.0
@@ -488,28 +480,24 @@ class DQNAgent:
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
-        progress = state["progress"]
-        self.step, self.episode = int(progress["step"]), int(progress["episode"])
-        self.epsilon = float(progress["epsilon"])
-        self.scores = [float(score) for score in progress["scores"]]
-        self.average = [float(average) for average in progress["average"]]
-        self.evaluations = [(int(a), int(b), float(c)) for a, b, c in progress["evaluations"]]
-        self.best_evaluation = float(progress["best_evaluation"])
+        progress = state["progress"]  # JSON: numbers, lists, the generator's state
+        self.step, self.episode = progress["step"], progress["episode"]
+        self.epsilon, self.rng.bit_generator.state = progress["epsilon"], progress["rng"]
+        self.scores, self.average = progress["scores"], progress["average"]
+        self.evaluations = [tuple(evaluation) for evaluation in progress["evaluations"]]
+        self.best_evaluation = progress["best_evaluation"]
         self.steps_to_solve = progress["steps_to_solve"]
-        self.rng.bit_generator.state = progress["rng"]
         self.start_episode()
         for action in progress["episode_actions"]:
-            self.state, *_ = self.env.step(int(action))
-        self.episode_actions = [int(action) for action in progress["episode_actions"]]
-        self.episode_score = float(progress["episode_score"])
+            self.state, *_ = self.env.step(action)
+        self.episode_actions = progress["episode_actions"]
+        self.episode_score = progress["episode_score"]
         if progress["state_sha256"] not in (None, agent_checkpoint.state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
-        if self.training_run is None:  # saved before `run` (tests, benchmarks)
-            self.training_run = run_files.new_run(self.checkpoint_root)
         return agent_checkpoint.save(self.checkpoint_root, self.training_run, self.config,
                                      self.state_dict(), (self.model, self.target_model))
 
@@ -530,8 +518,7 @@ class DQNAgent:
         with lock.released_on_error():
             if resume:
                 print(self.resume(resume), flush=True)
-            elif self.training_run is None:
-                self.training_run = run_files.new_run(self.checkpoint_root)
+            else:
                 for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
                     print(f"note: {note}", flush=True)
         self.training_run.lock = lock

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import time
 from typing import Any
+
+# What the stubbed evaluations note: `run` passes the last evaluation's mean to the summary line,
+# whose stub takes them back out.
+NO_EVALUATION = (0, 0, math.nan)
 
 
 def skip_end_of_run(agent: Any) -> None:
@@ -14,9 +19,14 @@ def skip_end_of_run(agent: Any) -> None:
     the last network, the plots and the summary line. A real run does them once, at its end.
     Checkpoints are off too (the Pong preset writes one every 25,000 steps and at the end)."""
     agent.config.checkpoint_every = 0
-    agent.evaluate_and_keep_best = lambda: None
+    agent.evaluate_and_keep_best = lambda: agent.evaluations.append(NO_EVALUATION)
     agent.save = lambda name: None
-    agent.report.finish = lambda agent: None
+    agent.report.draw = lambda *values: ""
+
+    def finish(*values: Any) -> None:
+        agent.evaluations[:] = [done for done in agent.evaluations if done is not NO_EVALUATION]
+
+    agent.report.finish = finish
 
 
 def run_steps(agent: Any, count: int) -> float:

@@ -31,11 +31,11 @@ GRADIENT_STEPS_PER_CALL steps once LEARNING_STARTS is reached, a hard target cop
 TARGET_UPDATE steps, `PlotModel` and a new episode at an episode's end). The work `run` does once
 its budget is spent, which a real run does once at its end and not every few thousand steps, is
 stubbed out as instance attributes: the final greedy evaluation (`agent.evaluate_and_keep_best`),
-saving the last network (`agent.save`) and drawing the plots with the summary line
-(`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop calls,
-as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`, `agent.start_episode`
-(env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three calls inside
-`agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
+saving the last network (`agent.save`), drawing the plots (`agent.report.draw`) and the summary
+line (`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop
+calls, as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`,
+`agent.start_episode` (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three
+calls inside `agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
 These are the agent's internals; "other" is what is left (the per-episode print line and `run`'s
 first line, which go to a buffer here, the loop itself, and entering and leaving `run`). The
 greedy evaluations (every 250,000 steps) fall outside the measured window.

@@ -5,7 +5,7 @@
 
 Builds the Pong agent with the Atari defaults, fills its prioritized replay (PER.Memory over a
 replay_storage.FrameStackStorage) to capacity with real Pong frames from random play through the
-agent's own loop, then times `checkpoint.save_agent` and `checkpoint.load_agent` (which includes
+agent's own loop, then times `agent.save_checkpoint` and `agent.resume` (which includes
 replaying the episode in progress) and prints the size of each file. Everything goes to a
 temporary directory.
 """
@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_loop import run_steps, skip_end_of_run
 
 from d3qn_agent import DQNAgent
-from d3qn_utils import checkpoint
 
 
 def main() -> None:
@@ -48,12 +47,12 @@ def main() -> None:
 
         tracemalloc.start()
         start = time.perf_counter()
-        path = Path(checkpoint.save_agent(agent))
+        path = Path(agent.save_checkpoint())
         save_seconds = time.perf_counter() - start
         _, save_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         start = time.perf_counter()
-        checkpoint.load_agent(agent, str(path))
+        agent.resume(str(path))
         load_seconds = time.perf_counter() - start
 
         sizes = {file.name: file.stat().st_size for file in sorted(path.iterdir())}

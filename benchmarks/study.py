@@ -179,7 +179,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     import keras
 
     import d3qn_agent
-    from d3qn_utils import checkpoint, settings
+    from d3qn_utils import run_files, settings
 
     code = commit()  # the code this process loads; the checkout may move on while it trains
     work_dir = run.work_dir(work_root)
@@ -187,7 +187,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
     agent = d3qn_agent.DQNAgent(**flags, model_dir=str(work_dir), plot_dir=str(work_dir))
     # The preset's checkpoints (Pong's every 25,000 steps), else one a fifth of the way: cadence
-    # only, the run learns the same (checkpoint.py).
+    # only, the run learns the same (agent_checkpoint.py).
     agent.config.checkpoint_every = (agent.config.checkpoint_every
                                      or max(1, agent.config.total_steps // CHECKPOINTS_PER_RUN))
     # Time and steps of the parts of the run that ended by themselves or by a signal; a killed
@@ -196,8 +196,8 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     timing = (json.loads(timing_file.read_text()) if timing_file.exists()
               else {"seconds": 0.0, "steps": 0})
     with (work_dir / "training.log").open("a") as log, contextlib.redirect_stdout(log):
-        resume = checkpoint.newest_checkpoints(agent.checkpoint_root)
-        checkpoint.begin(agent, checkpoint.LATEST if resume else None)  # prints "resuming from"
+        resume = run_files.newest_checkpoints(agent.checkpoint_root)
+        agent.begin(run_files.LATEST if resume else None)  # prints "resuming from"
         first_step, start = agent.step, time.perf_counter()
         agent.run()
         timing = {"seconds": timing["seconds"] + time.perf_counter() - start,
@@ -255,7 +255,7 @@ def training_curve(log: Path) -> dict[str, list]:
 
 
 def is_training(work_dir: Path) -> bool:
-    """True while a process holds the lock of a run's files in `work_dir` (checkpoint.RunLock:
+    """True while a process holds the lock of a run's files in `work_dir` (run_files.RunLock:
     flock, let go when the process ends)."""
     for lock in work_dir.glob("*.lock"):
         with contextlib.suppress(FileNotFoundError), lock.open() as file:

@@ -748,7 +748,7 @@ class ReplayMemory:
         require(arrays, ("kind",), "replay memory")
         check_saved_value(arrays, "kind", self.kind)
         require(arrays, ("rng", "storage.capacity", *keys), f"{self.kind} memory")
-        check_saved_value(arrays, "storage.capacity", self.capacity)
+        check_saved_value({"capacity": arrays["storage.capacity"]}, "capacity", self.capacity)
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave: the transitions and the random generator. ValueError

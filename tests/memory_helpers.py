@@ -5,7 +5,6 @@ import io
 import re
 
 import numpy as np
-from d3qn_utils.replay_state import memory_state
 
 
 def experience(i: int) -> tuple:
@@ -31,8 +30,8 @@ def frame_stacks(count: int, stack: int = 2) -> np.ndarray:
 
 
 def snapshot(memory: object) -> dict[str, np.ndarray]:
-    """`memory_state(memory)` copied: its arrays are views of the live memory."""
-    return {key: np.array(value, copy=True) for key, value in memory_state(memory).items()}
+    """`memory.state_dict()` copied: its arrays are views of the live memory."""
+    return {key: np.array(value, copy=True) for key, value in memory.state_dict().items()}
 
 
 def states_equal(first: dict, second: dict) -> bool:

@@ -135,13 +135,14 @@ def test_td_errors_by_hand(double, expected_targets):
 class FixedBatchMemory:
     """Stands in for PER.Memory: always returns the same batch and records batch_update."""
 
-    capacity = 1  # tree index = slot, for the priority figure's replay counts
+    beta = 0.4
 
     def __init__(self, batch: tuple, is_weights: np.ndarray,
-                 tree_idx: np.ndarray | None = None) -> None:
+                 slots: np.ndarray | None = None) -> None:
         self.batch = batch
         self.is_weights = is_weights
-        self.tree_idx = np.arange(100, 100 + len(is_weights)) if tree_idx is None else tree_idx
+        self.slots = np.arange(100, 100 + len(is_weights)) if slots is None else slots
+        self.tree_idx = self.slots  # their leaves: `use_fixed_batches` numbers them as a tree's
         self.updates: list[tuple[np.ndarray, np.ndarray]] = []
 
     def __len__(self) -> int:
@@ -159,8 +160,9 @@ def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
     """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
     replay counts need a store before each draw)."""
     agent.MEMORY = memory
-    for slot in np.unique(memory.tree_idx):
-        agent.priority_figure.statistics.note_store(slot)
+    memory.tree_idx = memory.slots + agent.config.memory_size - 1
+    for slot in np.unique(memory.slots):
+        agent.report.stored(slot)
 
 
 def random_batch(n: int) -> tuple[tuple, np.ndarray]:
@@ -217,7 +219,7 @@ def test_a_call_of_three_gradient_steps_is_three_single_steps_on_the_dealt_batch
         expected_losses.extend(one_by_one.replay())
         expected_updates.append(one_by_one.MEMORY.updates[0])
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
-    assert together.priority_figure.recent_batches == 3  # each step's IS weights noted
+    assert together.report.priority_figure.recent_batches == 3  # each step's IS weights noted
     [(updated, abs_errors)] = together.MEMORY.updates  # one write, in the order of the steps
     np.testing.assert_array_equal(updated, np.concatenate([i for i, _ in expected_updates]))
     np.testing.assert_allclose(abs_errors, np.concatenate([e for _, e in expected_updates]),

@@ -24,12 +24,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from d3qn_utils import checkpoint
+from d3qn_utils import agent_checkpoint, atomic_files, run_files, training_session
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
 CHECKPOINT_FILES = {
-    "online.weights.h5", "target.weights.h5", "optimizer.npz", "memory.npz", "progress.json"
+    "online.weights.h5", "target.weights.h5", "optimizer.npz", "memory.npz", "priority_figure.npz",
+    "progress.json",
 }
 LEARNING_STARTS = 64
 TINY = [
@@ -57,7 +58,7 @@ def train(directory: Path, *flags: str) -> subprocess.CompletedProcess:
 def checkpoints(directory: Path) -> list[Path]:
     """The complete checkpoints of every run under `directory`, by run, then by step."""
     root = directory / "models" / f"{RUN_NAME}.checkpoints"
-    return sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
+    return sorted(root.glob(f"{run_files.RUN_PREFIX}*/{run_files.PREFIX}*"))
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -72,8 +73,8 @@ def snapshot(directory: Path) -> dict[str, str]:
 def assert_complete(step_directory: Path) -> None:
     assert {path.name for path in step_directory.iterdir()} == CHECKPOINT_FILES
     json.loads((step_directory / "progress.json").read_text())
-    checkpoint.read_arrays(step_directory / "memory.npz")
-    checkpoint.read_arrays(step_directory / "optimizer.npz")
+    for name in agent_checkpoint.ARRAY_FILES:
+        atomic_files.read_arrays(step_directory / f"{name}.npz")
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +102,19 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
     expected, got = checkpoints(straight)[-1], checkpoints(resumed)[-1]
     assert expected.name == got.name == "step-0000000400"
-    expected_progress = json.loads((expected / "progress.json").read_text())
-    got_progress = json.loads((got / "progress.json").read_text())
+    expected_progress = json.loads((expected / "progress.json").read_text())["progress"]
+    got_progress = json.loads((got / "progress.json").read_text())["progress"]
     for key in ("step", "episode", "epsilon", "scores", "rng", "episode_actions"):
         assert got_progress[key] == expected_progress[key], key
-    expected_memory = checkpoint.read_arrays(expected / "memory.npz")
-    got_memory = checkpoint.read_arrays(got / "memory.npz")
-    assert got_memory.keys() == expected_memory.keys()
-    for key, array in expected_memory.items():
-        if array.dtype.kind == "f":  # priorities and beta: same up to float rounding
-            np.testing.assert_allclose(got_memory[key], array, rtol=1e-4, err_msg=key)
-        else:  # transitions, counters, generator state: identical
-            np.testing.assert_array_equal(got_memory[key], array, err_msg=key)
+    for file in ("memory.npz", "priority_figure.npz"):
+        expected_memory = atomic_files.read_arrays(expected / file)
+        got_memory = atomic_files.read_arrays(got / file)
+        assert got_memory.keys() == expected_memory.keys()
+        for key, array in expected_memory.items():
+            if array.dtype.kind == "f":  # priorities, beta, IS weights: same up to float rounding
+                np.testing.assert_allclose(got_memory[key], array, rtol=1e-4, err_msg=key)
+            else:  # transitions, counters, generator state: identical
+                np.testing.assert_array_equal(got_memory[key], array, err_msg=key)
     for name in ("online.weights.h5", "target.weights.h5"):
         assert_same_weights(expected / name, got / name)
 
@@ -148,7 +150,7 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
     for step_directory in checkpoints(tmp_path):
         assert_complete(step_directory)
     for path in (tmp_path / "models").glob("*.keras"):
-        assert not path.name.startswith(checkpoint.TEMPORARY_PREFIX)
+        assert not path.name.startswith(atomic_files.TEMPORARY_PREFIX)
     last = int(checkpoints(tmp_path)[-1].name.removeprefix("step-"))
     result = train(
         tmp_path, "--total-steps", str(last + 20), "--checkpoint-every", "10", "--resume"
@@ -156,7 +158,7 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"at step {last}" in result.stdout
     root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
-    assert not list(root.rglob(checkpoint.TEMPORARY_PREFIX + "*"))
+    assert not list(root.rglob(atomic_files.TEMPORARY_PREFIX + "*"))
     assert [path.name for path in checkpoints(tmp_path)][-1] == f"step-{last + 20:010d}"
     assert len(checkpoints(tmp_path)) == 2  # the last two are kept
 
@@ -171,7 +173,7 @@ def episode_lines(output: str) -> list[tuple[int, int]]:
                          ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_and_sigterm_become_a_stop_request_and_the_old_handlers_come_back(signal_number):
     before = signal.getsignal(signal_number)
-    with checkpoint.stop_requests() as stop:
+    with training_session.stop_requests() as stop:
         assert not stop.requested
         os.kill(os.getpid(), signal_number)
         assert stop.requested and stop.signal_name == signal_number.name
@@ -262,12 +264,16 @@ def test_resume_refuses_another_environment_or_network(tmp_path, trained, capsys
     assert "hidden_units [16, 16] -> [32, 32]" in error
     error = resume_fails(tmp_path, capsys, "--no-per", "--resume", step_directory)
     assert "use_per True -> False" in error
-    # A checkpoint from before runs were recorded is still checked against its fingerprint.
+    # A checkpoint older than format 1 (a fingerprint, no run record) or of an unknown format is
+    # refused, naming it.
     progress = json.loads((Path(step_directory) / "progress.json").read_text())
-    del progress["run"]
-    (Path(step_directory) / "progress.json").write_text(json.dumps(progress))
-    error = resume_fails(tmp_path, capsys, "--no-per", "--resume", step_directory)
-    assert "memory='proportional'" in error
+    (Path(step_directory) / "progress.json").write_text(json.dumps(
+        {"fingerprint": {"env_name": "CartPole-v1"}, **progress["progress"]}))
+    error = resume_fails(tmp_path, capsys, "--resume", step_directory)
+    assert f"checkpoint {step_directory} has no format number and is not of format 1" in error
+    (Path(step_directory) / "progress.json").write_text(json.dumps({**progress, "format": 3}))
+    error = resume_fails(tmp_path, capsys, "--resume", step_directory)
+    assert f"checkpoint {step_directory} has format 3, which this version cannot read" in error
 
 
 @pytest.mark.parametrize("damaged", sorted(CHECKPOINT_FILES))
@@ -296,14 +302,15 @@ def test_a_diverging_training_step_stops_with_the_last_good_state_saved(tmp_path
         return observation, 1e39 if agent.step >= 99 else reward, terminated, truncated, info
 
     agent.env.step = exploding_step
-    with pytest.raises(checkpoint.NonFiniteError, match=r"non-finite loss.*Last good state saved"):
+    with pytest.raises(training_session.NonFiniteError,
+                       match=r"non-finite loss.*Last good state saved"):
         agent.run()
     assert 100 <= agent.step < 1000
     assert all(np.isfinite(weights).all() for weights in agent.model.get_weights())
     saved = checkpoints(tmp_path)
     assert [path.name for path in saved] == [f"step-{agent.step:010d}"]
     assert_complete(saved[0])
-    memory = checkpoint.read_arrays(saved[0] / "memory.npz")
+    memory = atomic_files.read_arrays(saved[0] / "memory.npz")
     assert np.isfinite(memory["tree.sums"]).all()
 
 
@@ -328,13 +335,13 @@ def test_the_lock_names_its_holder_and_a_dead_holders_lock_is_taken_over(tmp_pat
     path = tmp_path / "models" / "run.lock"
     path.parent.mkdir()
     path.write_text("pid 999999 on gone, started long ago")  # left by a killed run: no flock
-    lock = checkpoint.RunLock(path)
+    lock = run_files.RunLock(path)
     assert path.read_text().startswith(f"pid {os.getpid()} on ")
     with pytest.raises(ValueError, match=rf"another run .*: pid {os.getpid()} on .*--model-dir"):
-        checkpoint.RunLock(path)  # another open file: flock refuses it, even in this process
+        run_files.RunLock(path)  # another open file: flock refuses it, even in this process
     lock.release()
     assert not path.exists()
-    checkpoint.RunLock(path).release()
+    run_files.RunLock(path).release()
 
 
 def test_a_second_run_into_the_same_model_directory_is_refused_while_the_first_lives(
@@ -378,7 +385,7 @@ def test_runs_into_one_directory_keep_their_own_checkpoints_and_resume_says_whic
     assert lines[2].startswith("training on")
     # Pruning kept B's last two and left A's alone.
     [b_run] = {path.parent for path in checkpoints(tmp_path)} - {a_run}
-    assert [path.name for path in checkpoint.list_checkpoints(b_run)] == [
+    assert [path.name for path in run_files.list_checkpoints(b_run)] == [
         "step-0000000075", "step-0000000100"]
     assert snapshot(a_run) == run_a_files
 
@@ -427,10 +434,10 @@ def test_resume_with_changed_flags_refuses_each_flag_that_may_not_change(
 def test_the_flags_that_may_change_on_resume_are_flags_and_documented():
     from d3qn_utils import settings
 
-    assert set(checkpoint.MAY_CHANGE_ON_RESUME) <= set(settings.D3QN_FLAGS)
+    assert set(agent_checkpoint.MAY_CHANGE_ON_RESUME) <= set(settings.D3QN_FLAGS)
     usage = (ROOT / "docs" / "usage.md").read_text()
     section = usage[usage.index("## Checkpoints and resuming long runs"):]
-    for name in checkpoint.MAY_CHANGE_ON_RESUME:
+    for name in agent_checkpoint.MAY_CHANGE_ON_RESUME:
         assert f"`{name.upper()}`" in section, name
 
 
@@ -444,7 +451,7 @@ def test_a_full_disk_while_checkpointing_keeps_everything_and_resume_works(
     shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
     before = snapshot(tmp_path)
     if full == "writing":  # the disk fills up in the middle of a checkpoint
-        write_arrays = checkpoint.write_arrays
+        write_arrays = agent_checkpoint.write_arrays
 
         def write_until_full(path: Path, arrays: dict) -> None:
             if path.name != "memory.npz":
@@ -453,9 +460,9 @@ def test_a_full_disk_while_checkpointing_keeps_everything_and_resume_works(
             path.write_bytes(b"PK" * 1000)
             disk_full()
 
-        monkeypatch.setattr(checkpoint, "write_arrays", write_until_full)
+        monkeypatch.setattr(agent_checkpoint, "write_arrays", write_until_full)
     else:  # the disk has less room than the checkpoint needs
-        monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+        monkeypatch.setattr(run_files.shutil, "disk_usage",
                             lambda path: types.SimpleNamespace(free=1000))
     code, _, err = run_main(tmp_path, capsys, "--total-steps", "300", "--checkpoint-every", "50",
                             "--resume")
@@ -508,7 +515,7 @@ def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
         path.write_bytes(b"half")
     agent = d3qn_agent.DQNAgent("CartPole-v1", hidden_units=(16, 16), model_dir=str(models),
                                 plot_dir=str(plots))
-    checkpoint.begin(agent)
+    agent.begin()
     agent.training_run.lock.release()
     assert not any(path.exists() for path in leftovers)
     assert all(path.exists() for path in others)  # not this run's to remove
@@ -563,13 +570,13 @@ def test_nan_from_the_environment_stops_the_run_and_resume_works_once_it_is_fixe
     flags = agent_command(tmp_path, "--env-name", POISONED, "--total-steps", "300")[2:]
     assert d3qn_agent.main(flags) == 3
     root = tmp_path / "models" / f"DDQN_{POISONED}_Dueling_PER.checkpoints"
-    [saved] = sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
+    [saved] = sorted(root.glob(f"{run_files.RUN_PREFIX}*/{run_files.PREFIX}*"))
     assert saved.name == "step-0000000150"  # the step before the bad one, which is not stored
     assert capsys.readouterr().err.splitlines() == [
         f"error: the environment returned {said} at env step 151. Last good state saved to "
         f"{saved}"]
     assert_complete(saved)
-    memory = checkpoint.read_arrays(saved / "memory.npz")
+    memory = atomic_files.read_arrays(saved / "memory.npz")
     assert memory["storage.written"] == 150
     for key in ("storage.state", "storage.reward", "storage.next_state", "tree.sums"):
         assert np.isfinite(memory[key]).all(), key
@@ -590,13 +597,13 @@ def test_nan_from_a_reset_stops_the_run_and_resume_works_once_it_is_fixed(
     flags = agent_command(tmp_path, "--env-name", POISONED, "--total-steps", "300")[2:]
     assert d3qn_agent.main(flags) == 3
     root = tmp_path / "models" / f"DDQN_{POISONED}_Dueling_PER.checkpoints"
-    [saved] = sorted(root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.PREFIX}*"))
-    step = int(saved.name.removeprefix(checkpoint.PREFIX))
+    [saved] = sorted(root.glob(f"{run_files.RUN_PREFIX}*/{run_files.PREFIX}*"))
+    step = int(saved.name.removeprefix(run_files.PREFIX))
     assert step > 150  # the first reset after step 150 ends the episode running then
     assert capsys.readouterr().err.splitlines() == [
         f"error: the environment returned an observation holding nan at its reset after env "
         f"step {step}. Last good state saved to {saved}"]
-    memory = checkpoint.read_arrays(saved / "memory.npz")
+    memory = atomic_files.read_arrays(saved / "memory.npz")
     assert memory["storage.written"] == step
     assert np.isfinite(memory["storage.state"]).all()
 

@@ -56,7 +56,7 @@ def test_an_episode_line_after_the_estimate_carries_the_time_left(tmp_path, caps
     agent = DQNAgent(hidden_units=(8,), model_dir=str(tmp_path), plot_dir=str(tmp_path))
     agent.step, agent.episode = 2_000, 7
     agent.report.forecast.begin(0, time.perf_counter() - 100.0)  # as if 100 s ago
-    agent.report.episode(agent, 20.0, 15.0)
+    agent.report.episode(agent.step, agent.episode, 20.0, agent.epsilon, 15.0)
     # 2,000 steps in 100 s: 20 steps/s; 48,000 left take 2,400 s.
     estimate, line = capsys.readouterr().out.splitlines()
     assert estimate == "estimate: about 40 min to step 50,000 at 20 steps/s"

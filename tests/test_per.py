@@ -1,7 +1,7 @@
 """Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`) and apex.py's `store_block`: small
 trees checked by hand, the compiled walks against their Python form and a from-scratch
 reference, then statistics with fixed seeds. rank_based.py's memory is tested in
-test_rank_based.py, checkpoints of every memory in test_replay_state.py."""
+test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
 
 import functools
 
@@ -19,7 +19,6 @@ from memory_helpers import (
 
 import apex
 import PER
-from d3qn_utils.priority_figure import sampling_probabilities
 from d3qn_utils.replay_storage import (
     FrameStackStorage,
     TransitionStorage,
@@ -499,14 +498,14 @@ def test_proportional_sampling_frequencies_match_probabilities():
 def test_sampling_probabilities_sum_to_one_and_follow_the_priorities():
     memory = filled_memory(Memory, 4, capacity=8)
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.09, 0.24, 0.49]))
-    slots, probabilities = sampling_probabilities(memory)
+    slots, probabilities = memory.sampling_probabilities()
     np.testing.assert_array_equal(slots, [0, 1, 2, 3])
     priorities = np.array([0.01, 0.1, 0.25, 0.5]) ** 0.6  # (|delta| + 0.01)^alpha
     np.testing.assert_allclose(probabilities, priorities / priorities.sum())
     uniform = UniformMemory(8)
     for i in range(3):
         uniform.store(experience(i))
-    slots, probabilities = sampling_probabilities(uniform)
+    slots, probabilities = uniform.sampling_probabilities()
     np.testing.assert_array_equal(slots, [0, 1, 2])
     np.testing.assert_allclose(probabilities, [1 / 3] * 3)
 
@@ -525,7 +524,7 @@ def test_memory_bad_input_raises_and_changes_nothing():
         memory.batch_update(np.array([3, 4]), np.array([0.1]))
     assert states_equal(snapshot(memory), before)
     for n in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="batch size must be a positive integer"):
+        with pytest.raises(ValueError, match="batch size must be an integer >= 1"):
             memory.sample(n)
     with pytest.raises(ValueError, match=r"state has shape \(2,\), but the memory holds \(3,\)"):
         memory.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))

@@ -3,7 +3,6 @@
 
 import numpy as np
 import pytest
-from d3qn_utils.replay_state import load_memory_state, memory_state
 from memory_helpers import experience, save_and_load
 
 from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
@@ -103,33 +102,27 @@ def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
     assert rate[6] < uniform_rate[6]  # ages 63 .. 126: replayed already, so below uniform
 
 
-def test_replay_statistics_survive_a_checkpoint_beside_the_memory_and_old_checkpoints_load():
-    stats = ReplayStatistics(16)
+def test_the_priority_figure_survives_a_checkpoint():
+    figure = PriorityFigure(16, batch_size=4)
     memory = Memory(16, rng=0)
     for i in range(20):
-        store(memory, stats, experience(i))
-        sample(memory, stats, 4)
-    # The memory's arrays and the statistics' ("stats.*") in one file, as the agent saves them.
-    arrays = save_and_load({**memory_state(memory), **stats.state_dict()})
-    restored_stats = ReplayStatistics(16)
-    restored = Memory(16, rng=0)
-    load_memory_state(restored, arrays)
-    restored_stats.load_state_dict(arrays, len(restored))
-    for key, value in stats.state_dict().items():
-        np.testing.assert_array_equal(restored_stats.state_dict()[key], value)
-    # A checkpoint written before the statistics existed: counters start at zero and the
-    # transitions already stored count as the oldest.
-    old = {key: value for key, value in arrays.items() if not key.startswith("stats.")}
-    fresh_stats = ReplayStatistics(16)
-    fresh = Memory(16, rng=0)
-    load_memory_state(fresh, old)
-    fresh_stats.load_state_dict(old, len(fresh))
-    assert fresh_stats.stores == 16 and fresh_stats.replay_counts.sum() == 0
-    store(fresh, fresh_stats, experience(99))
-    assert fresh_stats.ages(fresh.held_slots()).tolist().count(0) == 1
+        figure.statistics.note_store(memory.store(experience(i)))
+        tree_idx, _, is_weights = memory.sample(8)
+        figure.note_replay(tree_idx, len(memory), step=i, last_gradient_step=2 * i + 1, beta=0.5,
+                           is_weights=is_weights.reshape(2, 4))
+    arrays = save_and_load(figure.state_dict())
+    restored = PriorityFigure(16, batch_size=4)
+    restored.load_state_dict(arrays)
+    for key, value in figure.state_dict().items():
+        np.testing.assert_array_equal(restored.state_dict()[key], value)
+    assert restored.history == figure.history and len(figure.history) == 1  # gradient step 0
+    assert restored.recent_batches == figure.recent_batches == 40
     bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
     with pytest.raises(ValueError, match=r"stats.replay_counts has shape \(3,\)"):
-        ReplayStatistics(16).load_state_dict(bad, 16)
+        PriorityFigure(16, batch_size=4).load_state_dict(bad)
+    with pytest.raises(ValueError, match=r"saved recent_is_weights has shape \(20, 4\), expected "
+                                         r"\(20, 8\)"):
+        PriorityFigure(16, batch_size=8).load_state_dict(arrays)
 
 
 def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_path):

