@@ -271,17 +271,7 @@ class TransitionStorage:
         (always none here: a slot is only ever overwritten by a new transition).
         """
         experience = check_experience(experience)
-        if self.fields is None:
-            self.fields = tuple(
-                np.zeros((self.capacity, *np.shape(value)), dtype=np.asarray(value).dtype)
-                for value in experience
-            )
-        # Check every field before writing any, so a bad experience leaves the slot intact.
-        for name, field, value in zip(FIELDS, self.fields, experience, strict=True):
-            if np.shape(value) != field.shape[1:]:
-                raise ValueError(
-                    f"{name} has shape {np.shape(value)}, but the memory holds {field.shape[1:]}"
-                )
+        self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         slot = self.write_pointer
         for field, value in zip(self.fields, experience, strict=True):
             field[slot] = value
@@ -300,16 +290,7 @@ class TransitionStorage:
         `add`). A malformed block raises ValueError and leaves the storage unchanged.
         """
         columns = check_block(transitions, self.capacity)
-        if self.fields is None:
-            self.fields = tuple(
-                np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
-                for column in columns
-            )
-        for name, field, column in zip(FIELDS, self.fields, columns, strict=True):
-            if column.shape[1:] != field.shape[1:]:
-                raise ValueError(
-                    f"{name} has shape {column.shape[1:]}, but the memory holds {field.shape[1:]}"
-                )
+        self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
         slots = (self.write_pointer + np.arange(k)) % self.capacity
         for field, column in zip(self.fields, columns, strict=True):
@@ -318,6 +299,18 @@ class TransitionStorage:
         self.write_pointer = int((self.write_pointer + k) % self.capacity)
         self.written = min(self.written + k, self.capacity)
         return slots, NO_SLOTS
+
+    def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
+        """Allocate the five arrays on the first write, with these (shape, dtype) of one
+        transition's fields; then ValueError naming a field of another shape, before anything is
+        written, so a bad experience leaves the slots intact."""
+        if self.fields is None:
+            self.fields = tuple(np.zeros((self.capacity, *shape), dtype=dtype)
+                                for shape, dtype in fields)
+        for name, field, (shape, _) in zip(FIELDS, self.fields, fields, strict=True):
+            if shape != field.shape[1:]:
+                raise ValueError(f"{name} has shape {shape}, but the memory holds "
+                                 f"{field.shape[1:]}")
 
     def get(
         self, slots: np.ndarray, last_slots: np.ndarray | None = None
@@ -581,7 +574,9 @@ class FrameStackStorage:
         self._count = int(self.holds_transition.sum())
 
     def _checked(self, experience: tuple) -> tuple[np.ndarray, int, float, np.ndarray, bool]:
-        """Validate one experience (ValueError naming the bad field); allocate on the first one."""
+        """Check what the frame store itself needs of one experience, uint8 states of one shape
+        whose next state is the state shifted by one frame (ValueError naming the bad field; the
+        memory's `check_transition` checked the values); allocate on the first one."""
         state, action, reward, next_state, done = check_experience(experience)
         state, next_state = np.asarray(state), np.asarray(next_state)
         for name, value in (("state", state), ("next_state", next_state)):
@@ -599,16 +594,6 @@ class FrameStackStorage:
                     f"capacity {self.capacity} cannot hold one stack of "
                     f"{shape[self.stack_axis]} frames plus its next frame"
                 )
-        action = np.asarray(action)
-        if action.ndim != 0 or not np.issubdtype(action.dtype, np.integer):
-            raise ValueError(f"action must be an integer scalar, got {action!r}")
-        reward = np.asarray(reward)
-        is_number = reward.ndim == 0 and np.issubdtype(reward.dtype, np.number)
-        if not is_number or not np.isfinite(reward):
-            raise ValueError(f"reward must be a finite number, got {reward!r}")
-        done = np.asarray(done)
-        if done.ndim != 0 or not (done.dtype == bool or np.issubdtype(done.dtype, np.number)):
-            raise ValueError(f"done must be a bool scalar, got {done!r}")
         if not self._is_shifted(state, next_state):
             raise ValueError(
                 "next_state must be state shifted by one frame along the stacking axis "

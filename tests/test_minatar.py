@@ -205,7 +205,7 @@ def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path):
     train(resumed, "--resume")
     finished = sorted((resumed / "models").rglob("step-0000000600"))
     assert len(finished) == 1
-    expected = json.loads((steps[1] / "progress.json").read_text())
-    got = json.loads((finished[0] / "progress.json").read_text())
+    expected = json.loads((steps[1] / "progress.json").read_text())["progress"]
+    got = json.loads((finished[0] / "progress.json").read_text())["progress"]
     for key in ("step", "episode", "scores", "rng", "episode_actions"):
         assert got[key] == expected[key], key
