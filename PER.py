@@ -270,29 +270,26 @@ class Memory(ReplayMemory):
         tutorial's PER_e, absolute_error_upper and PER_a, for a batch."""
         return np.minimum(abs_errors + self.epsilon, self.abs_err_upper) ** self.alpha
 
-    # ---- Beyond the tutorial: the probabilities a figure shows, the state a checkpoint holds ----
+    # ---- Beyond the tutorial: what the priority figure shows, what a checkpoint holds ----
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, their P(i) = p_i^alpha / sum_k p_k^alpha). O(N)."""
         slots = self.held_slots()
-        leaves = self.tree.tree[slots + (self.capacity - 1)]
-        return slots, leaves / max(self.tree.total_priority, 1e-300)
+        return slots, self.tree.tree[slots + self.capacity - 1] / self.tree.total_priority
 
     def zero_error_floor(self) -> tuple[float, float] | None:
         """(P(i) of a transition whose |delta| is 0, epsilon): epsilon^alpha / total."""
-        if not self.tree.total_priority > 0:
-            return None
-        return self.epsilon**self.alpha / self.tree.total_priority, self.epsilon
+        total = self.tree.total_priority
+        return (self.epsilon**self.alpha / total, self.epsilon) if total > 0 else None
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The memory as plain arrays (`ReplayMemory.state_dict`), with alpha, beta, the sum and
-        min trees and the highest priority given."""
+        """`ReplayMemory.state_dict` with alpha, beta, the trees and the highest priority."""
         return {**super().state_dict(), "alpha": np.array(self.alpha),
                 "beta": np.array(self.beta), "tree.sums": self.tree.tree,
                 "tree.mins": self.tree.mins, "max_priority": np.array(self.max_priority)}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
-        capacity or alpha), checked before anything changes."""
+        """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
+        alpha), before anything changes."""
         self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
         check_saved_value(arrays, "alpha", self.alpha)
         sums = saved_array(arrays, "tree.sums", self.tree.tree.shape)
