@@ -480,18 +480,20 @@ class DQNAgent:
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
-        progress = state["progress"]  # JSON: numbers, lists, the generator's state
-        self.step, self.episode = progress["step"], progress["episode"]
-        self.epsilon, self.rng.bit_generator.state = progress["epsilon"], progress["rng"]
-        self.scores, self.average = progress["scores"], progress["average"]
-        self.evaluations = [tuple(evaluation) for evaluation in progress["evaluations"]]
-        self.best_evaluation = progress["best_evaluation"]
+        progress = state["progress"]  # JSON, its types checked here: a corrupt file says so
+        self.step, self.episode = int(progress["step"]), int(progress["episode"])
+        self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]
+        self.scores = [float(score) for score in progress["scores"]]
+        self.average = [float(average) for average in progress["average"]]
+        self.evaluations = [(int(step), int(episode), float(mean))
+                            for step, episode, mean in progress["evaluations"]]
+        self.best_evaluation = float(progress["best_evaluation"])
         self.steps_to_solve = progress["steps_to_solve"]
         self.start_episode()
-        for action in progress["episode_actions"]:
+        actions = [int(action) for action in progress["episode_actions"]]
+        for action in actions:
             self.state, *_ = self.env.step(action)
-        self.episode_actions = progress["episode_actions"]
-        self.episode_score = progress["episode_score"]
+        self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
         if progress["state_sha256"] not in (None, agent_checkpoint.state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")
