@@ -2,7 +2,9 @@
 memory, `SumTree` and `Memory`, then `UniformMemory`, plain replay behind the same interface.
 
 Proportional prioritization, in the paper's notation: transition i has priority
-p_i = |delta_i| + epsilon, is drawn with probability P(i) = p_i^alpha / sum_k p_k^alpha, and its
+p_i = |delta_i| + epsilon (here, as in the tutorial, capped at `abs_err_upper` = 1; epsilon = 0.01
+and the cap are the tutorial's values, the paper gives neither), is drawn with probability
+P(i) = p_i^alpha / sum_k p_k^alpha, and its
 loss is scaled by the importance-sampling weight w_i = (N * P(i))^-beta / max_j w_j, which undoes
 the bias of drawing it more (or less) often than uniform replay would. The sum tree holds the
 numerators p_i^alpha, so drawing by P(i) is one walk down it. Below, as in the tutorial's code,
@@ -93,8 +95,9 @@ class SumTree:
         The tree is left unchanged when any index is not a leaf or any priority is NaN, infinite
         or negative.
         """
-        priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64),
-                                     np.shape(tree_indices))
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if priorities.size == 1:  # one priority for every leaf (`store` gives freed slots 0)
+            priorities = np.full(np.shape(tree_indices), priorities.item())
         leaves, priorities = check_leaves(tree_indices, priorities, self.capacity, "priority")
         _update_leaves(self.tree, self.mins, leaves, priorities)
 
@@ -130,20 +133,6 @@ def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compile
     """`_update_leaf` for each leaf in turn."""
     for k in range(leaves.size):
         _update_leaf(tree, mins, leaves[k], priorities[k])
-
-
-@numba.njit(cache=True)
-def _update_live_leaves(tree, mins, leaves, priorities, holds_transition, highest
-                        ):  # pragma: no cover (compiled)
-    """`_update_leaf` for each leaf whose slot still holds a transition (a frame store may have
-    overwritten it since it was drawn); returns the highest of `highest` and the priorities
-    written. One compiled call for `Memory.batch_update`, whose input is checked already."""
-    first_leaf = holds_transition.size - 1
-    for k in range(leaves.size):
-        if holds_transition[leaves[k] - first_leaf]:
-            _update_leaf(tree, mins, leaves[k], priorities[k])
-            highest = max(highest, priorities[k])
-    return highest
 
 
 @numba.njit(cache=True)
@@ -260,10 +249,12 @@ class Memory(ReplayMemory):
         longer hold a transition (overwritten frames) are skipped; a slot named twice takes its
         last error.
         """
-        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)  # the only check
-        priorities = self.leaf_priorities(abs_errors)
-        self.max_priority = _update_live_leaves(self.tree.tree, self.tree.mins, leaves, priorities,
-                                                self.storage.holds_transition, self.max_priority)
+        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
+        # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
+        live = self.storage.holds_transition[leaves - (self.capacity - 1)]
+        priorities = self.leaf_priorities(abs_errors) * live
+        self.tree.update_batch(leaves, priorities)
+        self.max_priority = float(priorities.max(initial=self.max_priority))
 
     def leaf_priorities(self, abs_errors: np.ndarray) -> np.ndarray:
         """The leaves' priorities p^alpha, p = min(|delta| + epsilon, abs_err_upper): the

@@ -210,13 +210,10 @@ class DQNAgent:
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
         if config.use_per:
-            # Beta anneals linearly to 1 over the run's gradient steps (Schaul et al. 2016); it
-            # grows once a draw, and a draw serves GRADIENT_STEPS_PER_CALL steps.
-            planned_draws = max(1, self.planned_gradient_steps // config.gradient_steps_per_call)
             prioritized = RankBasedMemory if config.per_rank_based else Memory
             self.MEMORY = prioritized(config.memory_size, alpha=config.per_alpha,
                                       beta=config.per_beta,
-                                      beta_increment=(1.0 - config.per_beta) / planned_draws,
+                                      beta_increment=self.beta_increment(config.per_beta, 0),
                                       **replay_options)
         else:
             self.MEMORY = UniformMemory(config.memory_size, **replay_options)
@@ -272,6 +269,15 @@ class DQNAgent:
             self.update_target_model if config.soft_update else None,
             config.gradient_steps_per_call, self.state_shape, self.state_dtype, config.xla,
             after_call=self.greedy_actions.weights_changed)
+
+    def beta_increment(self, beta: float, step: int) -> float:
+        """Beta's growth per draw that takes it from `beta` at env step `step` to 1 at the run's
+        end: annealed linearly over the gradient steps (Schaul et al. 2016), a draw serving
+        GRADIENT_STEPS_PER_CALL of them."""
+        config = self.config
+        draws = (config.total_steps - max(step, config.learning_starts)) // (
+            config.train_frequency * config.gradient_steps_per_call)
+        return (1.0 - beta) / max(1, draws)
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -489,6 +495,10 @@ class DQNAgent:
                             for step, episode, mean in progress["evaluations"]]
         self.best_evaluation = float(progress["best_evaluation"])
         self.steps_to_solve = progress["steps_to_solve"]
+        budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
+        if self.config.use_per and any(state["flags"][flag] != getattr(self.config, flag)
+                                       for flag in budget):
+            self.MEMORY.beta_increment = self.beta_increment(self.MEMORY.beta, self.step)
         self.start_episode()
         actions = [int(action) for action in progress["episode_actions"]]
         for action in actions:

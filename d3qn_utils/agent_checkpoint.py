@@ -84,10 +84,10 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
          load_state: Callable[[dict[str, Any]], None]) -> tuple[TrainingRun, str]:
     """Continue a run from a checkpoint: the newest of the run that wrote last among those whose
     flags match `config` (`choose_checkpoint`), or with `where` the `step-*` directory given.
-    Loads the weights into `networks` (online, target) and gives the rest to `load_state`
-    (`DQNAgent.load_state_dict`). Returns the run it continues and the lines that say from where
-    and which flags changed; the first, "resuming from <checkpoint> at step <N>", is the one
-    logs are searched for (benchmarks/pong_logs.py).
+    Loads the weights into `networks` (online, target) and gives the rest, with the flags it was
+    made with, to `load_state` (`DQNAgent.load_state_dict`). Returns the run it continues and
+    the lines that say from where and which flags changed; the first, "resuming from
+    <checkpoint> at step <N>", is the one logs are searched for (benchmarks/pong_logs.py).
 
     ValueError naming the checkpoint and what is wrong if there is none, it was made with other
     flags (but those of MAY_CHANGE_ON_RESUME), it does not fit, or a file is missing or corrupt.
@@ -106,7 +106,7 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
             raise ValueError(f"checkpoint file {directory / file} is missing or does not "
                              f"fit the network: {error}") from error
     try:
-        load_state({"progress": saved["progress"], **arrays})
+        load_state({"progress": saved["progress"], "flags": run["flags"], **arrays})
     except NonFiniteError as error:  # a good checkpoint; the environment is not fixed yet
         raise ValueError(f"cannot resume from {directory}: {error}") from error
     except (KeyError, TypeError, ValueError) as error:

@@ -62,3 +62,16 @@ def test_a_checkpoint_of_another_format_is_refused_naming_it(tmp_path, edit, sai
     with pytest.raises(ValueError, match=said):
         agent.resume(str(directory))
     assert agent.step == 0  # nothing was loaded
+
+
+@pytest.mark.parametrize("changed", [{"total_steps": 600}, {"total_steps": 1000},
+                                     {"gradient_steps_per_call": 8}])
+def test_beta_reaches_1_at_the_end_of_a_resumed_run_whatever_its_new_budget(tmp_path, changed):
+    format_1_checkpoint(tmp_path)
+    agent = DQNAgent("CartPole-v1", model_dir=str(tmp_path), plot_dir=str(tmp_path),
+                     **{**FLAGS, "eval_every": 1000, "checkpoint_every": 0, **changed})
+    agent.begin(LATEST)
+    beta = agent.MEMORY.beta
+    assert 0.4 < beta < 1.0
+    agent.run()
+    assert agent.MEMORY.beta == pytest.approx(1.0)

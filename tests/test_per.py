@@ -18,11 +18,9 @@ from memory_helpers import (
 )
 
 import apex
-import PER
 from d3qn_utils.replay_storage import (
     FrameStackStorage,
     TransitionStorage,
-    check_leaves,
     replay_bytes_per_slot,
 )
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
@@ -440,15 +438,17 @@ def test_priority_formula_and_clipping():
     np.testing.assert_array_equal(memory.tree.tree[3:], memory.leaf_priorities(errors))
 
 
-def test_batch_update_checks_its_input_once(monkeypatch):
-    # The leaves and errors are checked once per batch_update, not again on the way to the tree.
+def test_batch_update_writes_through_the_trees_own_batch_update(monkeypatch):
+    # What the learner reads is what runs: the memory gives the tree its new priorities through
+    # SumTree.update_batch, the tutorial's update for a batch.
     calls = []
+    update_batch = SumTree.update_batch
 
-    def counted(*args, **kwargs):
+    def counted(tree, *args):
         calls.append(args)
-        return check_leaves(*args, **kwargs)
+        return update_batch(tree, *args)
 
-    monkeypatch.setattr(PER, "check_leaves", counted)
+    monkeypatch.setattr(SumTree, "update_batch", counted)
     memory = filled_memory(Memory, 4)
     errors = np.array([0.5, 0.25])
     memory.batch_update(np.array([3, 4]), errors)
