@@ -16,7 +16,7 @@ import keras
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage, storage_for
 
-MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so (minatar_wrappers.PREFIX)
+MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so
 # The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
 # PatchConv2D on this project's CPUs (benchmarks/bench_pong_kernels.py sets it to time both).
 NATURE_CONV = keras.layers.Conv2D
@@ -60,15 +60,11 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
 
 
 def image_torso(frames: Any, bfloat16: bool = False) -> Any:
-    """The convolutional torso for (height, width, channels) uint8 frames: 1/255, then the
-    Nature DQN's (conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512), or for an image too small for
-    its strides the MinAtar paper's (conv 16x3x3/1, dense 128).
+    """The convolutional torso for uint8 (height, width, channels) frames: 1/255, then the Nature
+    DQN's, or the MinAtar paper's for an image too small for its strides.
 
-    `bfloat16`: the convolutions compute in bfloat16 (Keras' "mixed_bfloat16" policy: the weights
-    stay float32, each call rounds its inputs and weights to bfloat16), on the bfloat16 units of
-    a CPU with AVX512_BF16 or AMX, or of a GPU. The dense layers stay float32: with them in
-    bfloat16 too, the greedy action compiled by XLA ran several times slower on this project's
-    CPU (docs/benchmarks.md). The head reads float32 features, as without `bfloat16`."""
+    `bfloat16`: the convolutions compute in bfloat16 (Keras' "mixed_bfloat16"). The dense layers
+    stay float32: in bfloat16 the XLA greedy call ran several times slower (docs/benchmarks.md)."""
     conv_dtype = "mixed_bfloat16" if bfloat16 else None  # None: Keras' float32
     x = keras.layers.Rescaling(1.0 / 255.0)(frames)
     if min(frames.shape[1:3]) < 36:  # too small for the Nature strides (MinAtar's 10x10)

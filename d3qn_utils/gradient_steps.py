@@ -1,10 +1,6 @@
 """What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
-`model.fit`: several gradient steps in one call, each on its own batch.
-
-`Batches` and `deal` are the same on every backend. The compiled call, `GradientSteps`, is each
-backend's own: d3qn_utils/tensorflow_backend.py (`tf.function` over a `tf.scan`, XLA) or
-d3qn_utils/jax_backend.py (`jax.jit` over a `lax.scan`); `compiled_backend()` returns the module
-Keras runs on (the KERAS_BACKEND variable).
+`model.fit`: several gradient steps in one call, each on its own batch. The call itself,
+`GradientSteps`, is in the module `compiled_backend()` returns for Keras' backend.
 """
 
 from __future__ import annotations
@@ -15,6 +11,8 @@ from typing import Any, NamedTuple
 
 import keras
 import numpy as np
+
+from d3qn_utils.training_session import NonFiniteError
 
 BACKENDS = ("tensorflow", "jax")  # the Keras backends with a module here: <name>_backend.py
 
@@ -46,6 +44,13 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
     """Deal a draw of steps x batch items into `steps` batches, as cards: (steps * batch, ...)
     -> (steps, batch, ...), batch k holding items k, k + steps, k + 2 steps, ..."""
     return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
+
+
+def non_finite_error(env_step: int, losses: np.ndarray) -> NonFiniteError:
+    """The error of a compiled call whose step at `env_step` had a non-finite loss or gradient."""
+    return NonFiniteError(f"training at env step {env_step} gave a non-finite loss or gradient "
+                          f"(losses {losses.tolist()}); from there on the call's steps were not "
+                          "applied")
 
 
 def compiled_backend() -> ModuleType:

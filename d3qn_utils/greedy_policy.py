@@ -1,17 +1,9 @@
 """The greedy policy argmax_a Q(s, a) of a Q-network, as cheap to call as the network allows.
 
-`act` needs one greedy action per environment step. Through TensorFlow, even a traced call has
-a fixed cost many times that of CartPole's whole 4-256-256-(1+2) forward pass in numpy
-(docs/benchmarks.md measures both). So for a multilayer perceptron, and for the small-image
-torso (MinAtar's `PatchConv2D`), `GreedyPolicy` runs the forward pass in numpy on a copy of the
-weights, taken again at the first call after the agent says they changed (`weights_changed()`:
-after training, loading, or restoring a checkpoint), one copy per training call: every 16
-CartPole steps. The Nature torso's
-84x84 convolutions stay in a compiled call of the backend's (tensorflow_backend.py or
-jax_backend.py), where they are cheaper.
-
-With the dueling head, Q(s, a) = V(s) + A(s, a) - mean A(s, .) differs from A(s, a) by the same
-amount for every action, so the greedy action is argmax A(s, .), and V is not computed.
+Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
+(docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
+weights, taken again after `weights_changed()`; the Nature torso stays in a compiled call. With
+the dueling head the greedy action is argmax A(s, .): V shifts every action's Q alike.
 """
 
 from __future__ import annotations
@@ -30,10 +22,8 @@ TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras
 
 
 def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
-    """The layers a numpy forward pass runs, from the input to the head whose argmax is the
-    greedy action (A for the dueling head, else Q), for an `OurModel` MLP or small-image torso
-    (Rescaling, PatchConv2D, Flatten, Dense) in float32; None for any other network (Conv2D's
-    torso, or one computing in bfloat16, which numpy's float32 would not reproduce)."""
+    """The layers a numpy forward pass runs, up to the head whose argmax is the greedy action,
+    for a float32 `OurModel` of TORSO_LAYERS; None for any other network (Conv2D, bfloat16)."""
     # Everything but the input and, with the dueling head, V and the layer combining V and A.
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
               and layer.name != "state_value" and type(layer).__name__ != "DuelingCombine"]
@@ -56,8 +46,7 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
         return x.reshape(len(x), -1)
     kernel, bias = weights
     if isinstance(layer, PatchConv2D):
-        # As PatchConv2D computes it: the shifted views side by side along the channels, times
-        # the kernel (k, k, channels, filters) flattened to (k * k * channels, filters).
+        # As PatchConv2D computes it.
         patches = np.concatenate(shifted_views(x, layer.kernel_size, layer.strides), axis=-1)
         x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
     else:

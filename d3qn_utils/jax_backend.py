@@ -1,13 +1,7 @@
-"""What is compiled on the JAX backend (KERAS_BACKEND=jax): the gradient steps behind
-`DQNAgent.replay`, the greedy forward pass, and reading the weights. `compiled_backend()` in
-gradient_steps.py picks this module or tensorflow_backend.py from `keras.backend.backend()`.
+"""What is compiled on the JAX backend (KERAS_BACKEND=jax): tensorflow_backend.py's calls.
 
-Keras variables hold state; a jitted JAX function must be pure. So each call takes the variables'
-values as arguments and returns the new ones: inside it, `keras.StatelessScope` maps every
-variable the model reads to a value (what Keras' own `stateless_call` does), `jax.value_and_grad`
-differentiates `loss` with respect to the online network's values, `optimizer.stateless_apply`
-takes the Adam (or RMSprop) step, and `lax.scan` loops over the batches, as `tf.scan` does in
-tensorflow_backend.py. The new values are assigned back to the variables after the call.
+A jitted JAX function must be pure, so each call takes the variables' values and returns the new
+ones (`keras.StatelessScope` maps the variables to them), assigned back after the call.
 """
 
 from __future__ import annotations
@@ -20,8 +14,7 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from d3qn_utils.gradient_steps import Batches
-from d3qn_utils.training_session import NonFiniteError
+from d3qn_utils.gradient_steps import Batches, non_finite_error
 
 
 class GradientSteps:
@@ -56,15 +49,12 @@ class GradientSteps:
         if self.after_call is not None:
             self.after_call()
         if not applied:
-            raise NonFiniteError(f"training at env step {env_step} gave a non-finite loss or "
-                                 f"gradient (losses {np.asarray(losses).tolist()}); from there "
-                                 "on the call's steps were not applied")
+            raise non_finite_error(env_step, np.asarray(losses))
         return np.asarray(abs_errors), np.asarray(losses)
 
     def all_steps(self, online: list, target: list, optimizer: list, fixed: list,
                   batches: tuple) -> tuple:
-        """The jitted call: `one_step` on each batch in turn. A step whose loss or gradient norm
-        is NaN or inf, and every one after it, leaves the values as they were."""
+        """The jitted call: `one_step` on each batch, none applied after a non-finite one."""
         def step(carry: tuple, batch: tuple) -> tuple:
             *values, allowed = carry
             *new_values, abs_errors, loss, finite = self.one_step(*values, fixed, Batches(*batch))
@@ -84,9 +74,12 @@ class GradientSteps:
         reads = [*zip(model.non_trainable_variables, fixed, strict=True),
                  *zip(target_model.variables, target, strict=True)]
 
+        def scope(online: list) -> keras.StatelessScope:
+            return keras.StatelessScope(
+                state_mapping=[*zip(model.trainable_variables, online, strict=True), *reads])
+
         def loss_of(online: list) -> tuple:
-            with keras.StatelessScope(state_mapping=[
-                    *zip(model.trainable_variables, online, strict=True), *reads]):
+            with scope(online):
                 return self.loss(batch)
 
         (loss, errors), gradients = jax.value_and_grad(loss_of, has_aux=True)(online)
@@ -96,10 +89,9 @@ class GradientSteps:
                      for gradient in gradients]
         online, optimizer = self.optimizer.stateless_apply(optimizer, gradients, online)
         if self.after_step is not None:  # the soft target update reads the new online values
-            with keras.StatelessScope(state_mapping=[
-                    *zip(model.trainable_variables, online, strict=True), *reads]) as scope:
+            with scope(online) as stepped:
                 self.after_step()
-            target = [scope.get_current_value(variable) for variable in target_model.variables]
+            target = [stepped.get_current_value(variable) for variable in target_model.variables]
         finite = jnp.isfinite(loss) & jnp.isfinite(norm)
         return online, target, optimizer, jnp.abs(errors), loss, finite
 

@@ -1,16 +1,9 @@
 """`PatchConv2D`: a convolution computed as one matrix product, for MinAtar's torso.
 
-MinAtar's network (`OurModel` for images under 36x36) starts with a 16-filter 3x3 convolution of
-a 10x10 frame. On a CPU, TensorFlow's Conv2D spends most of a gradient step's time on such tiny
-convolutions (and XLA makes them slower still); the same convolution written as "gather every
-3x3 patch, multiply by the kernel" is one slice-and-concatenate plus one matrix product, which
-XLA fuses: about 2-3x faster a gradient step here (`benchmarks/bench_atari.py --minatar`).
-
-The layer holds its weights exactly as Conv2D does (kernel (kh, kw, channels, filters), bias), so
-it computes the same function, and `greedy_policy.py` runs it in numpy as it runs a Conv2D. With
-strides it computes the Nature DQN torso's strided convolutions too (8x8/4, 4x4/2): on this
-project's CPUs TensorFlow's own Conv2D is faster for those 84x84 frames, so the Atari torso keeps
-Conv2D (`benchmarks/bench_pong_kernels.py` times both, docs/benchmarks.md).
+On a CPU, Conv2D spends most of a MinAtar gradient step on its tiny 3x3 convolution of a 10x10
+frame; gathering the patches and multiplying once by the kernel, which XLA fuses, makes the step
+2-3x faster (`benchmarks/bench_atari.py --minatar`). Its weights are Conv2D's. For 84x84 Atari
+frames Conv2D is faster (benchmarks/bench_pong_kernels.py), so the Atari torso keeps it.
 """
 
 from __future__ import annotations
@@ -26,11 +19,9 @@ def output_size(size: int, kernel_size: int, strides: int) -> int:
 
 
 def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
-    """The k*k views of `images` (batch, rows, cols, channels) shifted by (i, j) for i, j < k, in
-    the kernel's (i, j) order, each taking every `strides`-th row and column: view (i, j) at
-    (r, c) is images[r * strides + i, c * strides + j], the input a "valid" k x k convolution
-    multiplies by kernel[i, j] for output (r, c). Slices only, so numpy arrays and tensors alike
-    (greedy_policy.py uses both)."""
+    """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order: view
+    (i, j) at (r, c) is images[r * strides + i, c * strides + j]. Slices only, so numpy arrays
+    and tensors alike."""
     rows = output_size(images.shape[1], kernel_size, strides)
     cols = output_size(images.shape[2], kernel_size, strides)
     row_span, col_span = (rows - 1) * strides + 1, (cols - 1) * strides + 1
@@ -40,14 +31,8 @@ def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
 
 @keras.saving.register_keras_serializable(package="d3qn")
 class PatchConv2D(keras.layers.Layer):
-    """Conv2D(filters, kernel_size, strides, padding="valid") on channels-last images.
-
-    For an input (batch, rows, cols, channels), a k x k kernel and stride s, every output
-    position (r, c) is activation(sum over i, j < k and channels of x[r * s + i, c * s + j, ch]
-    * kernel[i, j, ch, f] + bias[f]). The k*k shifted views of the image are concatenated along
-    the channels, in the kernel's (i, j, channel) order, and multiplied by the kernel reshaped to
-    (k*k*channels, filters). Cost: k*k copies of the output-sized views and one
-    (positions, k*k*channels) x (.., filters) product per image.
+    """Conv2D(filters, kernel_size, strides, padding="valid") on channels-last images: the
+    shifted views concatenated along the channels, times the kernel as (k*k*channels, filters).
     """
 
     def __init__(self, filters: int, kernel_size: int, strides: int = 1, activation: Any = None,

@@ -1,18 +1,7 @@
 """What the priority figure shows: who gets replayed, and at what age, beside uniform replay.
 
-Besides the sampling probabilities, the importance-sampling weights and beta, the figure shows how
-often a transition is replayed as a function of its age (the transitions stored after it): a
-prioritized memory replays a new transition soon, since it enters with the highest priority so
-far, and one whose error has shrunk rarely, while uniform replay draws every age at one rate.
-
-`ReplayStatistics` counts those replays while the agent trains, per slot and per age bin
-(`AGE_BINS` powers of two, see `age_bins`), together with the draws uniform replay would have
-made. The agent tells it of every store (`DQNAgent.remember`) and every draw (the report of
-`DQNAgent.replay`).
-
-`PriorityFigure` holds those statistics for a training run, with the IS weights of the last
-batches and beta over the run, and draws the four panels (`draw_priority_figure`) at the end.
-Its `state_dict` gives all of it as plain numpy arrays for a checkpoint.
+`ReplayStatistics` counts replays by slot and age while the agent trains; `PriorityFigure` adds
+the IS weights and beta over the run and draws the four panels at the end.
 """
 
 from __future__ import annotations
@@ -42,18 +31,10 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
 class ReplayStatistics:
     """Who gets replayed, for the priority figure: counts per slot and replays by age.
 
-    `replay_counts[slot]`: draws of the transition now in `slot`; `stored_at[slot]`: its index in
-    store order, so its age is `stores - 1 - stored_at[slot]` (0 = the newest). Per age bin, over
-    all samples: `replays_by_age` (draws measured), `exposure_by_age` (transitions of that age in
-    the memory, summed over the samples) and `uniform_replays_by_age`, the draws uniform replay
-    would have made in expectation (batch size x share of the memory in that bin). Replays per
-    transition and sample at each age are replays / exposure. Costs O(batch) per sample, O(1) per
-    store, and no random numbers, so tracking does not change a run.
-
-    `note_store` is told of each stored transition, `note_sample` of each draw.
-
-    With a frame store, where a few slots hold no transition, the memory's length counts them too,
-    so the uniform expectation is approximate there (off by ~0.4% for Atari episodes).
+    Per age bin over all samples: `replays_by_age` (measured), `exposure_by_age` (transitions of
+    that age in the memory) and `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off
+    with a frame store, whose length counts slots without a transition). O(batch) per sample, O(1)
+    per store, no random numbers, so tracking does not change a run.
     """
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
@@ -75,8 +56,7 @@ class ReplayStatistics:
     def note_sample(self, slots: np.ndarray, size: int) -> None:
         """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
         np.add.at(self.replay_counts, slots, 1)
-        ages = self.stores - 1 - self.stored_at[slots]
-        self.replays_by_age += np.bincount(age_bins(ages), minlength=AGE_BINS)
+        self.replays_by_age += np.bincount(age_bins(self.ages(slots)), minlength=AGE_BINS)
         # The memory holds one transition of each age 0 .. size - 1.
         in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
         self.exposure_by_age += in_memory
@@ -115,12 +95,9 @@ RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 
 
 class PriorityFigure:
-    """What the priority figure shows, gathered during a run, and the figure itself.
-
-    `statistics` counts who gets replayed, by age; `note_batch` keeps
-    the IS weights of the last RECENT_BATCHES batches and, every PRIORITY_HISTORY_EVERY gradient
-    steps, a point (env step, beta, smallest and mean IS weight); `draw` saves the four panels.
-    """
+    """What the priority figure shows, gathered during a run, and the figure itself: replay
+    statistics, the last RECENT_BATCHES batches' IS weights, and (step, beta, smallest and mean
+    IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
 
     def __init__(self, capacity: int, batch_size: int) -> None:
         self.statistics = ReplayStatistics(capacity)
@@ -130,9 +107,8 @@ class PriorityFigure:
 
     def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,
                     beta: float, is_weights: np.ndarray) -> None:
-        """Note one `replay` call at env step `step`: it drew the leaves `tree_idx` from a memory
-        holding `size` transitions, for the gradient steps up to `last_gradient_step`, one batch
-        of IS weights each (`is_weights`, one row a step). O(len(tree_idx))."""
+        """Note one `replay` call: leaves `tree_idx` drawn from `size` transitions, one row of
+        `is_weights` per gradient step up to `last_gradient_step`. O(len(tree_idx))."""
         capacity = len(self.statistics.replay_counts)
         self.statistics.note_sample(tree_idx - (capacity - 1), size)
         first = last_gradient_step - len(is_weights) + 1
@@ -148,8 +124,7 @@ class PriorityFigure:
             self.history.append((step, beta, float(is_weights.min()), float(is_weights.mean())))
 
     def draw(self, path: str, memory: Any, title: str) -> bool:
-        """Save the figure of `memory` to `path` (~0.3 s) and return True; before the first
-        batch there is nothing to show: return False."""
+        """Save the figure of `memory` to `path` (~0.3 s); False before the first batch."""
         if not self.recent_batches:
             return False
         recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
@@ -179,14 +154,9 @@ class PriorityFigure:
 
 
 def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
-    """What the priority figure shows about `memory` (any replay memory), whose observer `stats`
-    has been.
-
-    relative_probabilities: N * P(i) of every transition held, 1 being uniform replay's chance;
-    floor: N * P(i) of a transition with |delta| = 0, and epsilon (proportional PER, through
-    `zero_error_floor`; None otherwise); age_low, age_high: the age bins (transitions stored
-    since) the memory ever held; replay_rate, uniform_rate: replays per transition and gradient
-    step at those ages, measured and uniform replay's expectation. Cost O(capacity).
+    """What the priority figure shows about `memory`, observed by `stats`: N * P(i) of each
+    transition, the |delta| = 0 floor (proportional PER), and replay rates by age bin, measured
+    and uniform. Cost O(capacity).
     """
     _, probabilities = memory.sampling_probabilities()
     size = len(probabilities)
@@ -212,11 +182,7 @@ def draw_priority_figure(
     recent_is_weights: np.ndarray,
     title: str,
 ) -> None:
-    """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s).
-
-    `data` from `priority_figure_data`; `history` (env step, beta, smallest and mean IS weight of
-    a batch) over the run; `recent_is_weights` the IS weights of the last batches.
-    """
+    """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s)."""
     figure = Figure(figsize=(13, 8.5), layout="constrained")
     figure.suptitle(title, fontsize=11)
     (probability_axes, weight_axes), (beta_axes, age_axes) = figure.subplots(2, 2)

@@ -7,24 +7,14 @@ Importing TensorFlow 2.21 on a machine without a GPU writes, before any line of 
     I0000 00:00:1795603320.601873   13363 cudart_stub.cc:31] Could not find cuda drivers on ...
     E0000 00:00:1795603324.059660   13363 cuda_platform.cc:52] failed call to cuInit: ...
 
-(the first three twice). Its C++ code logs them before absl is initialised, so
-TF_CPP_MIN_LOG_LEVEL does not reach them (tensorflow/tensorflow PR #102212, abseil-cpp #1957),
-and it writes them to file descriptor 2 itself, where `sys.stderr` or `logging` never see them.
+(the first three twice), from C++ before absl is initialised, straight to descriptor 2:
+TF_CPP_MIN_LOG_LEVEL does not reach them (tensorflow/tensorflow PR #102212, abseil-cpp #1957).
 
-`import quiet_startup`, placed before anything imports TensorFlow, sets TF_CPP_MIN_LOG_LEVEL=2
-(which does quiet TensorFlow's later INFO lines) and, when the program is a script of this
-repository (`python d3qn_agent.py`, `python benchmarks/bench_atari.py`), points descriptor 2 at a
-pipe read by a forwarding process: this file run as a script, which drops exactly those lines
-(`HARMLESS`), turns TensorFlow's "Created device ... GPU" line into one line of ours (`gpu_line`)
-and writes every other line to the real stderr as soon as it arrives. A process rather than a
-thread in the script, so that what a crash writes last (an abort message, faulthandler's
-traceback) still gets out; it ends by itself when the last writer closes the pipe, and at a
-normal exit the script waits for it (at most FINISH_SECONDS), so that no line comes after the
-shell's prompt. Exit codes are untouched.
-
-Imported under pytest, in a Ray worker, a notebook or any program that is not a script of this
-repository, it only sets the log level: their stderr is not the user's terminal, or not ours to
-redirect.
+Imported before TensorFlow, this sets TF_CPP_MIN_LOG_LEVEL=2 and, in a script of this repository
+only (not pytest, Ray workers, notebooks), points descriptor 2 at a forwarding process (this file
+run as a script) that drops the `HARMLESS` lines, turns the GPU line into ours (`gpu_line`) and
+passes the rest on at once. A process, not a thread, so that what a crash writes last still gets
+out; at exit the script waits for it (at most FINISH_SECONDS) so that no line follows the prompt.
 """
 
 from __future__ import annotations
@@ -78,8 +68,8 @@ def gpu_line(line: str) -> str | None:
 
 
 def filtered(line: bytes) -> bytes:
-    """What the terminal gets for one line read from stderr (`line` without its newline): nothing
-    for a HARMLESS line, our line for a GPU, otherwise the line itself and its newline."""
+    """What the terminal gets for one stderr line (without its newline): nothing if HARMLESS,
+    our line for a GPU, else the line and its newline."""
     text = line.decode("utf-8", "replace").removesuffix("\r")
     if HARMLESS.fullmatch(text):
         return b""
@@ -88,10 +78,9 @@ def filtered(line: bytes) -> bytes:
 
 
 def forward(source: int, sink: int) -> None:
-    """Copy the lines read from descriptor `source` to `sink`, through `filtered`, until the end
-    of the input. A line is written as soon as its newline arrives; a last piece without one
-    after PARTIAL_LINE_SECONDS. Once `sink` fails (a closed terminal), the rest is read and
-    dropped, so that the writers never block on a full pipe."""
+    """Copy lines from `source` to `sink` through `filtered` until the input ends; a piece
+    without a newline after PARTIAL_LINE_SECONDS. Once `sink` fails the rest is read and dropped,
+    so that the writers never block on a full pipe."""
     pending = b""
     sink_open = True
 
@@ -117,17 +106,15 @@ def forward(source: int, sink: int) -> None:
 
 
 def is_repository_script() -> bool:
-    """True when the program running is a script of this repository (`python d3qn_agent.py`,
-    `python benchmarks/bench_atari.py`), not pytest, a Ray worker or a notebook."""
+    """True when the program running is a script of this repository or its benchmarks/."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     root = Path(__file__).resolve().parent.parent  # the repository, above d3qn_utils/
     return path is not None and Path(path).resolve().parent in (root, root / "benchmarks")
 
 
 def install() -> None:
-    """Point descriptor 2 at a forwarding process running `forward` (see the module's
-    docstring). Does nothing where it cannot work: not POSIX, not the main thread, descriptor 2
-    closed, or no Python executable to start."""
+    """Point descriptor 2 at a forwarding process running `forward`; nothing where it cannot
+    work (not POSIX, not the main thread, descriptor 2 closed, no Python executable)."""
     if (os.name != "posix" or not sys.executable
             or threading.current_thread() is not threading.main_thread()):
         return
@@ -159,8 +146,7 @@ def install() -> None:
 
 
 def finish(forwarder: subprocess.Popen, real_stderr: int) -> None:
-    """At exit: give descriptor 2 back to the real stderr, which closes our end of the pipe,
-    and let the forwarder write what is left (a traceback, say) before the shell's prompt."""
+    """At exit: give descriptor 2 back (closing our end of the pipe), let the forwarder finish."""
     if sys.stderr is not None:
         with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr
             sys.stderr.flush()

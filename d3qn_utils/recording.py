@@ -25,11 +25,8 @@ GIF_MAX_BYTES = 3_000_000  # if still larger, every 2nd frame is dropped until i
 
 
 def check_gif_path(path: str) -> Path:
-    """Return `path` as a Path if a GIF can be written there, else raise ValueError naming it.
-
-    Checks the `.gif` extension and that the directory exists and accepts a new file (by
-    creating and deleting a temporary one), so that a bad path fails before any episode.
-    """
+    """`path` as a Path if a GIF can be written there (checked by writing a temporary file),
+    else ValueError naming it, so that a bad path fails before any episode."""
     target = Path(path)
     if target.suffix.lower() != ".gif":
         raise ValueError(f"cannot record to {path!r}: the file name must end in .gif")
@@ -50,13 +47,9 @@ def check_gif_path(path: str) -> Path:
 
 
 class GifRecorder:
-    """The screens of one episode, shrunk as they come in, written as one animated GIF.
-
-    For an environment that takes `steps_per_second` steps per second of game time (its
-    metadata's `render_fps`), `add` keeps the screen of every `every`-th step, so at most
-    GIF_MAX_FPS per second and GIF_MAX_FRAMES in all, and the GIF plays in real time. `save`
-    drops every 2nd frame until the file fits in GIF_MAX_BYTES. Memory: one byte per pixel of
-    each kept frame (68 KB for CartPole, 34 KB for Atari).
+    """The screens of one episode, shrunk as they come in, written as one animated GIF that
+    plays in real time at `steps_per_second` (the env's `render_fps`). One byte per pixel of
+    each kept frame (68 KB for CartPole).
     """
 
     def __init__(self, steps_per_second: float) -> None:
@@ -78,18 +71,13 @@ class GifRecorder:
         return len(self.frames) >= GIF_MAX_FRAMES
 
     def wants(self, step: int, last: bool = False) -> bool:
-        """Whether the screen after `step` steps should be rendered and passed to `add`.
-
-        Every `every`-th step and the episode's `last` one, so the GIF shows its end.
-        """
+        """Whether to keep the screen after `step` steps: every `every`-th and the `last`."""
         return not self.full and step != self.last_step and (step % self.every == 0 or last)
 
     def add(self, step: int, frame: Any) -> None:
-        """Keep `frame`, the (height, width, 3) uint8 screen after `step` steps: shrunk to
-        GIF_MAX_WIDTH and mapped to the palette of the first frame (computed from it, without
-        dithering: flat colours compress well and do not flicker). Cost: ~2 ms for CartPole.
-
-        Raises ValueError if the environment gave no RGB frame.
+        """Keep `frame`, the uint8 RGB screen after `step` steps, shrunk to GIF_MAX_WIDTH, in
+        the first frame's palette without dithering (flat colours compress well and do not
+        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame.
         """
         frame = None if frame is None else np.asarray(frame)
         if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
@@ -107,12 +95,8 @@ class GifRecorder:
         self.last_step = step
 
     def encode(self, max_bytes: int | None = None) -> tuple[bytes, int]:
-        """The animated GIF's bytes and its number of frames; fewer frames if over `max_bytes`
-        (default GIF_MAX_BYTES).
-
-        Dropping every 2nd frame doubles each kept frame's duration, so the speed stays the
-        same. Cost: one encode per halving, ~2 ms and ~0.7 KB per CartPole frame.
-        """
+        """The GIF's bytes and frame count; every 2nd frame dropped (each kept one lasting
+        twice as long) until it fits in `max_bytes` (GIF_MAX_BYTES). ~2 ms a CartPole frame."""
         if not self.frames:
             raise ValueError("no frame was recorded")
         max_bytes = GIF_MAX_BYTES if max_bytes is None else max_bytes
@@ -126,30 +110,13 @@ class GifRecorder:
                 return buffer.getvalue(), len(kept)
             every *= 2
 
-    def save(self, path: str | Path) -> tuple[int, int]:
-        """Write the GIF to `path` atomically; return its size in bytes and its frame count."""
+    def finish(self, path: str | Path) -> None:
+        """Write the GIF to `path` atomically and say so in one line."""
         data, frames = self.encode()
         with atomic_file(path) as temporary:
             temporary.write_bytes(data)
-        return len(data), frames
-
-    def finish(self, path: str | Path) -> None:
-        """Save the GIF to `path` and say so in one line."""
-        size, frames = self.save(path)
-        print(f"recorded episode 1 to {path}: {frames} frames, {size / 1e6:.2f} MB", flush=True)
-
-
-def start(env: gym.Env, path: str | None) -> GifRecorder | None:
-    """A recorder for `env`, just reset, holding its first screen; None when `path` is None.
-
-    It keeps GIF_MAX_FPS screens per second of game time at `env`'s `render_fps`.
-    """
-    if path is None:
-        return None
-    recorder = GifRecorder(env.metadata.get("render_fps") or GIF_MAX_FPS)
-    recorder.capture(env, 0)
-    return recorder
-
+        print(f"recorded episode 1 to {path}: {frames} frames, {len(data) / 1e6:.2f} MB",
+              flush=True)
 
 
 def record_episode(env: gym.Env, policy: Any, seed: int, path: str) -> float:
@@ -157,7 +124,8 @@ def record_episode(env: gym.Env, policy: Any, seed: int, path: str) -> float:
     with `seed`, and write it to `path` as a GIF as soon as it ends; return its score (an Atari
     env's unclipped one where it gives it)."""
     state, _ = env.reset(seed=seed)
-    recorder = start(env, path)
+    recorder = GifRecorder(env.metadata.get("render_fps") or GIF_MAX_FPS)
+    recorder.capture(env, 0)
     score, done, info, steps = 0.0, False, {}, 0
     while not done:
         action = int(policy(state[np.newaxis])[0])

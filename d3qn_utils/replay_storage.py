@@ -1,27 +1,11 @@
 """Replay storages: where a replay memory keeps the transitions themselves.
 
-PER.py's memories keep priorities and sampling apart from the transitions, which live in a
-storage with this interface:
-
-- `capacity`, `written` (slots written at least once) and `holds_transition` (bool per slot: the
-  slot holds a complete transition that may be sampled); `len()` is the number that do.
-- `add(experience) -> (slot, freed)`: store one (state, action, reward, next_state, done) and
-  return its slot and the slots that stopped holding a transition because of it.
-- `get(slots, last_slots=None)`, `rewards_and_dones(slots)`, `next_in_episode(slots)`: what
-  `ReplayMemory.n_step_batch` (below) reads.
-- `state_dict()` / `load_state_dict(arrays)`: the storage as plain numpy arrays, for checkpoints.
-- optionally `add_block(transitions) -> (slots, freed)`: k transitions in one vectorized write.
-
-Two storages implement it:
-
-- `TransitionStorage`: one row per transition in five typed arrays (CartPole and any other
-  vector observation; the default).
-- `FrameStackStorage`: for uint8 images, each frame kept once: stacked Atari frames
-  (`atari_wrappers.make_env`'s observations) with their stacks rebuilt when sampled (~7 KB per
-  transition instead of ~56 KB for a uint8 state + next state pair), or with `stack_axis=None`
-  unstacked frames such as MinAtar's (`minatar_wrappers`), whose next state is the next slot's.
-
-PER.py's `Memory` and `UniformMemory` take either through `storage=`.
+A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
+slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, optionally `add_block`,
+what `ReplayMemory.n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and
+`state_dict` / `load_state_dict`. `TransitionStorage` keeps one row per transition (vector
+states, the default); `FrameStackStorage` keeps each uint8 image frame once (Atari's stacks,
+~7 KB a transition instead of ~56 KB, or MinAtar's single frames).
 """
 
 from __future__ import annotations
@@ -100,12 +84,10 @@ def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
 
 def check_transition(experience: Any, action_count: int | None = None) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
-    field and its value: state and next_state arrays of finite numbers, the reward a finite
-    number, the action an integer >= 0 (and < `action_count` when given), done a bool or 0 / 1.
+    field and its value (finite number states and reward, an action in range, a bool done).
 
-    A NaN or inf that entered the memory would poison every TD target it is drawn into, and
-    through the priorities the whole sum tree. ~1 us for a CartPole transition (a compiled
-    loop over the states: numpy's elementwise test costs ~1 us per state).
+    A NaN or inf in the memory would poison every TD target it is drawn into, and through the
+    priorities the whole sum tree. ~1 us for a CartPole transition.
     """
     state, action, reward, next_state, done = check_experience(experience)
     if type(action) is not int and not isinstance(action, np.integer):
@@ -134,8 +116,7 @@ def check_transition(experience: Any, action_count: int | None = None) -> Sequen
 
 
 def check_block_values(columns: list[np.ndarray], action_count: int | None = None) -> None:
-    """`check_transition` for the columns of a block (`check_block`), vectorized: ValueError
-    naming the first bad field and value, and the transition's index in the block."""
+    """`check_transition` for a block's columns, vectorized; the message names the index."""
     states, actions, rewards, next_states, dones = columns
     if actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
@@ -168,8 +149,7 @@ def all_finite(values: np.ndarray) -> bool:  # pragma: no cover (compiled)
 
 
 def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = False) -> None:
-    """ValueError naming `name` and its first NaN or infinite value (or a non-number dtype);
-    with `per_transition`, `values` is a block's column and the message names the transition."""
+    """ValueError naming `name` and its first NaN or infinite value (or a non-number dtype)."""
     kind = values.dtype.kind
     if kind not in "biuf":
         raise ValueError(f"{name} must hold numbers, got dtype {values.dtype}")
@@ -185,14 +165,9 @@ def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = Fa
 
 
 def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
-    """Bytes per slot of a full replay memory as the agents build it, for refusing a size that
-    cannot fit before allocating it: image stacks (3-d states) in a `FrameStackStorage` (one
-    uint8 frame, an int64 action, a float32 reward, done and holds flags), other states in a
-    `TransitionStorage` (state and next state, the agents' int64 actions and float64 rewards,
-    done and holds flags), plus the priorities of `kind`: "uniform" none, "proportional" the
-    sum and min trees (two float64 nodes a slot each) and a pointer a slot (the bytes
-    tests/test_per.py measured when the tree still held one; kept as headroom), "rank-based"
-    four float64 or int64 arrays and a flag. tests/test_per.py measures it."""
+    """Bytes per slot of a full replay memory as the agents build it (storage plus the
+    priorities of `kind`), to refuse a size that cannot fit before allocating it. The
+    proportional trees' extra 8 bytes are headroom. tests/test_per.py measures it."""
     state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
     if len(state_shape) == 3:
         transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
@@ -209,8 +184,7 @@ def check_range(name: str, value: float, low: float, high: float) -> None:
 
 @numba.njit(cache=True)
 def first_outside(values: np.ndarray, low: float, high: float) -> int:  # pragma: no cover
-    """Index of the first element of the 1-D array `values` outside [low, high] (NaN always
-    is), or -1: one compiled pass (~0.2 us for a batch) where numpy needs a reduction or two."""
+    """Index of the first element of 1-D `values` outside [low, high] (NaN always is), or -1."""
     for i in range(values.size):
         if not low <= values[i] <= high:
             return i
@@ -226,9 +200,8 @@ def check_non_negative(name: str, values: np.ndarray) -> None:
 
 def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(tree indices, values) as flat int64 / float64 arrays of one length, or ValueError naming
-    the first index that is not a leaf of a tree of `capacity` leaves, or the first `name` value
-    that is NaN, infinite or negative."""
+    """(tree indices, values) as flat int64 / float64 arrays, or ValueError naming the first
+    index that is not a leaf of a `capacity`-leaf tree or the first bad `name` value."""
     leaves = np.asarray(tree_indices)
     if leaves.dtype.kind not in "iu":
         raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")
@@ -246,13 +219,7 @@ def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "abs
 
 
 class TransitionStorage:
-    """The transitions themselves: one row per transition in five typed numpy arrays.
-
-    The arrays are allocated on the first `add`, with the shapes and dtypes of that first
-    experience, so a CartPole state stays float32 and an Atari frame stack stays uint8. Slots are
-    reused in ring order once the storage is full. `FrameStackStorage` below offers the same
-    methods for image stacks that share frames.
-    """
+    """One row per transition in five numpy arrays, typed by the first `add`; a ring."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = check_capacity(capacity)
@@ -265,11 +232,7 @@ class TransitionStorage:
         return self.written
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one (state, action, reward, next_state, done). O(1).
-
-        Returns the slot that now holds it and the slots that stopped holding a transition
-        (always none here: a slot is only ever overwritten by a new transition).
-        """
+        """Store one (state, action, reward, next_state, done); return its slot, none freed."""
         experience = check_experience(experience)
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         slot = self.write_pointer
@@ -283,11 +246,8 @@ class TransitionStorage:
     def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Store k transitions at once, as `add` would one after the other. O(k), no Python loop.
 
-        `transitions` is (states, actions, rewards, next_states, dones), each with leading
-        dimension k (1 <= k <= capacity), in the order they happened. Returns the k slots that now
-        hold them, in that order (ring order, wrapping past the end, so the oldest transitions
-        are overwritten), and the slots that stopped holding a transition (none here, as for
-        `add`). A malformed block raises ValueError and leaves the storage unchanged.
+        `transitions` is the five columns, each of length k. Returns their k slots and no freed
+        ones. A malformed block raises ValueError and leaves the storage unchanged.
         """
         columns = check_block(transitions, self.capacity)
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
@@ -301,9 +261,7 @@ class TransitionStorage:
         return slots, NO_SLOTS
 
     def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
-        """Allocate the five arrays on the first write, with these (shape, dtype) of one
-        transition's fields; then ValueError naming a field of another shape, before anything is
-        written, so a bad experience leaves the slots intact."""
+        """Allocate the arrays on the first write; ValueError naming a field of another shape."""
         if self.fields is None:
             self.fields = tuple(np.zeros((self.capacity, *shape), dtype=dtype)
                                 for shape, dtype in fields)
@@ -315,11 +273,8 @@ class TransitionStorage:
     def get(
         self, slots: np.ndarray, last_slots: np.ndarray | None = None
     ) -> tuple[np.ndarray, ...]:
-        """(states, actions, rewards, next_states, dones) of `slots`, each of length len(slots).
-
-        With `last_slots`, next_states are those of the transitions in `last_slots` instead (the
-        end of an n-step chain that starts at `slots`).
-        """
+        """(states, actions, rewards, next_states, dones) of `slots`; with `last_slots`, the
+        next_states of those (the end of an n-step chain)."""
         states, actions, rewards, next_states, dones = self.fields
         ends = slots if last_slots is None else last_slots
         return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
@@ -330,10 +285,7 @@ class TransitionStorage:
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
         """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
-
-        True when slot+1 was written after slot (it is not the oldest row, across the write
-        pointer) and its state is slot's next_state. Cost O(len(slots) * state size).
-        """
+        O(len(slots) * state size)."""
         following = (slots + 1) % self.capacity
         states, next_states = self.fields[0], self.fields[3]
         same = states[following] == next_states[slots]
@@ -341,7 +293,7 @@ class TransitionStorage:
         return same & self.holds_transition[following] & (following != self.write_pointer)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to rebuild this storage, as plain arrays (the written rows only)."""
+        """This storage as plain arrays (the written rows only)."""
         arrays = {
             "capacity": np.array(self.capacity),
             "written": np.array(self.written),
@@ -376,9 +328,8 @@ class TransitionStorage:
 
 def storage_for(state_shape: tuple[int, ...], capacity: int, stacked: bool
                 ) -> FrameStackStorage | None:
-    """The storage for states of `state_shape`: None (the memories' default TransitionStorage)
-    for vectors, else a `FrameStackStorage` of `capacity` slots, whose states are stacks along
-    their last axis when `stacked` (Atari) and single frames otherwise (MinAtar)."""
+    """None (a TransitionStorage) for vector states, else a `FrameStackStorage`, stacked along
+    the last axis when `stacked` (Atari)."""
     if len(state_shape) != 3:
         return None
     return FrameStackStorage(capacity, stack_axis=-1 if stacked else None)
@@ -400,30 +351,16 @@ class FrameStackStorage:
     where o0 is the newest frame of the reset observation, p0..p2 are its three older frames
     (whatever `FrameStackObservation` padded with), t_i is the transition from observation i to
     i+1, and transition t_i reads slots 10+i .. 14+i. An `add` whose state equals the previous
-    next_state (same episode) writes one slot; any other `add` (a new episode, or anything else)
-    writes all S frames of the state and the newest frame of next_state, S+1 slots. Every stored
-    observation's frames are therefore literally in the ring: padding at episode starts comes
-    back exactly, and no frame of an earlier episode can leak into a stack. This needs next_state
-    to be state shifted by one frame, as frame stacking produces; `add` checks it.
+    next_state writes one slot, any other S+1, so padding at episode starts comes back exactly
+    and no earlier episode's frame leaks into a stack. With `stack_axis=None` (MinAtar) S = 1.
+    Writing slot w breaks the transitions of slots w .. w+S-1 (`add` reports them freed).
 
-    With `stack_axis=None` each observation is one frame (S = 1, as for MinAtar's grids): a
-    slot holds a whole observation, and next_state is simply the next slot's.
-
-    Writing slot w overwrites a frame that the transitions of slots w .. w+S-1 read; `add` reports
-    those that held one as freed. Overhead: S slots per episode hold no transition, so
-    `capacity` slots hold about capacity * T / (T + S) transitions for episodes of T steps.
-
-    Memory: per slot, one frame (84 * 84 = 7,056 bytes) plus action (int64), reward (float32),
-    done and holds_transition (bool): 7,070 bytes. The frame ring is allocated on the first `add`
-    with np.zeros, so slots not yet written take no physical memory on Linux.
-    Time: `add` compares about two stacks and copies 1 or S+1 frames (~60-90 us for 84x84x4 on
-    this project's 2-core CPU); `get` copies 2S frames per slot (~1.5 ms for 32 slots).
+    Memory: 7,070 bytes a slot for 84x84 frames. Time: `add` ~60-90 us for 84x84x4; `get`
+    ~1.5 ms for 32 slots.
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
-        """Make an empty storage of `capacity` slots; `stack_axis` is the states' stacking axis,
-        None for states that are one frame each."""
-        # Two slots at least: one stack of one frame plus its next frame.
+        """An empty storage; `stack_axis` None for states of one frame each."""
         self.capacity = check_capacity(capacity, minimum=2)
         if stack_axis is not None and not is_integer(stack_axis):
             raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
@@ -443,7 +380,6 @@ class FrameStackStorage:
         self._count = 0  # slots that hold a transition, kept so len() is O(1)
 
     def __len__(self) -> int:
-        """Number of slots that hold a complete transition."""
         return self._count
 
     @property
@@ -454,13 +390,10 @@ class FrameStackStorage:
         return 1 if self.stack_axis is None else self.state_shape[self.stack_axis]
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one (state, action, reward, next_state, done) transition.
+        """Store one transition of uint8 states, next_state being state shifted by one frame.
 
-        States are uint8 stacks, e.g. (84, 84, 4) with `stack_axis=-1`, and next_state must be
-        state shifted by one frame (with `stack_axis=None`: any uint8 frames of one shape).
-        Returns the slot that now holds this transition and an int64 array of the slots that
-        stopped holding a transition because of this write (never the returned slot). Raises
-        ValueError for a malformed experience, leaving the storage as it was.
+        Returns its slot and the slots that stopped holding a transition. Raises ValueError for a
+        malformed experience, leaving the storage as it was.
         """
         state, action, reward, next_state, done = self._checked(experience)
         state_frames = self._as_frames(state)  # views, stacking axis first
@@ -483,12 +416,7 @@ class FrameStackStorage:
     def get(
         self, slots: np.ndarray, last_slots: np.ndarray | None = None
     ) -> tuple[np.ndarray, ...]:
-        """Return (states, actions, rewards, next_states, dones) of `slots`, leading dim len(slots).
-
-        States are rebuilt from the ring exactly as they were added. With `last_slots`, next_states
-        are those of the transitions in `last_slots` (the end of an n-step chain from `slots`).
-        Every slot must hold a transition (see `holds_transition`); others raise ValueError.
-        """
+        """As `TransitionStorage.get`; a slot that holds no transition raises ValueError."""
         slots = self._checked_slots(slots)
         ends = slots if last_slots is None else self._checked_slots(last_slots)
         if ends.shape != slots.shape:
@@ -506,11 +434,7 @@ class FrameStackStorage:
         return self.rewards[slots], self.dones[slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
-
-        A new episode starts S+1 slots on, and overwriting slot+1 breaks slot's transition, so for
-        a slot that holds a transition this is just whether slot+1 holds one. O(len(slots)).
-        """
+        """As `TransitionStorage.next_in_episode`: whether slot+1 holds a transition. O(n)."""
         return self.holds_transition[(slots + 1) % self.capacity]
 
     def _checked_slots(self, slots: Any) -> np.ndarray:
@@ -528,7 +452,7 @@ class FrameStackStorage:
         return slots
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Return the storage as plain numpy arrays (for np.savez); only written slots' frames."""
+        """This storage as plain arrays (the written slots' frames only)."""
         shape = () if self.state_shape is None else self.state_shape
         frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
         return {
@@ -574,9 +498,8 @@ class FrameStackStorage:
         self._count = int(self.holds_transition.sum())
 
     def _checked(self, experience: tuple) -> tuple[np.ndarray, int, float, np.ndarray, bool]:
-        """Check what the frame store itself needs of one experience, uint8 states of one shape
-        whose next state is the state shifted by one frame (ValueError naming the bad field; the
-        memory's `check_transition` checked the values); allocate on the first one."""
+        """ValueError naming a field that is not uint8 frames of the shape, shifted by one;
+        allocate on the first experience."""
         state, action, reward, next_state, done = check_experience(experience)
         state, next_state = np.asarray(state), np.asarray(next_state)
         for name, value in (("state", state), ("next_state", next_state)):
@@ -604,7 +527,7 @@ class FrameStackStorage:
         return state, int(action), float(reward), next_state, bool(done)
 
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
-        """Allocate the frame ring (np.zeros: pages are only backed by memory once written)."""
+        """Allocate the frame ring (np.zeros: untouched pages take no memory)."""
         self.state_shape = tuple(state_shape)
         if self.stack_axis is None:
             frame_shape = list(state_shape)
@@ -668,11 +591,7 @@ class FrameStackStorage:
 
 
 class ReplayMemory:
-    """What every replay memory shares: its storage, random generator and n-step batches.
-
-    PER.py's `Memory` and `UniformMemory` and rank_based.py's `RankBasedMemory` build on it;
-    each adds `store`, `sample` and `batch_update`.
-    """
+    """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
 
@@ -695,8 +614,7 @@ class ReplayMemory:
         return len(self.storage)
 
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
-        """A prioritized memory's alpha, beta and beta's growth per `sample`, each checked
-        (ValueError naming one out of range)."""
+        """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
         check_range("alpha", alpha, 0.0, np.inf)
         check_range("beta", beta, 0.0, 1.0)
         check_range("beta_increment", beta_increment, 0.0, 1.0)
@@ -714,30 +632,25 @@ class ReplayMemory:
         return np.flatnonzero(self.storage.holds_transition)
 
     def zero_error_floor(self) -> tuple[float, float] | None:
-        """(P(i) of a transition whose |delta| is 0, epsilon) where priorities add an epsilon to
-        |delta| (`PER.Memory`); None for the other memories."""
+        """(P(i) of a transition with |delta| = 0, epsilon) for `PER.Memory`; None here."""
         return None
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The memory as plain numpy arrays, for an `.npz` file that loads without pickle: its
-        kind, its storage's own `state_dict` ("storage.*") and its random generator ("rng", as
-        JSON); prioritized memories add their priorities and beta."""
+        """The memory as plain arrays (no pickle): kind, "storage.*" and the rng as JSON."""
         arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
         arrays["kind"] = np.array(self.kind)
         arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
         return arrays
 
     def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
-        """ValueError unless `arrays` is the `state_dict` of a memory of this kind and capacity
-        that holds `keys` too."""
+        """ValueError unless `arrays` is a `state_dict` of this kind and capacity, with `keys`."""
         require(arrays, ("kind",), "replay memory")
         check_saved_value(arrays, "kind", self.kind)
         require(arrays, ("rng", "storage.capacity", *keys), f"{self.kind} memory")
         check_saved_value({"capacity": arrays["storage.capacity"]}, "capacity", self.capacity)
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take back what `state_dict` gave: the transitions and the random generator. ValueError
-        naming what does not fit (another kind or capacity)."""
+        """Take back what `state_dict` gave; ValueError naming what does not fit."""
         self.check_state(arrays)
         prefix = "storage."
         self.storage.load_state_dict({key[len(prefix):]: value for key, value in arrays.items()
@@ -750,13 +663,10 @@ class ReplayMemory:
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions that start in `slots`, as the batch `sample` returns.
 
-        (states, actions, rewards, next_states, dones, discounts): rewards are the discounted sums
-        r_t + gamma r_t+1 + ... over the k <= n_step transitions that follow slot t in its episode,
-        next_states the state after the k-th, dones whether it terminated, and discounts gamma^k,
-        the factor in front of Q(next_state). A chain stops early at a termination, at a time-limit
-        truncation (bootstrapping from the last state seen) and at the newest transition. With
-        n_step = 1 this is the stored transition and discounts are gamma.
-        Cost O(n_step * len(slots)), vectorized over the batch.
+        (states, actions, rewards, next_states, dones, discounts): discounted reward sums over
+        the k <= n_step transitions of the episode from slot t, the state after the k-th, whether
+        it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
+        transition. Cost O(n_step * len(slots)), vectorized.
         """
         if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
             states, actions, rewards, next_states, dones = self.storage.get(slots)

@@ -1,11 +1,7 @@
 """What a training run shows besides its algorithm: its log lines, TensorBoard and its plots.
 
-`d3qn_agent.DQNAgent` calls a `TrainingReport` in one line where something happened (a gradient
-step, an episode, an evaluation, the start and end of `run`); the report prints the progress
-lines, writes TensorBoard scalars (`--tensorboard`), redraws the learning curve
-`plots/<name>.png` and, at the end, the priority figure `plots/<name>_priorities.png`. What a run
-will cost, an early "estimate: about 2 h 55 min to step 500,000 at 47 steps/s" line and the time
-left on each progress line, is a `Forecast` (apex.py's too).
+`DQNAgent` tells a `TrainingReport` what happened; it prints, writes TensorBoard scalars and
+draws the learning curve and priority figure. A `Forecast` (apex.py's too) gives the time left.
 """
 
 from __future__ import annotations
@@ -60,14 +56,9 @@ def duration(seconds: float) -> str:
 
 
 class Forecast:
-    """What the rest of a run will take, at the speed it has had since its training began.
-
-    The speed is measured from `begin`, which a script calls once its first gradient steps are
-    done, so that neither the fast steps before learning starts nor the compilation count;
-    evaluations count as they come. `estimate` gives the one early line, "estimate: about 2 h
-    55 min to step 500,000 at 47 steps/s", once ESTIMATE_AFTER_SECONDS are measured; from then on
-    `time_left` gives each progress line its time left. Times are `time.perf_counter()` values,
-    passed in.
+    """What the rest of a run will take, at its speed since `begin` (called after the first
+    gradient steps, so neither the steps before learning nor compilation count). Times are
+    `time.perf_counter()` values, passed in.
     """
 
     def __init__(self, total_steps: int, unit: str = "step") -> None:
@@ -107,10 +98,7 @@ class Forecast:
 
 
 def onednn_enabled() -> bool | None:
-    """Whether TensorFlow runs its oneDNN kernels in this process (None: it cannot tell).
-
-    Decided when TensorFlow is imported: on Linux by itself on CPUs with neural-network
-    instructions, elsewhere with TF_ENABLE_ONEDNN_OPTS=1 (docs/atari.md)."""
+    """Whether TensorFlow runs its oneDNN kernels in this process (None: it cannot tell)."""
     try:
         from tensorflow.python.util import _pywrap_util_port  # not in TensorFlow's public API
         return bool(_pywrap_util_port.IsMklEnabled())
@@ -128,11 +116,8 @@ def tensorboard_dir(flag: Any, name: str) -> str | None:
 class TensorBoardWriter:
     """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir`.
 
-    `TensorBoardWriter("runs/x").write(step, {"episode/score": 200.0})`; any training loop can
-    use it. The directory is created and checked at once (ValueError naming it if it cannot be
-    written), the event file on the first `write`. A scalar costs ~0.8 ms (eager tf.summary on a
-    busy 2-core CPU), so write every few steps, not every step; TensorFlow flushes
-    the events every few seconds, `flush` and `close` at once.
+    The directory is checked at once (ValueError naming it if it cannot be written). A scalar
+    costs ~0.8 ms, so write every few steps, not every step.
     """
 
     def __init__(self, log_dir: str) -> None:
@@ -191,14 +176,10 @@ def draw_learning_curve(path: str, scores: list[float], average: list[float],
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, told what happened
-    in explicit values.
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run.
 
-    Used as a context manager around the training loop, so TensorBoard's buffered events reach
-    the disk however the loop ends. It owns the priority figure's data (`priority_figure`), which
-    a checkpoint saves through `state_dict`. Per gradient step it costs a few microseconds: the
-    IS weights go to the priority figure, and with TensorBoard the loss and mean |TD error| are
-    averaged over TENSORBOARD_EVERY steps before one write (~1 ms).
+    A context manager, so TensorBoard's events reach the disk however the loop ends. Its
+    `state_dict` is the priority figure's data. A few microseconds per gradient step.
     """
 
     def __init__(self, config: Namespace, name: str, plot_path: str,
@@ -232,9 +213,7 @@ class TrainingReport:
         self.priority_figure.load_state_dict(arrays)
 
     def start(self, step: int, settings_notes: list[str], image_states: bool) -> None:
-        """The run's first lines (at env step `step`): what trains, the values presets decided
-        (`settings_notes`), a warning if it will not train (`settings.no_training_warning`),
-        TensorBoard's place."""
+        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place."""
         config = self.config
         print(f"training on {config.env_name} until step {config.total_steps:,}: "
               f"{describe(config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
@@ -271,10 +250,8 @@ class TrainingReport:
     def gradient_steps(self, step: int, tree_idx: np.ndarray, memory_size: int,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
-        """Note the gradient steps of one `replay` call at env step `step`: the transitions it
-        drew (`tree_idx`, from a memory holding `memory_size`) and per step (one row each) the
-        loss, |TD errors| and IS weights; every TENSORBOARD_EVERY gradient steps the averaged
-        loss and |TD error|, `epsilon`, the speed, `beta` and the IS weights go to TensorBoard."""
+        """Note one `replay` call's gradient steps (one row each); every TENSORBOARD_EVERY
+        steps their averaged scalars go to TensorBoard."""
         last = step // self.config.train_frequency  # the gradient steps taken so far
         self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
@@ -305,8 +282,7 @@ class TrainingReport:
 
     def episode(self, step: int, episode: int, score: float, epsilon: float,
                 average: float) -> None:
-        """The tutorial's line for a finished episode (with the speed and, once estimated, the
-        time left), after the estimate when it is due; and its scalars."""
+        """The tutorial's line for a finished episode (after the estimate when due)."""
         self.write(step, {"episode/score": score, "episode/average_score": average})
         now, (then, start_step) = time.perf_counter(), self._start
         if estimate := self.forecast.estimate(step, now):
@@ -341,9 +317,8 @@ class TrainingReport:
 
     def draw(self, step: int, scores: list[float], average: list[float],
              evaluations: list[tuple[int, int, float]], memory: Any) -> str:
-        """Draw the learning curve and the priority figure of `memory` (~0.4 s); return "plots A
-        and B", or "plot A" before the first gradient step, when there is no priority figure
-        yet."""
+        """Draw the learning curve and priority figure (~0.4 s); return "plots A and B" (or
+        "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
         config = self.config
         kind = "rank-based" if config.per_rank_based else "proportional"

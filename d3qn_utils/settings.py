@@ -1,21 +1,9 @@
 """Where a run's settings come from: a script's flag block, presets, the command line.
 
-`d3qn_agent.py` and `apex.py` each start with a flag block, one constant per hyperparameter with
-a comment (`N_STEP = 3  # rewards summed per TD target ...`). Each constant is also a command-line
-flag (`--n-step`), whose help is that comment. A flag's value comes from the first of:
-
-  1. the command line, `--n-step 1`;
-  2. the flag block, where the reader edited it: `N_STEP = 1` at the top of the script;
-  3. a preset, for the flags still as shipped: Atari ids (ATARI_PRESET), MinAtar ids
-     (MINATAR_PRESET), a game of GAME_PRESETS,
-     rank-based PER (RANK_BASED_PRESET); a later one of these wins over an earlier one;
-  4. the flag block as shipped.
-
-A flag counts as edited when its value at the top of the script differs from the value it shipped
-with, which `D3QN_FLAGS` / `APEX_FLAGS` below keep together with the range each value must lie in
-(tests/test_settings.py checks that they agree with the scripts as committed). So editing the top
-of the file and giving the flag on the command line do the same thing, and the run's first lines
-name every value a preset set ("n_step 3 (Acrobot-v1 preset)").
+Each constant of `d3qn_agent.py`'s and `apex.py`'s flag block is also a command-line flag
+(`N_STEP` is `--n-step`, its comment the help). A value comes from the first of: the command
+line; the flag block where the reader edited it (it differs from `D3QN_FLAGS` / `APEX_FLAGS`);
+the presets that apply, a later one winning; the flag block as shipped.
 """
 
 from __future__ import annotations
@@ -45,10 +33,9 @@ Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 class Flag:
     """A flag of a script's flag block: its value as shipped and what a value must satisfy.
 
-    `rule` is (description, test) with the test on the value, e.g. ("positive", v > 0); `kind`
-    is the command-line type when `shipped` is None or a tuple; `cli` the command-line name
-    when it is not the constant's (`USE_PER` is `--per`); `alone` lets the flag be given without
-    a value, meaning True (`--tensorboard` alone: the default directory).
+    `rule` is (description, test); `kind` the command-line type when `shipped` is None or a
+    tuple; `cli` the command-line name if not the constant's; `alone`: may be given without a
+    value, meaning True.
     """
 
     shipped: Any
@@ -113,11 +100,9 @@ D3QN_FLAGS: dict[str, Flag] = {
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
-# Presets from the DQN literature (Mnih et al. 2015, Schaul et al. 2016, Stable-Baselines3's Atari
-# settings; 3-step returns from Hessel et al. 2018) for Atari ids. Adam's step stays constant
-# there: an Atari budget is set for the whole game, and the Pong runs were made so.
-# One gradient step per call: a conv step dwarfs a call's fixed cost, and convolutions run
-# slower inside the graph loop that several steps need (docs/benchmarks.md).
+# Atari: the DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns
+# from Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
+# call: convolutions run slower in the graph loop that several need (docs/benchmarks.md).
 ATARI_PRESET: dict[str, Any] = {
     "total_steps": 10_000_000,
     "memory_size": 100_000,
@@ -161,9 +146,8 @@ MINATAR_PRESET: dict[str, Any] = {
     "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
     "eval_episodes": 10,
 }
-# Other classic-control games: batch, Adam step, replay size, target period, exploration and gamma
-# follow the RL Zoo's tuned DQN settings for each game; the 3-step returns (Rainbow) carry rewards
-# back faster, which these sparse, delayed-reward games need most.
+# Other classic-control games: the RL Zoo's tuned DQN settings, with 3-step returns (Rainbow) to
+# carry these sparse, delayed rewards back faster.
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
     "total_steps": 100_000,
     "memory_size": 50_000,
@@ -178,18 +162,15 @@ ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games a
     "epsilon_min": 0.1,
     "eval_every": 5_000,
 }
-# Pong (docs/atari.md): 500,000 steps, a gradient step every 2 agent steps, XLA off (oneDNN's
-# convolutions took Pong's gradient step faster than XLA on the AMD and the Intel CPUs measured,
+# Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
 # benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (~0.7 GB each, two kept).
-# Its other values are the Atari preset's; other Atari games keep that preset's budget.
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000,
     "train_frequency": 2,
     "xla": False,
     "checkpoint_every": 25_000,
 }
-# Pong where the CPU has bfloat16 instructions (AVX512_BF16, AMX): its convolutions in bfloat16,
-# which the Pong study found to learn as float32 does, faster side by side (docs/atari.md).
+# Pong on a CPU with bfloat16 instructions: learned as float32 did, faster (docs/atari.md).
 # Chosen from the CPU's features, not a timing, so every run on one machine does the same sums.
 PONG_NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
 GAME_PRESETS: dict[str, dict[str, Any]] = {
@@ -212,8 +193,7 @@ GAME_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
-# (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings). Its multiplicative
-# epsilon decay is nearest to EPSILON_GREEDY's exponential one; it clipped no gradient.
+# (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
     "max_episode_steps": 4_000,
     "failure_reward": -100.0,
@@ -276,9 +256,8 @@ APEX_FLAGS: dict[str, Flag] = {
 
 
 def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """apex.py's values for a game of d3qn_agent.py's `preset`: the flags the two scripts
-    share, and its target period (env steps) and train frequency as learner updates at the same
-    data rate."""
+    """apex.py's values for a d3qn_agent.py `preset`: the shared flags, and its target period
+    and train frequency as learner updates at the same data rate."""
     shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "learning_starts",
               "n_step", "eval_every", "eval_episodes")
     return {**{name: preset[name] for name in shared},
@@ -308,9 +287,8 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
 
 
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """The CPU's bfloat16 instructions that TensorFlow's oneDNN kernels use, as Linux names them
-    ("AMX_BF16", "AVX512_BF16"), or None: none, no /proc/cpuinfo to read, or JAX (the Pong
-    study measured bfloat16 on TensorFlow only). Cost: one read of /proc/cpuinfo."""
+    """The CPU's bfloat16 instructions for TensorFlow's oneDNN ("AMX_BF16", "AVX512_BF16"), or
+    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only)."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -338,14 +316,10 @@ def resolve(
     presets: Callable[[dict[str, Any]], list[Preset]],
     given: dict[str, Any],
 ) -> tuple[argparse.Namespace, list[str]]:
-    """The settings of a run of `script`, and one note per value a preset decided.
+    """The settings of a run of `script`, and one note per value a preset decided or lost.
 
-    `given` holds the flags given on the command line (or as keywords, `DQNAgent(n_step=1)`);
-    `script`'s flag block supplies the rest, where a preset of `presets(values)` fills in the
-    flags still as shipped. Notes read "n_step 3 (Acrobot-v1 preset)", or "n_step 1 (N_STEP at
-    the top of d3qn_agent.py; the Acrobot-v1 preset has 3)" where the reader's value won.
-
-    Raises ValueError naming the first unknown flag or value out of its range.
+    `given`: the flags given on the command line (or as `DQNAgent` keywords). Raises ValueError
+    naming the first unknown flag or value out of its range.
     """
     unknown = sorted(set(given) - set(table))
     if unknown:
@@ -371,8 +345,7 @@ def resolve(
 
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
-    """Raise ValueError for the first value of the wrong type or outside its flag's range,
-    naming flag and value (an edit at the top of a script is not typed like the command line)."""
+    """ValueError naming the first flag whose value has the wrong type or is out of range."""
     for name, flag in table.items():
         for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
             if not valid(values[name]):
@@ -389,11 +362,8 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
 def no_training_warning(config: argparse.Namespace) -> str | None:
     """A warning line for a run whose budget ends before its first gradient step, or None.
 
-    Such a run would save its untrained network as the best without a word; it is not refused,
-    since some runs only collect experience on purpose (benchmarks/bench_checkpoint.py).
-    d3qn_agent.py calls replay() every TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL env steps once
-    LEARNING_STARTS steps and a batch are collected; apex.py updates once LEARNING_STARTS
-    transitions, an env step each, are in the replay."""
+    Not refused: some runs only collect experience on purpose (benchmarks/bench_checkpoint.py).
+    """
     first = max(config.learning_starts, 1) + 1  # apex.py
     if "train_frequency" in config:  # d3qn_agent.py
         period = config.train_frequency * config.gradient_steps_per_call
@@ -407,11 +377,8 @@ def no_training_warning(config: argparse.Namespace) -> str | None:
 
 def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...],
                         state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
-    """ValueError, before the replay memory of MEMORY_SIZE slots is allocated, if it cannot
-    hold one frame stack (image states) or would not fit in this machine's memory: its size in
-    GiB (`replay_storage.replay_bytes_per_slot`, plus `other_bytes_per_slot` that the caller
-    keeps per slot beside it) against the machine's. Flags without USE_PER (apex.py) mean
-    proportional PER."""
+    """ValueError, before the replay memory is allocated, if it cannot hold one frame stack or
+    would not fit in this machine's memory (`other_bytes_per_slot`: the caller's own per slot)."""
     size = config.memory_size
     if len(state_shape) == 3 and size <= state_shape[-1]:
         raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
@@ -428,8 +395,7 @@ def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...]
 
 
 def machine_memory_bytes() -> int | None:
-    """The memory this process may use in bytes: the machine's physical memory, or a container's
-    smaller limit (cgroup v2 memory.max); None where the system says neither."""
+    """The memory this process may use: physical memory or a smaller cgroup v2 limit, or None."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
@@ -443,8 +409,7 @@ def machine_memory_bytes() -> int | None:
 
 def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
     """(what a value of `flag` must be, its test): the type the command line would parse, so an
-    edit at the top of a script that the command line could not give ("300", 1e3 for an int)
-    fails as clearly. None is allowed where the flag ships as None; True where it may be alone."""
+    edit at the top of a script ("300", 1e3 for an int) fails as clearly."""
     if isinstance(flag.shipped, tuple):
         return "a tuple of integers", lambda value: isinstance(value, tuple) and all(
             map(is_integer, value))
@@ -480,15 +445,14 @@ def flag_comments(script: ModuleType) -> dict[str, str]:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Show each flag's default, and print the epilog as written (argparse would otherwise
-    re-wrap it and split flags like --train-frequency at their hyphens)."""
+    """Show defaults; keep the epilog's lines (argparse would split flags at their hyphens)."""
 
 
 def build_parser(
     script: ModuleType, table: dict[str, Flag], description: str, presets: list[Preset]
 ) -> argparse.ArgumentParser:
-    """A parser with one flag per entry of `table`: its default is the script's constant (as
-    edited), its help the constant's comment; the epilog lists the `presets`."""
+    """A parser with one flag per entry of `table` (default: the script's constant, help: its
+    comment); the epilog lists the `presets`."""
     wrap = textwrap.TextWrapper(width=88, subsequent_indent="  ", break_on_hyphens=False)
     epilog = ("Presets: flags not edited at the top of the script nor given here take these "
               "values\n" + "\n".join(wrap.fill(f"{source}: {format_preset(preset)}")
@@ -551,10 +515,8 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
-    """Take d3qn_agent.py's modes out of the parsed `flags`: (test, resume, model, record).
-
-    Raises ValueError, before any agent is built, for --model or --record without --test and
-    for a --record path where no GIF can be written.
+    """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record). Raises
+    ValueError for --model or --record without --test, or a --record path that cannot be written.
     """
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
@@ -568,10 +530,7 @@ def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str 
 
 
 def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """Parse `argv` and return only the flags the user actually gave (so presets can apply).
-
-    `--help` and malformed flags exit here, as argparse does.
-    """
+    """The flags `argv` actually gives (so presets can apply); `--help` and errors exit here."""
     names = vars(parser.parse_args(argv))  # reports errors and --help with the real defaults
     # argparse fills in defaults only for names the namespace lacks, so a pre-filled marker
     # survives exactly for the flags that were not given.
@@ -581,8 +540,7 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
 
 
 def command_line_flags(script: ModuleType, argv: list[str]) -> dict[str, Any]:
-    """The flags and modes (`pop_modes`) given in `argv` against `script`'s flag block
-    (d3qn_agent.py); `--help` and malformed flags exit here, as argparse does."""
+    """`explicit_flags` of d3qn_agent.py's parser: its flags and modes given in `argv`."""
     return explicit_flags(argv, d3qn_parser(script))
 
 

@@ -1,11 +1,8 @@
 """What is compiled on the TensorFlow backend (Keras' default): the gradient steps behind
-`DQNAgent.replay`, the greedy forward pass, and reading the weights. `compiled_backend()` in
-gradient_steps.py picks this module or jax_backend.py from `keras.backend.backend()`.
+`DQNAgent.replay`, the greedy forward pass, and reading the weights.
 
-A `model.fit` call has a large fixed cost in Keras 3, a traced graph a small one, and a concrete
-function (one fixed signature, autograph off) also skips tf.function's argument matching. A graph
-loop (`tf.scan`) over the batches then pays that fixed cost once for all of them, and XLA fuses a
-step's ~400 small ops (docs/benchmarks.md measures each). Step k sees the weights step k - 1 left.
+`model.fit` has a large fixed cost in Keras 3; a concrete function looping (`tf.scan`) over the
+batches pays a small one once for all, and XLA fuses a step's ~400 ops (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -16,20 +13,17 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from d3qn_utils.gradient_steps import Batches
-from d3qn_utils.training_session import NonFiniteError
+from d3qn_utils.gradient_steps import Batches, non_finite_error
 
 
 class GradientSteps:
     """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call.
 
-    `loss(batch)` returns (the scalar loss, the TD errors) of one batch (a `Batches` without the
-    leading axis), reading `model` and `target_model`. Each step clips the gradient's global norm
-    to `grad_clip`, applies it, then calls `after_step` (the soft target update, or None);
-    `after_call` runs after each call (the greedy policy's copy of the weights is stale then). A
-    step whose loss or gradient norm is NaN or inf is not applied, nor is any after it in the
-    call, and the call raises NonFiniteError: a NaN would poison the weights and, through the TD
-    errors, the sum tree.
+    `loss(batch)` returns (the scalar loss, the TD errors) of one batch. Each step clips the
+    gradient's global norm to `grad_clip`, applies it, then calls `after_step` (or None);
+    `after_call` runs after each call. A step whose loss or gradient norm is not finite is not
+    applied, nor any after it, and the call raises NonFiniteError: a NaN would poison the
+    weights and, through the TD errors, the sum tree.
     """
 
     def __init__(self, loss: Callable[[Any], tuple[Any, Any]], model: Any, target_model: Any,
@@ -59,9 +53,7 @@ class GradientSteps:
         if self.after_call is not None:
             self.after_call()
         if not applied:
-            raise NonFiniteError(f"training at env step {env_step} gave a non-finite loss or "
-                                 f"gradient (losses {losses.numpy().tolist()}); from there on the "
-                                 "call's steps were not applied")
+            raise non_finite_error(env_step, losses.numpy())
         return abs_errors.numpy(), losses.numpy()
 
     def all_steps(self, batches: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -98,9 +90,8 @@ class GradientSteps:
 
 def greedy_call(model: Any, state_dtype: Any, xla: bool = True
                 ) -> Callable[[np.ndarray], np.ndarray]:
-    """argmax_a Q(s, a) of a batch of states, one traced TensorFlow call, compiled by XLA unless
-    `xla` is False; for one Pong state XLA's call is the faster (benchmarks/bench_pong_kernels.py
-    times both, docs/benchmarks.md)."""
+    """argmax_a Q(s, a) of a batch of states, one traced call, by XLA unless `xla` is False
+    (XLA's is the faster for one Pong state: docs/benchmarks.md)."""
     spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
     traced = tf.function(
         lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),
@@ -109,8 +100,8 @@ def greedy_call(model: Any, state_dtype: Any, xla: bool = True
 
 
 def weights_reader(variables: list) -> Callable[[], list[np.ndarray]]:
-    """A function returning the current values of `variables` as numpy arrays: one traced call
-    reads them all (~0.2 ms, where `.numpy()` on each costs ~0.1 ms apiece)."""
+    """A function returning the current values of `variables` as numpy arrays, in one traced
+    call (~0.2 ms; `.numpy()` costs ~0.1 ms apiece)."""
     read = tf.function(lambda: [tf.identity(v) for v in variables],
                        autograph=False).get_concrete_function()
     return lambda: [tensor.numpy() for tensor in read()]
