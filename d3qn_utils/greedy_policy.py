@@ -5,9 +5,9 @@ a fixed cost many times that of CartPole's whole 4-256-256-(1+2) forward pass in
 (docs/benchmarks.md measures both). So for a multilayer perceptron, and for the small-image
 torso (MinAtar's `PatchConv2D`), `GreedyPolicy` runs the forward pass in numpy on a copy of the
 weights, taken again at the first call after the agent says they changed (`weights_changed()`:
-after training, loading, or restoring a checkpoint), one copy per training call: every 16
-CartPole steps. The Nature torso's
-84x84 convolutions stay in a compiled call of the backend's (tensorflow_backend.py or
+after training, loading, or restoring a checkpoint), one copy per training call: on CartPole
+every TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL = 2 x 16 = 32 environment steps. The Nature
+torso's 84x84 convolutions stay in a compiled call of the backend's (tensorflow_backend.py or
 jax_backend.py), where they are cheaper.
 
 With the dueling head, Q(s, a) = V(s) + A(s, a) - mean A(s, .) differs from A(s, a) by the same
