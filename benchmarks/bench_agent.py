@@ -17,13 +17,15 @@ evaluation scores the last network (the one a run ends with), the best the best 
 training steps/s leaves the evaluation episodes out, and the evaluation share is their part of
 the run's wall time. Prints one table row per run, then a summary per variant, and draws the
 mean evaluation curve with a min-max band over seeds to plots/per_vs_uniform_CartPole-v1.png.
-Models and per-run logs go to a temporary directory.
+Models and per-run logs go to a temporary directory; every run's numbers go to a results file
+(`--results`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import os
 import statistics
@@ -41,6 +43,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
 from markdown_table import format_row
 
 import d3qn_agent
@@ -243,6 +246,7 @@ def main() -> None:
                         help="where to write the comparison plot")
     parser.add_argument("--tensorboard", nargs="?", const="runs/bench_agent", metavar="DIR",
                         help="log every run to TensorBoard under DIR (alone: runs/bench_agent)")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.total_steps < 1:
         parser.error(f"--total-steps must be positive, got {args.total_steps}")
@@ -269,6 +273,12 @@ def main() -> None:
     print_summary(results, args.total_steps)
     plot(results, args.out)
     print(f"\nplot: {os.path.relpath(args.out, ROOT)}")
+    provenance.write_results(args.results, {
+        "env_name": ENV_NAME, "total_steps": args.total_steps, "solved_score": SOLVED_SCORE,
+        "eval_every": d3qn_agent.EVAL_EVERY, "eval_episodes": d3qn_agent.EVAL_EPISODES,
+        "sb3_versions": {name: importlib.metadata.version(name) for name in
+                         ("stable_baselines3", "torch")} if run_sb3 else None,
+        "runs": results})
 
 
 if __name__ == "__main__":

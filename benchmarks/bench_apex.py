@@ -18,6 +18,8 @@ projection of those costs to 8, 64 and 360 actors, and CartPole solved against d
 4. CartPole solved: `python apex.py --stop-when-solved` and `python d3qn_agent.py`, one after
    the other as subprocesses (outputs in a temporary directory), each timed from its launch to
    its first greedy evaluation >= 475.
+
+All four go to a results file too (`--results`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
 from timing import median_seconds
 
 import apex
@@ -186,6 +189,7 @@ def main() -> None:
                         help="leave out the CartPole runs against d3qn_agent.py")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="seeds of the CartPole runs")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
@@ -231,6 +235,12 @@ def main() -> None:
     # The paper's learner samples 19 * 512 transitions per ~12,500 collected: at our batch size
     # that many samples per env step is this many updates per env step.
     paper_rho = PAPER["batches_per_second"] * PAPER["batch_size"] / paper_steps / config.batch_size
+    measured: dict = {
+        "steps": args.steps,
+        "throughput": [{"actors": num_actors, "updates_per_step": pacing,
+                        "env_steps_per_second": collected, "updates_per_second": updates}
+                       for (num_actors, pacing), (collected, updates) in rates.items()],
+        "costs_seconds": costs, "projections": {}}
     print(f"\nprojection (CartPole costs above; each actor {actor_rate:.0f} env steps/s on a core "
           "of its own, the rate one unpaced actor reached here):")
     for title, rho in ((f"apex.py's pacing, {config.updates_per_step:g} updates per env step",
@@ -242,8 +252,10 @@ def main() -> None:
         print("| actors | actors could collect (steps/s) | achievable (steps/s) | learner "
               "updates/s | replay actor busy | object store MB/s | bottleneck |")
         print("|---|---|---|---|---|---|---|")
+        measured["projections"][title] = []
         for num_actors in ACTOR_COUNTS:
             row = project(costs, config, actor_rate, num_actors, rho)
+            measured["projections"][title].append({"actors": num_actors, **row})
             print(f"| {num_actors} | {row['demand']:,.0f} | {row['rate']:,.0f} | "
                   f"{row['updates']:,.0f} | {100 * row['replay_busy']:.0f}% | "
                   f"{row['store_mb']:.1f} | {row['bottleneck']} |")
@@ -260,14 +272,21 @@ def main() -> None:
           f"learner {PAPER['batches_per_second']} batches of {PAPER['batch_size']}/s (~"
           f"{PAPER['batches_per_second'] * PAPER['batch_size']:,} sampled transitions/s, "
           f"{PAPER['batches_per_second'] / paper_steps:.4f} updates per agent step)")
-    if args.skip_solve:
-        return
+    if not args.skip_solve:
+        measured["solved_seconds"] = solve_times(args.seeds)
+    provenance.write_results(args.results, measured)
+
+
+def solve_times(seeds: list[int]) -> list[dict[str, float | None]]:
+    """Per seed, the seconds from launch to the first greedy evaluation >= 475 of apex.py and
+    of d3qn_agent.py, printed as a table; returned."""
+    times = []
     print("\nCartPole-v1 solved (first greedy evaluation >= 475), seconds from launch:")
     print("| seed | apex.py (2 actors) | d3qn_agent.py |")
     print("|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         outputs = ["--model-dir", directory, "--plot-dir", directory]
-        for seed in args.seeds:
+        for seed in seeds:
             apex_seconds, _ = time_to_solve(
                 [sys.executable, str(ROOT / "apex.py"), "--stop-when-solved", "--seed", str(seed),
                  *outputs], "solved (>=", directory)
@@ -276,6 +295,8 @@ def main() -> None:
                 "solved (>=", directory)
             print(f"| {seed} | {apex_seconds or float('nan'):.0f} | "
                   f"{d3qn_seconds or float('nan'):.0f} |", flush=True)
+            times.append({"seed": seed, "apex.py": apex_seconds, "d3qn_agent.py": d3qn_seconds})
+    return times
 
 
 if __name__ == "__main__":

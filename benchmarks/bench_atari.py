@@ -43,15 +43,16 @@ greedy evaluations (every 250,000 steps) fall outside the measured window.
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then, for images, the replay memory's bytes per transition, measured from
 its numpy arrays (frame store + sum tree) after the run. The 2-core CPU may be shared: the load
-average before and after is printed with the numbers.
+average before and after is printed with the numbers. All of it, "before" and "now", goes to a
+results file too (`--results`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
-import re
 import resource
 import shlex
 import subprocess
@@ -65,6 +66,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
+import provenance
 from agent_loop import run_steps, skip_end_of_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +81,7 @@ EXPLORATION_STEPS = 1  # 1: epsilon at its final 0.01 already (Atari default 100
 SEED = 0  # seeds the agent, its environment and its replay memory
 BEFORE_COMMIT = "538808e"  # the last commit before the fast path
 TRAIN_FREQUENCY = 2  # env steps per gradient step: the Pong preset's (Atari preset: 4)
+MEASURED = "measured: json "  # the last line of a --before subprocess, before what it measured
 
 # The measured parts of one agent step, in the order the loop runs them.
 PARTS = {
@@ -127,6 +130,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--per", dest="use_per", action=argparse.BooleanOptionalAction,
                         default=True, help="prioritized replay (--no-per: uniform replay)")
     parser.add_argument("--seed", type=int, default=SEED, help="random seed")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     for name in ("steps", "memory_size", "exploration_steps"):
         if getattr(args, name) < 1:
@@ -205,8 +209,9 @@ def print_time_table(watches: Stopwatches, steps: int, wall: float) -> None:
         for group, parts in GROUPS.items()))
 
 
-def print_memory_bytes(agent: Any) -> None:
-    """Replay bytes per transition: array bytes per slot times slots per stored transition."""
+def print_memory_bytes(agent: Any) -> dict[str, float]:
+    """Replay bytes per transition: array bytes per slot times slots per stored transition.
+    Returns what it printed."""
     memory = agent.MEMORY
     storage = memory.storage
     storage_bytes = owned_array_bytes(storage)
@@ -228,11 +233,14 @@ def print_memory_bytes(agent: Any) -> None:
     state_bytes = int(np.prod(agent.state_shape))
     print(f"  for comparison: a uint8 state + next_state pair is {2 * state_bytes:,} bytes, "
           f"float32 {8 * state_bytes:,} bytes")
+    return {"storage_bytes": storage_bytes, "sum_tree_bytes": tree_bytes,
+            "capacity": memory.capacity, "slots_per_transition": slots_per_transition,
+            "bytes_per_transition": per_slot * slots_per_transition}
 
 
-def measure(args: argparse.Namespace) -> float:
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Build the agent of `args.code` (this checkout, or an unpacked commit), warm it up, time
-    `args.steps` agent steps and print where the time went; return the agent steps per second."""
+    `args.steps` agent steps and print where the time went; return what it measured."""
     sys.path.insert(0, args.code)
     import d3qn_agent
     # Commits before the helpers moved into d3qn_utils/ kept them beside d3qn_agent.py.
@@ -266,15 +274,18 @@ def measure(args: argparse.Namespace) -> float:
         print()
         print_time_table(watches, args.steps, wall)
         print()
+        measured = {"steps_per_second": speed, "steps": args.steps, "wall_seconds": wall,
+                    "parts": {part: {"seconds": watches.seconds[part],
+                                     "calls": watches.calls[part]} for part in PARTS}}
         if len(agent.state_shape) == 3:
-            print_memory_bytes(agent)
+            measured["replay_memory"] = print_memory_bytes(agent)
             print()
-    return speed
+    return measured
 
 
-def measure_commit(revision: str, argv: list[str]) -> float:
+def measure_commit(revision: str, argv: list[str]) -> dict[str, Any]:
     """Unpack `revision`'s files into a temporary directory and measure them in a subprocess
-    with the same arguments; print its output; return its agent steps per second."""
+    with the same arguments; print its output; return what it measured."""
     with tempfile.TemporaryDirectory() as code:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
                                  capture_output=True, check=True).stdout
@@ -282,32 +293,43 @@ def measure_commit(revision: str, argv: list[str]) -> float:
         result = subprocess.run(
             [sys.executable, __file__, *argv, "--before", "none", "--code", code],
             capture_output=True, text=True, check=True)
-    print(result.stdout, end="")
-    return float(re.findall(r"agent steps/s: ([\d,.]+)", result.stdout)[-1].replace(",", ""))
+    *shown, measured = result.stdout.splitlines()
+    print("\n".join(shown))
+    return json.loads(measured.removeprefix(MEASURED))
 
 
 def main() -> None:
     args = parse_args()
-    if args.code == str(ROOT):  # not the subprocess measuring --before
-        print("command: python " + shlex.join(sys.argv))
-        print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
-    speeds = {}
+    if args.code != str(ROOT):  # the subprocess measuring --before: its parent writes it down
+        print(MEASURED + json.dumps(measure(args)))
+        return
+    print("command: python " + shlex.join(sys.argv))
+    load_before = os.getloadavg()
+    print(f"{os.cpu_count()} CPUs, load average before {load_before[0]:.2f} (1 min)")
+    measured = {}
     if args.before != "none":
         print(f"\n== before: commit {args.before}")
         same_settings = [f"--{name.replace('_', '-')}={value}"
                          for name, value in vars(args).items()
-                         if name not in ("before", "code", "use_per", "gradient_steps_per_call")]
+                         if name not in ("before", "code", "use_per", "gradient_steps_per_call",
+                                         "results")]
         same_settings.append("--per" if args.use_per else "--no-per")
-        speeds["before"] = measure_commit(args.before, same_settings)
+        measured["before"] = measure_commit(args.before, same_settings)
         print("\n== now: this checkout")
-    speeds["now"] = measure(args)
-    print(f"load average after {os.getloadavg()[0]:.2f} (1 min)")
+    measured["now"] = measure(args)
+    load_after = os.getloadavg()
+    speeds = {variant: found["steps_per_second"] for variant, found in measured.items()}
+    print(f"load average after {load_after[0]:.2f} (1 min)")
     print("agent steps/s: " + ", ".join(f"{variant} {speed:,.1f}"
                                         for variant, speed in speeds.items()))
     if "before" in speeds:
         print(f"now / before: {speeds['now'] / speeds['before']:.2f}x")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
+    provenance.write_results(args.results, {
+        "env_name": args.env_name, "before_commit": args.before, **measured,
+        "load_average_before": load_before, "load_average_after": load_after,
+        "peak_resident_mb": peak_mb})
 
 
 if __name__ == "__main__":

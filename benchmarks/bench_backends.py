@@ -10,7 +10,8 @@ the game's preset: batch 32 for Atari and MinAtar, the double-DQN n-step target,
 Huber loss, Adam. A gradient step is timed as `DQNAgent.learn` on random batches sent from the
 host, |TD errors| returned to it, the median of REPEATS calls after a warm-up, divided by the
 steps per call; a greedy action as `DQNAgent.greedy_actions` on one state. Prints the device
-each backend ran on. For env steps/s of the whole agent loop: `bench_atari.py --before none`.
+each backend ran on, and writes what it measured to a results file (`--results`). For env
+steps/s of the whole agent loop: `bench_atari.py --before none`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
 from timing import median_seconds
 
 ENV_NAME = "PongNoFrameskip-v4"  # whose preset and network are timed
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.env_name, args.repeats)))
@@ -92,17 +95,23 @@ def main() -> None:
     print("| backend | device | " + " | ".join(f"step, {n} per call" for n in STEPS_PER_CALL)
           + " | greedy action |")
     print("|---|---|" + "---|" * (len(STEPS_PER_CALL) + 1))
+    measured: dict = {"env_name": args.env_name, "repeats": args.repeats,
+                      "load_average_before": os.getloadavg(), "backends": {}}
     for backend in args.backends:
         result = subprocess.run(
             [sys.executable, __file__, "--child", "--env-name", args.env_name, "--repeats",
              str(args.repeats)], env={**os.environ, "KERAS_BACKEND": backend},
             capture_output=True, text=True)
         if result.returncode != 0:
-            print(f"| {backend} | failed: {result.stderr.strip().splitlines()[-1]} |")
+            error = result.stderr.strip().splitlines()[-1]
+            measured["backends"][backend] = {"failed": error}
+            print(f"| {backend} | failed: {error} |")
             continue
         found = json.loads(result.stdout.strip().splitlines()[-1])
+        measured["backends"][backend] = found
         steps = " | ".join(f"{found['step_ms'][str(n)]:.2f}" for n in STEPS_PER_CALL)
         print(f"| {backend} | {found['device']} | {steps} | {found['act_ms']:.2f} |")
+    provenance.write_results(args.results, measured)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 Builds the Pong agent with the Atari defaults, fills its prioritized replay (PER.Memory over a
 replay_storage.FrameStackStorage) to capacity with real Pong frames from random play through the
 agent's own loop, then times `agent.save_checkpoint` and `agent.resume` (which includes
-replaying the episode in progress) and prints the size of each file. Everything goes to a
-temporary directory.
+replaying the episode in progress) and prints the size of each file. The checkpoint goes to a
+temporary directory, what was measured to a results file (`--results`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
 from agent_loop import run_steps, skip_end_of_run
 
 from d3qn_agent import DQNAgent
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--env-name", default="PongNoFrameskip-v4", help="Atari game id")
     parser.add_argument("--memory-size", type=int, default=100_000, help="replay capacity")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as directory:
@@ -43,7 +45,8 @@ def main() -> None:
         )
         skip_end_of_run(agent)
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")
-        print(f"filled in {run_steps(agent, args.memory_size):.0f} s")
+        fill_seconds = run_steps(agent, args.memory_size)
+        print(f"filled in {fill_seconds:.0f} s")
 
         tracemalloc.start()
         start = time.perf_counter()
@@ -62,6 +65,12 @@ def main() -> None:
         print(f"checkpoint of a {len(agent.MEMORY):,}-transition replay: {total / 1e6:.0f} MB on "
               f"disk, saved in {save_seconds:.1f} s, loaded in {load_seconds:.1f} s; extra "
               f"memory while saving (numpy/Python allocations): {save_peak / 1e6:.0f} MB")
+        transitions = len(agent.MEMORY)
+    provenance.write_results(args.results, {
+        "env_name": args.env_name, "memory_size": args.memory_size, "seed": args.seed,
+        "transitions": transitions, "fill_seconds": fill_seconds, "file_bytes": sizes,
+        "save_seconds": save_seconds, "load_seconds": load_seconds,
+        "save_peak_allocated_bytes": save_peak})
 
 
 if __name__ == "__main__":

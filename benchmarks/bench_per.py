@@ -12,12 +12,13 @@ computed as the code the tutorial borrows from does (an O(N) min scan over the l
 `batch_update(n)` gives new priorities to the n slots just sampled, as a training step does: each
 call samples a batch (not timed) and times the update alone, for every memory alike. A batch of
 slots spread over the tree is what training updates, and what is in the cache then is what its
-own sample left there.
+own sample left there. What it measured goes to a results file too (`--results`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import statistics
 import sys
 import time
@@ -27,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
+
 from PER import Memory
 
 STATE_SIZE = 4  # CartPole observation
@@ -152,6 +155,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=2**20, help="memory size (default 2^20)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per row (median)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
 
@@ -195,15 +199,21 @@ def main() -> None:
 
     header = f"{'operation':<18}{'PER.py us':>12}{'loop us':>12}{'speed-up':>10}"
     print(header + (f"{'cpprb us':>12}{'PER.py/cpprb':>14}" if cpprb else ""))
+    measured: dict = {"capacity": args.capacity, "repeats": args.repeats,
+                      "cpprb": importlib.metadata.version("cpprb") if cpprb else None,
+                      "microseconds": {}}
     for name, ours, theirs in rows:
         calls = 2000 if "256" not in name else 500
         ours_us = ours(memory, calls, args.repeats)
         loop_us = ours(baseline, max(calls // 20, 10), args.repeats)
         line = f"{name:<18}{ours_us:>12.1f}{loop_us:>12.1f}{loop_us / ours_us:>9.1f}x"
+        measured["microseconds"][name] = {"PER.py": ours_us, "tutorial loop": loop_us}
         if cpprb:
             cpprb_us = theirs(cpprb, calls, args.repeats)
             line += f"{cpprb_us:>12.1f}{ours_us / cpprb_us:>13.2f}x"
+            measured["microseconds"][name]["cpprb"] = cpprb_us
         print(line, flush=True)
+    provenance.write_results(args.results, measured)
 
 
 def cpprb_args(transition: tuple) -> dict:

@@ -15,7 +15,8 @@ Then times, on random inputs, the agent's compiled gradient step and a square fl
 (`tf.linalg.matmul`, large enough to run at the CPU's best rate), and prints both rates in
 GFLOP/s. Dividing the step's arithmetic by the matmul's rate gives a lower bound on a gradient
 step's time; with a step every TRAIN_FREQUENCY agent steps and everything else free (acting,
-the emulator, the replay) that bounds the agent steps per second.
+the emulator, the replay) that bounds the agent steps per second. What it measured goes to a
+results file too (`--results`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
 from timing import median_seconds
 
 from d3qn_agent import DQNAgent
@@ -98,6 +100,7 @@ def main() -> None:
     parser.add_argument("--no-xla", dest="xla", action="store_false",
                         help="run the gradient step without XLA (fastest with oneDNN here)")
     parser.add_argument("--repeats", type=int, default=50, help="timed gradient steps")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
@@ -125,6 +128,13 @@ def main() -> None:
           f"{bound:.1f} agent steps/s, {bound / BEFORE_STEPS_PER_SECOND:.2f}x the "
           f"{BEFORE_STEPS_PER_SECOND} before the fast path (target 1.5x: "
           f"{1.5 * BEFORE_STEPS_PER_SECOND:.1f})")
+    provenance.write_results(args.results, {
+        "env_name": args.env_name, "batch_size": batch_size, "xla": args.xla,
+        "train_frequency": args.train_frequency, "repeats": args.repeats,
+        "forward_flops_per_sample": forward, "first_convolution_flops": first_conv,
+        "gradient_step_flops": step_flops, "gradient_step_seconds": step_seconds,
+        "matmul_size": MATMUL_SIZE, "matmul_seconds": matmul_seconds,
+        "matmul_flops_per_second": matmul_rate})
 
 
 if __name__ == "__main__":

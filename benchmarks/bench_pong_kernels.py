@@ -20,7 +20,8 @@ Then the greedy action for one state (timed before the gradient steps), the acti
 every env step: the call that acting uses (`GreedyPolicy` with the Conv2D torso, traced and
 compiled by XLA), the same call traced without XLA, both again for the bfloat16 torso, and the
 numpy forward pass of `greedy_policy.py` on the PatchConv2D torso, without and with the copy of
-the weights that it needs after each training call.
+the weights that it needs after each training call. What it measured goes to a results file
+too (`--results`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import keras
 import numpy as np
+import provenance
 from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step
 from timing import median_seconds
 
@@ -102,6 +104,7 @@ def greedy_calls(agents: dict[str, DQNAgent]) -> dict[str, Callable[[], object]]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
@@ -129,6 +132,11 @@ def main() -> None:
     print(f"\ngreedy action for one state (median of {args.rounds} rounds of {CALLS})")
     for name, seconds in actions.items():
         print(f"{name:<28} {seconds * 1e3:7.3f} ms")
+    provenance.write_results(args.results, {
+        "env_name": ENV_NAME, "batch_size": conv_agent.config.batch_size, "rounds": args.rounds,
+        "calls_per_round": CALLS, "gradient_step_flops": step_flops,
+        "matmul_flops_per_second": matmul_rate, "gradient_step_seconds": steps,
+        "greedy_action_seconds": actions})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ of the memory's sum tree (tracemalloc), and how many slots each transition costs
 plus four per episode, from the measured episode lengths). It then extrapolates to a large
 memory. The extrapolation is explicit arithmetic: bytes per slot do not depend on capacity, and
 the per-episode overhead is taken from the random policy's episode lengths (a trained agent's
-Pong episodes are longer, so its overhead is smaller).
+Pong episodes are longer, so its overhead is smaller). What it measured goes to a results file
+too (`--results`).
 
 Run: python benchmarks/bench_replay_memory_bytes.py [--help]
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import provenance
+
 import PER
 from atari_wrappers import make_env
 from d3qn_utils.replay_storage import FrameStackStorage
@@ -44,6 +47,7 @@ def parse_args() -> argparse.Namespace:
                         help="memory size (transitions) to extrapolate to")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="sample() batch size")
     parser.add_argument("--seed", type=int, default=SEED, help="environment and policy seed")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.steps < args.capacity:
         parser.error(f"--steps {args.steps} must be >= --capacity {args.capacity} to fill it")
@@ -123,6 +127,15 @@ def main() -> None:
     print(f"  float32 state + next_state   {args.target_transitions * float32_pair / 1e9:>8.2f} GB")
     print(f"  PER.Memory sum tree          {tree_bytes / args.capacity * target_slots / 1e9:>8.2f}"
           " GB more (same for any storage)")
+    provenance.write_results(args.results, {
+        "env_id": args.env_id, "capacity": args.capacity, "steps": args.steps, "seed": args.seed,
+        "storage_bytes": storage_bytes, "sum_tree_bytes": tree_bytes,
+        "episode_lengths": episode_lengths, "slots_per_transition": slots_per_transition,
+        "bytes_per_transition": {"FrameStackStorage": bytes_per_transition,
+                                 "uint8 state + next_state": uint8_pair,
+                                 "float32 state + next_state": float32_pair},
+        "store_seconds_per_transition": store_seconds / args.steps,
+        "sample_seconds": {str(args.batch_size): sample_seconds}})
 
 
 if __name__ == "__main__":

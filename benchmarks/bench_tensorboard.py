@@ -10,7 +10,8 @@ after the other, the order repeated; prints the median seconds per env step. The
 `Memory.sample` on a full 50,000-slot memory with and without `priority_figure.ReplayStatistics`
 counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
 scalars of the event files in DIR (e.g. the default run with --tensorboard) to
-plots/tensorboard_<run name>.png, the figure in the README.
+plots/tensorboard_<run name>.png, the figure in the README. The costs go to a results file too
+(`--results`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import provenance
+
 import d3qn_agent
 from d3qn_utils.priority_figure import ReplayStatistics
 from PER import Memory
@@ -108,6 +111,7 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=3_000, help="env steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant")
     parser.add_argument("--draw", metavar="DIR", help="draw this run's event files instead")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.draw:
         print(f"figure: {draw(args.draw)}")
@@ -129,6 +133,11 @@ def main() -> None:
     print(f"\nMemory.sample(128), 50,000 slots: {alone:.1f} us without replay statistics, "
           f"{observed:.1f} us with them counting the draw (+{observed - alone:.1f} us per "
           "gradient step)")
+    provenance.write_results(args.results, {
+        "total_steps": args.total_steps, "repeats": args.repeats,
+        "seconds_per_env_step": timings,
+        "sample_128_microseconds": {"without replay statistics": alone,
+                                    "with replay statistics": observed}})
 
 
 if __name__ == "__main__":

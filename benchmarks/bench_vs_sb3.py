@@ -32,12 +32,14 @@ or AMX) as one more agent of each round; SB3 stays in float32, as it ships.
 of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
 without `stable_baselines3` (and torch) installed the script says so and measures ours alone.
 The 2-core CPU may be shared: the load average is printed with the numbers, and the ratio is the
-claim (both measured in this one run).
+claim (both measured in this one run). Every round's speeds go to a results file (`--results`),
+with torch's and SB3's versions.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import os
 import shlex
@@ -49,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+import provenance
 from agent_loop import run_steps, skip_end_of_run
 
 from d3qn_agent import DQNAgent
@@ -140,6 +143,7 @@ def main() -> None:
                         help="also measure ours with BFLOAT16 (its convolutions in bfloat16)")
     parser.add_argument("--no-sb3", dest="sb3", action="store_false",
                         help="measure ours alone, even with Stable-Baselines3 installed")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     preset, bench = game_settings(args.env_name)
     steps = bench["steps"] if args.steps is None else args.steps
@@ -149,7 +153,8 @@ def main() -> None:
                      f"{preset['learning_starts']} (learning_starts), got {steps}, "
                      f"{args.rounds} and {warmup}")
     print("command: python " + shlex.join(sys.argv))
-    print(f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f} (1 min)")
+    load_before = os.getloadavg()
+    print(f"{os.cpu_count()} CPUs, load average before {load_before[0]:.2f} (1 min)")
     agents = {"ours, float32": lambda: measure_ours(args.env_name, steps, warmup, args.seed)}
     if args.bfloat16:
         agents["ours, bfloat16 convs"] = lambda: measure_ours(args.env_name, steps, warmup,
@@ -166,7 +171,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for agent, measure in agents.items():
             speeds[agent].append(measure())
-    print(f"load average after {os.getloadavg()[0]:.2f} (1 min)")
+    load_after = os.getloadavg()
+    print(f"load average after {load_after[0]:.2f} (1 min)")
     print(f"{args.env_name}, {steps:,} timed env steps each after {warmup:,} untimed, "
           f"{args.rounds} round{'s' if args.rounds > 1 else ''}")
     budget = bench["budget"]
@@ -180,6 +186,12 @@ def main() -> None:
     for agent, speed in medians.items():
         if sb3 and not agent.startswith("SB3"):
             print(f"{agent} / SB3 (its faster run): {speed / max(sb3):.2f}x")
+    installed = {name: importlib.metadata.version(name) if importlib.util.find_spec(name)
+                 else None for name in ("stable_baselines3", "torch")}
+    provenance.write_results(args.results, {
+        "env_name": args.env_name, "steps": steps, "warmup": warmup, "rounds": args.rounds,
+        "env_steps_per_second": speeds, "load_average_before": load_before,
+        "load_average_after": load_after, "versions": installed})
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ skipped; a run that was stopped (Ctrl-C, SIGTERM, a kill, a lost session) contin
 newest checkpoint, kept under --work-dir outside the repository, so a study can span sessions.
 
 A finished run writes benchmarks/results/<study>/<game>/<variant>/seed<N>.json (a "/" in the
-game's id as "-"): the command, the commit, the settings, the evaluation curve, the steps to
-solve, wall time and steps/s (with the load average: another job shares the cores), the last
-training episodes' scores, and the last network's returns on FINAL_EPISODES fresh greedy
-episodes, whose seeds no evaluation during training used (the same episodes for every variant
-of a seed). A study may keep a run's last network to watch: the MinAtar study copies each
-game's PER seed-0 network to models/pretrained/<game>.keras (`--pretrained-dir`).
+game's id as "-"): the run's command and `provenance.stamp`'s commit, date, machine, backend
+and versions, the settings, the evaluation curve, the steps to solve, wall time and steps/s
+(with the load average: another job shares the cores), the last training episodes' scores, and
+the last network's returns on FINAL_EPISODES fresh greedy episodes, whose seeds no evaluation
+during training used (the same episodes for every variant of a seed). A study may keep a run's
+last network to watch: the MinAtar study copies each game's PER seed-0 network to
+models/pretrained/<game>.keras (`--pretrained-dir`).
 
 `report` reads only those files: per game and variant the IQM of the last networks' scores with
 its 95% stratified-bootstrap CI (rliable; Agarwal et al. 2021), the mean, the seeds at the
@@ -43,11 +44,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import fcntl
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -55,12 +54,13 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import provenance
 from pong_logs import RunLog, parse_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,16 +159,6 @@ def pending_runs(runs: list[Run], results: Path = RESULTS) -> list[Run]:
     return [run for run in runs if not run.result_path(results).exists()]
 
 
-def commit() -> str:
-    """The checked-out commit, marked when the work tree has changes that are not in it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--",
-                                                        "*.py") else "")
-
-
 def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path | None = None
           ) -> dict[str, Any] | None:
     """Train `run` in this process (continuing from its newest checkpoint, if any), score its
@@ -181,7 +171,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     import d3qn_agent
     from d3qn_utils import run_files, settings
 
-    code = commit()  # the code this process loads; the checkout may move on while it trains
+    code = provenance.commit()  # the code this process loads; the checkout may move on
     work_dir = run.work_dir(work_root)
     work_dir.mkdir(parents=True, exist_ok=True)
     flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
@@ -210,11 +200,9 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     steps, episodes, means = (list(column) for column in zip(*agent.evaluations, strict=True))
     result = {
         "study": run.study, "game": run.game, "variant": run.variant, "seed": run.seed,
-        "command": ("KERAS_BACKEND=jax " if keras.backend.backend() == "jax" else "")
-        + shlex.join(["python", "d3qn_agent.py", *run.arguments()]),
-        "commit": code,
-        "backend": keras.backend.backend(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        # The run's own command, which repeats it; the rest of the stamp is this process's.
+        **provenance.stamp(("KERAS_BACKEND=jax " if keras.backend.backend() == "jax" else "")
+                           + shlex.join(["python", "d3qn_agent.py", *run.arguments()]), code),
         "settings": {name: list(value) if isinstance(value, tuple) else value
                      for name, value in vars(agent.config).items()
                      if name not in ("model_dir", "plot_dir", "checkpoint_every")},
@@ -233,7 +221,6 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
         "steps_per_second": timing["steps"] / timing["seconds"],
         "wall_seconds": agent.step * timing["seconds"] / timing["steps"],
         "load_average": os.getloadavg(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.cpu_count() or 1),
     }
     path = run.result_path(results)
@@ -355,10 +342,79 @@ def load_results(study: str, results: Path = RESULTS) -> dict[str, dict[str, lis
     return found
 
 
+class IntervalCache:
+    """Bootstrap estimates already computed, each under a hash of all it was computed from: the
+    metric, the resamples, the scores and rliable's and arch's versions. A bootstrap of 10,000
+    resamples takes seconds per game, so rendering every page from the result files at each
+    check would take many minutes; a changed score changes the hash and is computed afresh.
+    `save` keeps only the entries used since the cache was read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stored: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+        self.used: dict[str, dict] = {}
+
+    @staticmethod
+    def key(scores: dict[str, Any], metric: Any, reps: int) -> str:
+        import hashlib
+        import importlib.metadata
+
+        # The scores in their order: rliable resamples them in turn from one generator.
+        inputs = {"metric": metric.__qualname__, "reps": reps,
+                  "versions": [importlib.metadata.version(name) for name in ("rliable", "arch")],
+                  "scores": [[name, [np.asarray(part).tolist() for part in value]
+                              if isinstance(value, tuple) else np.asarray(value).tolist()]
+                             for name, value in scores.items()]}
+        return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
+
+    def estimates(self, scores: dict[str, Any], metric: Any, reps: int
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        key = self.key(scores, metric, reps)
+        if key not in self.stored:
+            points, intervals = bootstrap(scores, metric, reps)
+            self.stored[key] = {"points": {name: np.asarray(value).tolist()
+                                           for name, value in points.items()},
+                                "intervals": {name: np.asarray(value).tolist()
+                                              for name, value in intervals.items()}}
+        self.used[key] = self.stored[key]
+        return ({name: np.asarray(value) for name, value in self.used[key]["points"].items()},
+                {name: np.asarray(value) for name, value in self.used[key]["intervals"].items()})
+
+    def text(self) -> str:
+        """The file `save` writes: the entries used, one a line, in a fixed order."""
+        return "{\n" + ",\n".join(f"{json.dumps(key)}: {json.dumps(entry)}"
+                                   for key, entry in sorted(self.used.items())) + "\n}\n"
+
+    def save(self) -> None:
+        self.path.write_text(self.text())
+
+
+INTERVAL_CACHE: IntervalCache | None = None  # set by `cached_intervals`
+
+
+@contextlib.contextmanager
+def cached_intervals(cache: IntervalCache) -> Iterator[IntervalCache]:
+    """Within the block every bootstrap goes through `cache`."""
+    global INTERVAL_CACHE  # one cache for all the nested calls of a report
+    INTERVAL_CACHE = cache
+    try:
+        yield cache
+    finally:
+        INTERVAL_CACHE = None
+
+
 def interval_estimates(scores: dict[str, Any], metric: Any, reps: int
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """rliable's point estimates and 95% stratified-bootstrap CIs of `metric` on `scores`,
-    repeatable (a fixed bootstrap seed)."""
+    repeatable (a fixed bootstrap seed); from INTERVAL_CACHE where one is set."""
+    if INTERVAL_CACHE is not None:
+        return INTERVAL_CACHE.estimates(scores, metric, reps)
+    return bootstrap(scores, metric, reps)
+
+
+def bootstrap(scores: dict[str, Any], metric: Any, reps: int
+              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """`interval_estimates` computed: rliable with a fixed seed."""
     from rliable import library
 
     # rliable draws the resamples of two independent groups (P(X > Y)) from numpy's global
@@ -438,8 +494,8 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
     readings."""
     lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | IQM of last 100 "
              f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
-             "solve | mean wall time (s) | mean steps/s | mean load average |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "solve | mean wall time (s) | mean steps/s | mean load average | command | machine "
+             "| commit |", "|---" * 14 + "|"]
     improvements = ["| game | variant | P(improves on uniform) [95% CI]: last networks | "
                     "last 100 training episodes |", "|---|---|---|---|"]
     training_cells: dict[str, dict[str, str]] = {}  # game -> variant -> IQM [CI]
@@ -471,7 +527,8 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
                 f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
                 f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
-                f"{np.mean([run['load_average'][0] for run in runs]):.1f}"]) + " |")
+                f"{np.mean([run['load_average'][0] for run in runs]):.1f}",
+                *provenance_cells(runs)]) + " |")
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
                 cells = [format_interval(*improvement_interval(both[variant], both["uniform"]), 2)
@@ -500,6 +557,37 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
     if published:
         tables += ["", *published_table(training_cells, published)]
     return "\n".join(tables) + "\n"
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """[0, 1, 2, 4] -> "0-2, 4", with an en dash, as the pages write a span of seeds."""
+    spans: list[list[int]] = []
+    for seed in sorted(seeds):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(first) if first == last else f"{first}\N{EN DASH}{last}"
+                     for first, last in spans)
+
+
+def by_seeds(runs: list[dict], label: Any) -> str:
+    """`label(run)` for `runs`: the one label they share, or each with the seeds it is for."""
+    groups: dict[str, list[int]] = {}
+    for run in runs:
+        groups.setdefault(label(run), []).append(run["seed"])
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{text} (seeds {seeds_text(seeds)})" for text, seeds in groups.items())
+
+
+def provenance_cells(runs: list[dict]) -> list[str]:
+    """A table row's command, machine and commit cells, from its runs' result files: the
+    runs' command with the seed as N."""
+    return [by_seeds(runs, lambda run: "`" + run["command"].replace(
+                f"--seed {run['seed']}", "--seed N") + "`"),
+            by_seeds(runs, provenance.machine_label),
+            by_seeds(runs, provenance.commit_label)]
 
 
 def published_table(training_cells: dict[str, dict[str, str]],
@@ -683,21 +771,34 @@ def steps_to_target_tables(found: dict[str, dict[str, list[dict]]], window: int)
     return "\n".join([*lines, "", censored, "", *improvements]) + "\n"
 
 
-def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots") -> str:
-    """Recompute the study's tables and figures from its result files; return the tables."""
+def study_tables(study: str, results: Path = RESULTS) -> str:
+    """The study's tables, computed from its result files (what `report` writes, and what
+    `render_docs.py` puts on the pages)."""
     found = load_results(study, results)
     if not found:
         raise ValueError(f"no result files for study {study!r} under {results / study}")
     defaults = STUDIES.get(study, {})
-    target_on = defaults.get("target_on", LAST_NETWORKS)
-    tables = report_tables(found, target_on, defaults.get("published"))
+    tables = report_tables(found, defaults.get("target_on", LAST_NETWORKS),
+                           defaults.get("published"))
     if window := defaults.get("steps_to_target"):
         tables += "\n" + steps_to_target_tables(found, window)
-    (results / study / "report.md").write_text(
-        f"Written by `python benchmarks/study.py report {study}` from the result files "
-        f"beside it.\n\n{tables}")
-    paths = draw_figures(study, found, plot_dir, target_on)
-    if window:
+    return tables
+
+
+def report_markdown(study: str, tables: str) -> str:
+    """The text of benchmarks/results/<study>/report.md."""
+    return (f"Written by `python benchmarks/study.py report {study}` from the result files "
+            f"beside it.\n\n{tables}")
+
+
+def report(study: str, results: Path = RESULTS, plot_dir: Path = ROOT / "plots") -> str:
+    """Recompute the study's tables and figures from its result files; return the tables."""
+    tables = study_tables(study, results)
+    (results / study / "report.md").write_text(report_markdown(study, tables))
+    found = load_results(study, results)
+    defaults = STUDIES.get(study, {})
+    paths = draw_figures(study, found, plot_dir, defaults.get("target_on", LAST_NETWORKS))
+    if window := defaults.get("steps_to_target"):
         paths.append(draw_training_curves(study, found, plot_dir, window))
     return tables + "\n" + "\n".join(
         f"figure: {os.path.relpath(path, ROOT)}" for path in paths) + "\n"
@@ -717,6 +818,7 @@ def compare(study: str, baseline: str, game: str, variant: str, results: Path = 
     header = "| study | runs | IQM, last networks [95% CI] | IQM, last 100 training episodes |"
     if window:
         header += f" IQM, steps to a {window}-episode training mean at the target | got there |"
+    header += " command | machine | commit |"
     lines = [f"{game}, {VARIANTS[variant][0]}: {study} against {baseline}", "", header,
              "|---" * (header.count("|") - 1) + "|"]
     for name, found in runs.items():
@@ -730,6 +832,7 @@ def compare(study: str, baseline: str, game: str, variant: str, results: Path = 
         if window:
             cells += [format_steps(points["steps"], intervals["steps"]),
                       f"{runs_at_target(found, window)}/{len(found)}"]
+        cells += provenance_cells(found)
         lines.append(f"| {name} | {len(found)} | " + " | ".join(cells) + " |")
     scores = {"last networks": lambda run: run["final_score"],
               "last 100 training episodes": training_score}

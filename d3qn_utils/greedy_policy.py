@@ -2,8 +2,10 @@
 
 Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
 (docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
-weights, taken again after `weights_changed()`; the Nature torso stays in a compiled call. With
-the dueling head the greedy action is argmax A(s, .): V shifts every action's Q alike.
+weights, taken again after `weights_changed()` (on CartPole once a training call, every
+TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL = 32 environment steps); the Nature torso stays in a
+compiled call. With the dueling head the greedy action is argmax A(s, .): V shifts every action's
+Q alike.
 """
 
 from __future__ import annotations

@@ -1,0 +1,175 @@
+"""What every results file says about how it was made, stamped by the code that measured it:
+the command line, the commit (and whether Python files had uncommitted changes), the date, the
+machine (CPU model, cores, the CPU features that change the arithmetic, any GPU), the Keras
+backend and the versions of the packages that compute. `benchmarks/render_docs.py` renders the
+pages' command, machine and commit columns from these fields, so none of them is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+# /proc/cpuinfo flag -> its name in the tables: the units that decide which kernels TensorFlow
+# and XLA pick (oneDNN turns itself on with AVX-512 VNNI or BF16 or AMX; bfloat16 needs
+# AVX512_BF16 or AMX to be fast).
+CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX512_VNNI",
+                "avx512_bf16": "AVX512_BF16", "amx_tile": "AMX"}
+# Environment variables that change what a run computes or how fast, kept in its command line.
+COMMAND_ENVIRONMENT = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP_THREADS",
+                       "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES")
+PACKAGES = ("tensorflow", "keras", "jax", "numpy")
+MACHINE_NOT_RECORDED = "machine not recorded"
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=False).stdout.strip()
+
+
+def commit() -> tuple[str, bool]:
+    """The checked-out commit, and whether the work tree's Python files differ from it (a page
+    or a result file changed beside it does not change what was measured)."""
+    return git("rev-parse", "--short", "HEAD") or "unknown", bool(
+        git("status", "--porcelain", "--", "*.py"))
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """This process's command as a reader would type it from the repository root, with the
+    environment variables that change the computation in front."""
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0]).resolve()
+    shown = script.relative_to(ROOT).as_posix() if script.is_relative_to(ROOT) else argv[0]
+    environment = [f"{name}={os.environ[name]}" for name in COMMAND_ENVIRONMENT
+                   if name in os.environ]
+    return " ".join([*environment, shlex.join(["python", shown, *argv[1:]])])
+
+
+def cpu_flags() -> set[str]:
+    """The flags of /proc/cpuinfo's first processor (empty where there is none: not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it, else what Python knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[str]:
+    """The NVIDIA GPUs `nvidia-smi` lists, by name; none without it."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                            capture_output=True, text=True, check=False).stdout
+    return [line.strip() for line in listed.splitlines() if line.strip()]
+
+
+def machine() -> dict[str, Any]:
+    flags = cpu_flags()
+    return {"cpu": cpu_model(), "architecture": platform.machine(), "cores": os.cpu_count(),
+            "cpu_features": [name for flag, name in CPU_FEATURES.items() if flag in flags],
+            "gpus": gpus()}
+
+
+def versions() -> dict[str, str | None]:
+    """The installed versions of the packages that compute (None: not installed)."""
+    found: dict[str, str | None] = {}
+    for package in PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def backend() -> str:
+    """Keras' backend for this process (importing Keras decides it: the variable, else its
+    configuration file, else TensorFlow)."""
+    import keras
+
+    return keras.backend.backend()
+
+
+def stamp(command: str | None = None, code: tuple[str, bool] | None = None) -> dict[str, Any]:
+    """The facts every results file carries. `command` and `code` (a `commit()` taken earlier:
+    the checkout may move on during a long run) replace this process's own."""
+    head, uncommitted = commit() if code is None else code
+    return {"command": command or command_line(), "commit": head,
+            "uncommitted_changes": uncommitted,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": machine(), "backend": backend(), "versions": versions()}
+
+
+def add_results_argument(parser: argparse.ArgumentParser, script: str) -> None:
+    """`--results PATH`, by default benchmarks/results/<script>/<UTC date and time>.json: a new
+    file per measurement, so one made on another machine is never overwritten."""
+    name = Path(script).stem
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    parser.add_argument("--results", type=Path, default=RESULTS / name / f"{now}.json",
+                        help="where the measurements and their stamp go (default: "
+                             f"benchmarks/results/{name}/<UTC date and time>.json)")
+
+
+def plain(value: Any) -> Any:
+    """A numpy array or number as JSON writes it (json's `default`)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_results(path: Path, measured: dict[str, Any], **stamp_fields: Any) -> Path:
+    """Write `measured` under "results", beside this process's stamp, atomically; say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({**stamp(**stamp_fields), "results": measured}, indent=1,
+                                    default=plain) + "\n")
+    os.replace(temporary, path)
+    shown = path.resolve()
+    print(f"results: {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
+    return path
+
+
+def machine_label(result: dict[str, Any]) -> str:
+    """A results file's machine in a table cell. Files written before the stamp held the
+    machine say "machine not recorded", unless a log named it ("machine_from_log")."""
+    found = result.get("machine")
+    if isinstance(found, dict):
+        features = " ".join(found["cpu_features"]) or "none of " + " ".join(
+            CPU_FEATURES.values())
+        label = f"{found['cpu']}, {found['cores']} cores ({features})"
+        return label + "".join(f", {gpu}" for gpu in found.get("gpus", []))
+    if "machine_from_log" in result:
+        return result["machine_from_log"]["name"]
+    return MACHINE_NOT_RECORDED
+
+
+def commit_label(result: dict[str, Any]) -> str:
+    """A results file's commit in a table cell. Older study files wrote the uncommitted changes
+    into the commit string itself; a hand-made test file may have none."""
+    return result.get("commit", "no commit") + (" (with uncommitted changes)"
+                                                if result.get("uncommitted_changes") else "")

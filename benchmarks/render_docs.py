@@ -1,0 +1,215 @@
+"""The pages' results tables, rendered from the results files their scripts wrote.
+
+    python benchmarks/render_docs.py             # rewrite every rendered block from the files
+    python benchmarks/render_docs.py --check     # change nothing; exit 1 naming each that differs
+    python benchmarks/render_docs.py --check --recompute   # the bootstrap intervals afresh too
+
+A block in README.md or docs/*.md is the lines between `<!-- rendered: NAME -->` and
+`<!-- end rendered -->`; RENDERERS says how each NAME is rendered from the files under
+benchmarks/results/, each table with the command, machine and commit of its rows. A number typed
+into a block by hand makes `--check` (run by tests/test_render_docs.py) fail, naming the block;
+so does a study's report.md that its result files no longer give.
+
+The studies' confidence intervals are bootstraps of 10,000 resamples, minutes for a page, so
+they are kept in benchmarks/results/bootstrap_intervals.json under a hash of all they were
+computed from (`study.IntervalCache`): a changed result file is computed afresh, and
+`--recompute` computes every interval again and checks the kept ones against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import study
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERVALS_FILE = "bootstrap_intervals.json"  # under the results root
+BLOCK = re.compile(r"^<!-- rendered: (?P<name>\S+) -->\n(?P<body>.*?)^<!-- end rendered -->$",
+                   re.MULTILINE | re.DOTALL)
+BLOCK_START = re.compile(r"^<!-- rendered: \S+ -->$", re.MULTILINE)
+REPORTS = ("classic_control", "minatar", "pong")  # studies whose report.md is kept rendered
+
+
+@dataclass(frozen=True)
+class Screen:
+    """A table row of a screen: a study of its own under screens/, one game, a few seeds."""
+
+    study: str  # under benchmarks/results/screens/
+    game: str
+    setting: str  # what the row tried, in words: the flags beyond the preset of today
+
+
+def shown(path: Path) -> str:
+    """`path` as a message names it: from the repository root where it is inside."""
+    path = path.resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def pages(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
+    """Markdown: a row per screen with each seed's last-network score, training return, best
+    evaluation, wall time and load, and the runs' command, machine and commit."""
+    rows = []
+    for screen in screens:
+        variants = study.load_results(f"screens/{screen.study}", results).get(screen.game)
+        if not variants:
+            raise ValueError(f"screens/{screen.study} has no runs of {screen.game}")
+        runs = [run for found in variants.values() for run in found]
+        rows.append((screen, runs))
+    several = any(len(runs) > 1 for _, runs in rows)  # a mean column only where it means more
+    header = ["game", "setting (flags on today's preset)", "study (`screens/…`)", "seeds",
+              "last network", *(["mean"] if several else []), "last 100 training episodes",
+              "best evaluation (at step)", "wall time (s)", "load average", "command", "machine",
+              "commit"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for screen, runs in rows:
+        last = [run["final_score"] for run in runs]
+        cells = [screen.game, screen.setting, f"`{screen.study}`",
+                 ", ".join(str(run["seed"]) for run in runs),
+                 ", ".join(f"{score:.{digits}f}" for score in last),
+                 *([f"{np.mean(last):.{digits}f}"] if several else []),
+                 ", ".join(f"{study.training_score(run):.{digits}f}" for run in runs),
+                 ", ".join(best_evaluation(run) for run in runs),
+                 ", ".join(f"{run['wall_seconds']:,.0f}" for run in runs),
+                 ", ".join(f"{run['load_average'][0]:.1f}" for run in runs),
+                 *study.provenance_cells(runs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def best_evaluation(run: dict) -> str:
+    """The run's best greedy evaluation and its step: "23.1 at 2.0M" in a run of millions."""
+    means = run["evaluation"]["means"]
+    best = int(np.argmax(means))
+    step = run["evaluation"]["steps"][best]
+    at = f"{step / 1e6:.1f}M" if run["settings"]["total_steps"] >= 1_000_000 else f"{step:,}"
+    return f"{means[best]:.1f} at {at}"
+
+
+CLASSIC_SCREENS = [
+    Screen("acrobot_train_frequency_4", "Acrobot-v1", "`--train-frequency 4 --epsilon-min 0.1`"),
+    Screen("acrobot_train_frequency_1", "Acrobot-v1",
+           "`--epsilon-min 0.1` (a gradient step every env step, as the RL Zoo)"),
+    Screen("acrobot_train_frequency_1_epsilon_0.01", "Acrobot-v1", "**none: the preset**"),
+    Screen("lunarlander_preset", "LunarLander-v3", "**none: the preset** (a gradient step every "
+           "env step, ε down to 0.1, a target copy every 250 steps)"),
+    Screen("lunarlander_target_update_500", "LunarLander-v3", "`--target-update 500`"),
+    Screen("lunarlander_epsilon_0.02", "LunarLander-v3",
+           "`--epsilon-min 0.02` (stopped after one seed)"),
+    Screen("mountaincar_preset", "MountainCar-v0", "**none: the preset**"),
+]
+MINATAR_FIRST_SCREENS = [
+    Screen("minatar", "MinAtar/Breakout-v1", "`--n-step 3 --adam-epsilon 1e-7`"),
+    Screen("minatar-nstep1", "MinAtar/Breakout-v1", "`--adam-epsilon 1e-7`"),
+    Screen("minatar", "MinAtar/Asterix-v1", "`--n-step 3 --adam-epsilon 1e-7`"),
+    Screen("minatar-uniform", "MinAtar/Asterix-v1", "the same, `--no-per` (uniform replay)"),
+    Screen("minatar-gsc16", "MinAtar/Asterix-v1", "the same, `--gradient-steps-per-call 16`"),
+    Screen("minatar-lr2.5e-4", "MinAtar/Asterix-v1",
+           "the same, `--learning-rate 2.5e-4` (the MinAtar paper's step)"),
+    Screen("minatar-tf2", "MinAtar/Asterix-v1",
+           "the same, `--train-frequency 2` (twice the gradient steps)"),
+    Screen("minatar-adam-eps", "MinAtar/Asterix-v1",
+           "`--n-step 3` (Dopamine's Adam epsilon, 3-step returns)"),
+    Screen("minatar-nstep1", "MinAtar/Asterix-v1", "`--adam-epsilon 1e-7`"),
+]
+MINATAR_SECOND_SCREENS = [
+    *(Screen("minatar-nstep1", f"MinAtar/{game}-v1", "`--adam-epsilon 1e-7`")
+      for game in ("Freeway", "Seaquest", "SpaceInvaders")),
+    *(Screen("minatar-nstep1-adam-eps", f"MinAtar/{game}-v1", "none: today's preset")
+      for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")),
+    *(Screen("minatar-dopamine", f"MinAtar/{game}-v1",
+             "`--learning-rate 2.5e-4` (Revisiting Rainbow's DQN)")
+      for game in ("Asterix", "Breakout")),
+]
+
+# Block name -> its text from the results root.
+RENDERERS: dict[str, Callable[[Path], str]] = {
+    "classic_control": partial(study.study_tables, "classic_control"),
+    "classic_control_screens": partial(screens_table, CLASSIC_SCREENS, 1),
+    "cartpole_jax": partial(study.compare, "cartpole_jax", "classic_control", "CartPole-v1",
+                            "per"),
+    "minatar": partial(study.study_tables, "minatar"),
+    "minatar_screens_first_round": partial(screens_table, MINATAR_FIRST_SCREENS, 2),
+    "minatar_screens_second_round": partial(screens_table, MINATAR_SECOND_SCREENS, 2),
+    "minatar_jax": partial(study.compare, "minatar_jax", "minatar_tf_now",
+                           "MinAtar/Breakout-v1", "per"),
+    "pong": partial(study.study_tables, "pong"),
+    "pong_bf16": partial(study.compare, "pong_bf16", "pong", "PongNoFrameskip-v4", "per"),
+}
+
+
+def render_text(text: str, results: Path, where: str) -> tuple[str, list[str]]:
+    """`text` with each block rendered afresh, and the names of the blocks that changed."""
+    if len(BLOCK_START.findall(text)) != len(BLOCK.findall(text)):
+        raise ValueError(f"{where}: a `<!-- rendered: NAME -->` without its "
+                         "`<!-- end rendered -->`")
+    changed: list[str] = []
+
+    def render(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in RENDERERS:
+            raise ValueError(f"{where}: block {name!r} has no renderer "
+                             f"(known: {', '.join(RENDERERS)})")
+        body = RENDERERS[name](results)
+        if body != match.group("body"):
+            changed.append(name)
+        return f"<!-- rendered: {name} -->\n{body}<!-- end rendered -->"
+
+    return BLOCK.sub(render, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each block that differs")
+    parser.add_argument("--recompute", action="store_true",
+                        help=f"compute every bootstrap afresh, not from {INTERVALS_FILE}")
+    parser.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are")
+    parser.add_argument("--results", type=Path, default=study.RESULTS,
+                        help="the results files' root")
+    args = parser.parse_args(argv)
+    intervals = args.results / INTERVALS_FILE
+    cache = study.IntervalCache(intervals)
+    kept = dict(cache.stored)
+    if args.recompute:
+        cache.stored = {}
+    differs: list[str] = []
+    try:
+        with study.cached_intervals(cache):
+            for page in pages(args.root):
+                where = shown(page)
+                text, changed = render_text(page.read_text(), args.results, where)
+                differs += [f"{where}: block {name}" for name in changed]
+                if changed and not args.check:
+                    page.write_text(text)
+            for name in REPORTS:
+                report = args.results / name / "report.md"
+                text = study.report_markdown(name, study.study_tables(name, args.results))
+                if not report.exists() or report.read_text() != text:
+                    differs.append(shown(report))
+                    if not args.check:
+                        report.write_text(text)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if cache.used != kept:  # an interval missing, changed or no longer used
+        differs.append(shown(intervals))
+        if not args.check:
+            cache.save()
+    for line in differs:
+        print(f"{line} {'differs from what its files render' if args.check else 'rewritten'}")
+    return 1 if differs and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
