@@ -311,11 +311,12 @@ class DQNAgent:
 
     def replay(self) -> np.ndarray:
         """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
-        priority; here for GRADIENT_STEPS_PER_CALL minibatches at once (returns their losses).
-        One draw is dealt into the minibatches, each spanning the whole priority range, and one
-        compiled call takes an Adam step on `weighted_loss` for each in turn (`GradientSteps`):
-        a call's fixed cost is paid once. Minibatch k misses the k - 1 priority updates before
-        it, but its IS weights are those it was drawn with, so the correction stays exact."""
+        priority; here for K = GRADIENT_STEPS_PER_CALL minibatches at once (returns their
+        losses), one compiled call taking an Adam step on `weighted_loss` for each in turn
+        (`GradientSteps`): a call's fixed cost is paid once. One stratified draw of K x
+        BATCH_SIZE is dealt round-robin, so minibatch k holds the k-th of every K neighbouring
+        strata: each spans the whole priority range, but only the K together are a draw by P(i).
+        Each keeps the IS weights it was drawn with, and misses the k - 1 updates before it."""
         steps = self.config.gradient_steps_per_call
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
