@@ -19,6 +19,7 @@ computed from (`study.IntervalCache`): a changed result file is computed afresh,
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import provenance
 import study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +135,28 @@ MINATAR_SECOND_SCREENS = [
 ]
 
 # Block name -> its text from the results root.
+def default_run(results: Path) -> str:
+    """The default run's table, from the newest file of benchmarks/default_run.py."""
+    files = sorted((results / "default_run").glob("*.json"))
+    if not files:
+        raise ValueError(f"no results of benchmarks/default_run.py in {shown(results)}")
+    run = json.loads(files[-1].read_text())
+    found = run["results"]
+    solved = (f"at step {found['solved_at_step']:,}" if found["solved_at_step"] is not None
+              else "not solved")
+    rows = [("command", f"`{run['command']}`"),
+            ("time", f"{found['seconds']:,} s in all, {found['evaluation_seconds']:,} s of them "
+                     f"greedy evaluations; {found['training_steps_per_second']:,} training "
+                     "steps per second"),
+            ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),
+            ("final evaluation (20 greedy episodes)", f"{found['final_evaluation']:.1f}"),
+            ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run))]
+    return "| the default run | |\n|---|---|\n" + "".join(f"| {name} | {value} |\n"
+                                                          for name, value in rows)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "default_run": default_run,
     "classic_control": partial(study.study_tables, "classic_control"),
     "classic_control_screens": partial(screens_table, CLASSIC_SCREENS, 1),
     "cartpole_jax": partial(study.compare, "cartpole_jax", "classic_control", "CartPole-v1",

@@ -1,0 +1,75 @@
+"""The default run, once: `python d3qn_agent.py` (CartPole-v1, the flags as shipped) at this
+checkout, and everything the pages show of it from that one run.
+
+    python benchmarks/default_run.py
+
+Trains in an empty temporary directory, then writes its time, the step it solved at and its
+final evaluation, with the run's log and provenance's stamp, to
+benchmarks/results/default_run/<UTC date and time>.json (`--results`), and copies its learning
+curve and priority figure to plots/DDQN_CartPole-v1_Dueling_PER.png and
+plots/DDQN_CartPole-v1_Dueling_PER_priorities.png. docs/classic_control.md renders its table from
+the newest such file (`python benchmarks/render_docs.py`). Measure on a quiet machine: the time
+is part of what it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import provenance
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "DDQN_CartPole-v1_Dueling_PER"  # the default run's files (settings.run_name)
+FIGURES = (f"{NAME}.png", f"{NAME}_priorities.png")
+DONE = re.compile(r"done: (?P<steps>[\d,]+) steps in (?P<seconds>\d+) s, (?P<evaluation_seconds>"
+                  r"\d+) s of them in evaluations \((?P<steps_per_second>\d+) training steps/s\); "
+                  r"final evaluation (?P<final>[-\d.]+), best (?P<best>[-\d.]+); "
+                  r"(?:solved at step (?P<solved>\d+)|not solved)")
+
+
+def summary(log: str) -> dict[str, float | int | None]:
+    """What the run's `done:` line says: steps, seconds, evaluation seconds, training steps per
+    second, final and best evaluation, the step it solved at (None if it did not)."""
+    match = DONE.search(log)
+    if match is None:
+        raise ValueError("the run's log has no `done:` line")
+    found = match.groupdict()
+    return {"steps": int(found["steps"].replace(",", "")), "seconds": int(found["seconds"]),
+            "evaluation_seconds": int(found["evaluation_seconds"]),
+            "training_steps_per_second": int(found["steps_per_second"]),
+            "final_evaluation": float(found["final"]), "best_evaluation": float(found["best"]),
+            "solved_at_step": None if found["solved"] is None else int(found["solved"])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    provenance.add_results_argument(parser, __file__)
+    args = parser.parse_args()
+    code = provenance.commit()  # before the run: the checkout may move on meanwhile
+    with tempfile.TemporaryDirectory() as work_dir:
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, str(ROOT / "d3qn_agent.py"), "--model-dir",
+                              "models", "--plot-dir", "plots"], cwd=work_dir,
+                             capture_output=True, text=True)
+        wall_seconds = time.perf_counter() - start
+        if run.returncode != 0:
+            print(run.stdout + run.stderr, file=sys.stderr)
+            return run.returncode
+        for figure in FIGURES:
+            shutil.copyfile(Path(work_dir) / "plots" / figure, ROOT / "plots" / figure)
+            print(f"figure: plots/{figure}")
+    provenance.write_results(args.results, {**summary(run.stdout), "wall_seconds": wall_seconds,
+                                            "log": run.stdout.splitlines()},
+                             command="python d3qn_agent.py", code=code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
