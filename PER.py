@@ -252,9 +252,13 @@ class Memory(ReplayMemory):
         leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
         # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
         live = self.storage.holds_transition[leaves - (self.capacity - 1)]
-        priorities = self.leaf_priorities(abs_errors) * live
-        self.tree.update_batch(leaves, priorities)
-        self.max_priority = float(priorities.max(initial=self.max_priority))
+        self.write_priorities(leaves, self.leaf_priorities(abs_errors) * live)
+
+    def write_priorities(self, tree_idx: np.ndarray, priorities: np.ndarray) -> None:
+        """Give the leaves `tree_idx` the priorities (p^alpha) `priorities`, in order, and keep
+        the highest ever given. O(k log N)."""
+        self.tree.update_batch(tree_idx, priorities)
+        self.max_priority = float(np.max(priorities, initial=self.max_priority))
 
     def leaf_priorities(self, abs_errors: np.ndarray) -> np.ndarray:
         """The leaves' priorities p^alpha, p = min(|delta| + epsilon, abs_err_upper): the

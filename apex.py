@@ -354,8 +354,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
         if writes:  # a slot written twice keeps its last priority
             written = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
             values = np.concatenate([values for _, values in writes])
-            memory.tree.update_batch(written + (memory.capacity - 1), values)
-            memory.max_priority = max(memory.max_priority, float(values.max(initial=0.0)))
+            memory.write_priorities(written + (memory.capacity - 1), values)
     return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
 

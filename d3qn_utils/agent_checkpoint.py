@@ -124,17 +124,23 @@ def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.
     unknown."""
     progress_file = directory / "progress.json"
     progress = read_json(progress_file)
-    version = progress.get("format", 1 if "fingerprint" in progress else None)
-    if version == 1:
+    if format_of(directory, progress) == 1:
         progress, arrays = from_format_1(directory, progress)
-    elif version == FORMAT:
-        arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
     else:
-        raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
-                         f"cannot read (it reads format {FORMAT} and converts format 1)")
+        arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
     if not isinstance(progress.get("progress"), dict) or recorded_run(progress) is None:
         raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
     return progress, arrays
+
+
+def format_of(directory: Path, progress: dict[str, Any]) -> int:
+    """The format of the checkpoint in `directory` whose progress.json holds `progress`: FORMAT
+    or 1 (no number, a "fingerprint"); ValueError naming any other."""
+    version = progress.get("format", 1 if "fingerprint" in progress else None)
+    if version not in (1, FORMAT):
+        raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
+                         f"cannot read (it reads format {FORMAT} and converts format 1)")
+    return version
 
 
 def from_format_1(directory: Path, progress: dict[str, Any]
@@ -180,7 +186,9 @@ def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
     refusals = []
     for directory in newest:
         progress_file = directory / "progress.json"
-        run = recorded_run(read_json(progress_file))
+        progress = read_json(progress_file)
+        format_of(directory, progress)
+        run = recorded_run(progress)
         if run is None:
             raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
         refused = flag_changes(run["flags"], config)[0]

@@ -105,6 +105,10 @@ class PriorityFigure:
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
+    def note_store(self, slot: int) -> None:
+        """A new transition went into `slot`. O(1)."""
+        self.statistics.note_store(slot)
+
     def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,
                     beta: float, is_weights: np.ndarray) -> None:
         """Note one `replay` call: leaves `tree_idx` drawn from `size` transitions, one row of

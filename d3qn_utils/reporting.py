@@ -245,14 +245,16 @@ class TrainingReport:
 
     def stored(self, slot: int) -> None:
         """A transition went into `slot` of the memory (for the priority figure's ages)."""
-        self.priority_figure.statistics.note_store(slot)
+        self.priority_figure.note_store(slot)
 
     def gradient_steps(self, step: int, tree_idx: np.ndarray, memory_size: int,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
         """Note one `replay` call's gradient steps (one row each); every TENSORBOARD_EVERY
         steps their averaged scalars go to TensorBoard."""
-        last = step // self.config.train_frequency  # the gradient steps taken so far
+        # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
+        # TensorBoard's points fall on the same steps in every run, learning started or not.
+        last = step // self.config.train_frequency
         self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
