@@ -45,9 +45,8 @@ def temporary_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path` to write to; on success it replaces `path` at once.
-    If the write fails, raises WriteError; the temporary file is removed and `path` is left as
-    it was."""
+    """Yield the temporary path to write `path` to, renamed into place on success; WriteError
+    if the write fails, with the temporary file removed and `path` as it was."""
     path = Path(path)
     temporary = temporary_path(path)
     outcome = "the file there before is unchanged" if path.exists() else "nothing was written"

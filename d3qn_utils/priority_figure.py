@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.replay_storage import require
+from d3qn_utils.replay_storage import require, saved_array
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
 # bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
@@ -146,10 +146,7 @@ class PriorityFigure:
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what is missing or misshapen."""
         require(arrays, ("history", "recent_is_weights", "recent_batches"), "priority figure")
-        recent = np.asarray(arrays["recent_is_weights"], np.float32)
-        if recent.shape != self.recent_is_weights.shape:
-            raise ValueError(f"saved recent_is_weights has shape {recent.shape}, expected "
-                             f"{self.recent_is_weights.shape}")
+        recent = saved_array(arrays, "recent_is_weights", self.recent_is_weights.shape)
         self.statistics.load_state_dict(arrays)
         self.history = [(int(step), float(beta), float(smallest), float(mean))
                         for step, beta, smallest, mean in np.asarray(arrays["history"])]
@@ -205,13 +202,12 @@ def draw_priority_figure(
     if data["floor"] is not None:
         probability_axes.axvline(data["floor"], color="tab:blue", linestyle=":",
                                  label=f"|δ| = 0: only ε = {data['epsilon']:g} left")
-    probability_axes.set_xscale("log")
+    probability_axes.set(xscale="log", ylabel="% (per bin)",
+                         xlabel="N·P(i): a transition's sampling probability relative to uniform")
     ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
              if edges[0] <= t <= edges[-1]]
     probability_axes.set_xticks(ticks, [f"{t:g}" for t in ticks])
     probability_axes.xaxis.set_minor_formatter(NullFormatter())
-    probability_axes.set_xlabel("N·P(i): a transition's sampling probability relative to uniform")
-    probability_axes.set_ylabel("% (per bin)")
     probability_axes.set_title(f"Priorities of the {len(relative):,} transitions in the memory "
                                "at the end\nmost are replayed less often than uniform replay "
                                "would, a few much more", fontsize=10)
@@ -220,9 +216,8 @@ def draw_priority_figure(
     weights = recent_is_weights.ravel()
     weight_axes.hist(weights, bins=np.linspace(0.0, 1.0, 41), color="tab:purple", alpha=0.7)
     beta = history[-1][1] if history else float("nan")
-    weight_axes.set_xlim(0.0, 1.02)
-    weight_axes.set_xlabel("importance-sampling weight w_i = (N·P(i))^-β / max_j w_j")
-    weight_axes.set_ylabel("samples")
+    weight_axes.set(xlim=(0.0, 1.02), ylabel="samples",
+                    xlabel="importance-sampling weight w_i = (N·P(i))^-β / max_j w_j")
     weight_axes.set_title(f"IS weights of the last {len(recent_is_weights)} batches (β = "
                           f"{beta:.2f})\nthe most often replayed transitions count the least "
                           "in the loss", fontsize=10)
@@ -234,8 +229,7 @@ def draw_priority_figure(
         beta_axes.plot(steps, smallest, color="tab:purple", alpha=0.4, linewidth=0.8,
                        label="smallest IS weight in the batch")
         beta_axes.legend(fontsize=8, loc="center right")
-    beta_axes.set_ylim(0.0, 1.05)
-    beta_axes.set_xlabel("environment step")
+    beta_axes.set(ylim=(0.0, 1.05), xlabel="environment step")
     beta_axes.set_title("β over the run\nas β grows to 1, the IS weights undo more of the "
                         "sampling bias", fontsize=10)
     beta_axes.grid(alpha=0.3)
@@ -248,11 +242,10 @@ def draw_priority_figure(
         age_axes.stairs(ratio, age_edges, baseline=None, color="tab:red", linewidth=2,
                         label="measured")
         age_axes.axhline(1.0, color="black", linestyle="--", label="uniform replay")
-        age_axes.set_xscale("log")
-        age_axes.set_ylim(0.0, max(1.5, 1.1 * ratio.max()))
+        age_axes.set(xscale="log", ylim=(0.0, max(1.5, 1.1 * ratio.max())))
         age_axes.legend(fontsize=8)
-    age_axes.set_xlabel("age + 1 (transitions stored after it, log bins)")
-    age_axes.set_ylabel("replays relative to uniform replay")
+    age_axes.set(xlabel="age + 1 (transitions stored after it, log bins)",
+                 ylabel="replays relative to uniform replay")
     age_axes.set_title("How often transitions were replayed, by their age\nnew ones enter at "
                        "top priority: replayed soon, later less often", fontsize=10)
     age_axes.grid(alpha=0.3, which="both")

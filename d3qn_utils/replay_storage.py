@@ -22,6 +22,7 @@ import numpy as np
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
 NO_SLOTS = np.zeros(0, dtype=np.int64)
+SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackStorage's per slot
 
 
 def is_integer(value: Any) -> bool:
@@ -236,11 +237,7 @@ class TransitionStorage:
         experience = check_experience(experience)
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         slot = self.write_pointer
-        for field, value in zip(self.fields, experience, strict=True):
-            field[slot] = value
-        self.holds_transition[slot] = True
-        self.write_pointer = (slot + 1) % self.capacity
-        self.written = min(self.written + 1, self.capacity)
+        self._put(slot, experience, 1)
         return slot, NO_SLOTS
 
     def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -253,12 +250,16 @@ class TransitionStorage:
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
         slots = (self.write_pointer + np.arange(k)) % self.capacity
-        for field, column in zip(self.fields, columns, strict=True):
-            field[slots] = column
-        self.holds_transition[slots] = True
-        self.write_pointer = int((self.write_pointer + k) % self.capacity)
-        self.written = min(self.written + k, self.capacity)
+        self._put(slots, columns, k)
         return slots, NO_SLOTS
+
+    def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> None:
+        """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones."""
+        for field, value in zip(self.fields, values, strict=True):
+            field[slots] = value
+        self.holds_transition[slots] = True
+        self.write_pointer = (self.write_pointer + count) % self.capacity
+        self.written = min(self.written + count, self.capacity)
 
     def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         """Allocate the arrays on the first write; ValueError naming a field of another shape."""
@@ -463,17 +464,13 @@ class FrameStackStorage:
             "pending_slot": np.array(self._pending_slot),
             "written": np.array(self.written),
             "frames": frames,
-            "actions": self.actions.copy(),
-            "rewards": self.rewards.copy(),
-            "dones": self.dones.copy(),
-            "holds_transition": self.holds_transition.copy(),
+            **{name: getattr(self, name).copy() for name in SLOT_ARRAYS},
         }
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned; the capacity must match this storage's."""
         require(arrays, ("capacity", "stack_axis", "state_shape", "next_slot", "pending_slot",
-                         "written", "frames", "actions", "rewards", "dones", "holds_transition"),
-                "frame stack storage")
+                         "written", "frames", *SLOT_ARRAYS), "frame stack storage")
         check_saved_value(arrays, "capacity", self.capacity)
         written = int(arrays["written"])
         shape = tuple(int(n) for n in arrays["state_shape"])
@@ -491,10 +488,8 @@ class FrameStackStorage:
         self._pending_slot = int(arrays["pending_slot"])
         if self._pending_slot >= 0:
             self._pending_stack = self._stacks(np.array([self._pending_slot]))[0]
-        self.actions[:] = arrays["actions"]
-        self.rewards[:] = arrays["rewards"]
-        self.dones[:] = arrays["dones"]
-        self.holds_transition[:] = arrays["holds_transition"]
+        for name in SLOT_ARRAYS:
+            getattr(self, name)[:] = arrays[name]
         self._count = int(self.holds_transition.sum())
 
     def _checked(self, experience: tuple) -> tuple[np.ndarray, int, float, np.ndarray, bool]:

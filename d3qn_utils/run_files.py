@@ -1,14 +1,11 @@
 """The files a training run owns: its lock, its id, its checkpoint directories, and what writers
 killed mid-write left behind.
 
-A run owns what it writes. It holds the lock `models/<name>.lock` while it trains: a second run
-of the same name into the same model directory is refused with one line naming the first while
-the first is alive (`flock`, which the OS releases when its holder dies, so a killed run leaves
-nothing stuck). Every run has an id, its start time (`run-20250101-120000`), and its checkpoints
-go to a directory of their own, `models/<name>.checkpoints/<run id>/step-<N>`; the last two are
-kept there. A checkpoint is first written as `.tmp-<pid>-step-<N>`, its files flushed to disk,
-and only then renamed to `step-<N>`, so a process killed at any moment leaves either the
-complete new checkpoint or none, and the previous ones stay intact.
+A run owns what it writes. It holds the lock `models/<name>.lock` (`RunLock`) while it trains:
+a second run of the same name into the same model directory is refused with one line naming the
+first. Every run has an id, its start time (`run-20250101-120000`), and its checkpoints go to a
+directory of their own, `models/<name>.checkpoints/<run id>/step-<N>`, the last two kept, each
+written as `.tmp-<pid>-step-<N>` and renamed into place once on disk (`write_checkpoint`).
 """
 
 from __future__ import annotations

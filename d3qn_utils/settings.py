@@ -104,21 +104,10 @@ D3QN_FLAGS: dict[str, Flag] = {
 # from Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
 # call: convolutions run slower in the graph loop that several need (docs/benchmarks.md).
 ATARI_PRESET: dict[str, Any] = {
-    "total_steps": 10_000_000,
-    "memory_size": 100_000,
-    "batch_size": 32,
-    "learning_rate": 1e-4,
-    "learning_starts": 10_000,
-    "target_update": 1_000,
-    "train_frequency": 4,
-    "gradient_steps_per_call": 1,
-    "n_step": 3,
-    "lr_decay": False,
-    "epsilon_min": 0.01,
-    "exploration_steps": 100_000,
-    "eval_every": 250_000,
-    "eval_episodes": 10,
-    "test_episodes": 3,
+    "total_steps": 10_000_000, "memory_size": 100_000, "batch_size": 32, "learning_rate": 1e-4,
+    "learning_starts": 10_000, "target_update": 1_000, "train_frequency": 4,
+    "gradient_steps_per_call": 1, "n_step": 3, "lr_decay": False, "epsilon_min": 0.01,
+    "exploration_steps": 100_000, "eval_every": 250_000, "eval_episodes": 10, "test_episodes": 3,
 }
 # MinAtar ids (minatar_wrappers.py): the MinAtar paper's DQN (Young & Tian 2019, its
 # examples/dqn.py) and Revisiting Rainbow's (Obando-Ceron & Castro 2021, Dopamine's MinAtar
@@ -149,26 +138,17 @@ MINATAR_PRESET: dict[str, Any] = {
 # Other classic-control games: the RL Zoo's tuned DQN settings, with 3-step returns (Rainbow) to
 # carry these sparse, delayed rewards back faster.
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
-    "total_steps": 100_000,
-    "memory_size": 50_000,
-    "learning_rate": 6.3e-4,
-    "target_update": 250,
+    "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
     # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): screened on
     # seeds 100-102 (docs/classic_control.md), it lands Acrobot's last networks at -79.5 on
     # average against -82.7 with one per 4 steps, at ~3x the time.
     "train_frequency": 1,
-    "n_step": 3,
-    "exploration_steps": 12_000,
-    "epsilon_min": 0.1,
-    "eval_every": 5_000,
+    "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
 }
 # Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
 # benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (~0.7 GB each, two kept).
 PONG_PRESET: dict[str, Any] = {
-    "total_steps": 500_000,
-    "train_frequency": 2,
-    "xla": False,
-    "checkpoint_every": 25_000,
+    "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
 }
 # Pong on a CPU with bfloat16 instructions: learned as float32 did, faster (docs/atari.md).
 # Chosen from the CPU's features, not a timing, so every run on one machine does the same sums.
@@ -180,36 +160,18 @@ GAME_PRESETS: dict[str, dict[str, Any]] = {
     "Acrobot-v1": {**ACROBOT_LUNAR_LANDER_PRESET, "epsilon_min": 0.01},
     "LunarLander-v3": dict(ACROBOT_LUNAR_LANDER_PRESET),
     "MountainCar-v0": {
-        "total_steps": 120_000,
-        "memory_size": 10_000,
-        "learning_rate": 4e-3,
-        "gamma": 0.98,
-        "target_update": 600,
-        "train_frequency": 2,
-        "n_step": 3,
-        "exploration_steps": 24_000,
-        "epsilon_min": 0.07,
-        "eval_every": 5_000,
+        "total_steps": 120_000, "memory_size": 10_000, "learning_rate": 4e-3, "gamma": 0.98,
+        "target_update": 600, "train_frequency": 2, "n_step": 3, "exploration_steps": 24_000,
+        "epsilon_min": 0.07, "eval_every": 5_000,
     },
 }
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
 # (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
-    "max_episode_steps": 4_000,
-    "failure_reward": -100.0,
-    "memory_size": 10_000,
-    "gamma": 0.95,
-    "epsilon_greedy": True,
-    "batch_size": 32,
-    "tau": 0.1,
-    "hidden_units": (512, 256, 64),
-    "n_step": 1,
-    "optimizer": "rmsprop",
-    "loss": "mse",
-    "learning_rate": 0.00025,
-    "lr_decay": False,
-    "grad_clip": 1e9,
-    "train_frequency": 1,
+    "max_episode_steps": 4_000, "failure_reward": -100.0, "memory_size": 10_000, "gamma": 0.95,
+    "epsilon_greedy": True, "batch_size": 32, "tau": 0.1, "hidden_units": (512, 256, 64),
+    "n_step": 1, "optimizer": "rmsprop", "loss": "mse", "learning_rate": 0.00025,
+    "lr_decay": False, "grad_clip": 1e9, "train_frequency": 1,
 }
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
