@@ -29,10 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from d3qn_utils.replay_storage import (
-    FrameStackStorage,
-    ReplayMemory,
-    TransitionStorage,
+from d3qn_utils.checks import (
     check_capacity,
     check_leaves,
     check_non_negative,
@@ -41,6 +38,8 @@ from d3qn_utils.replay_storage import (
     is_integer,
     saved_array,
 )
+from d3qn_utils.replay_memory import ReplayMemory
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 
 
 class SumTree:

@@ -51,15 +51,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
 from d3qn_utils import settings, training_session
 from d3qn_utils.atomic_files import atomic_file
+from d3qn_utils.checks import check_block, check_block_values, check_non_negative, is_integer
 from d3qn_utils.games import make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.greedy_policy import GreedyPolicy
-from d3qn_utils.replay_storage import (
-    check_block,
-    check_block_values,
-    check_non_negative,
-    is_integer,
-)
 from d3qn_utils.reporting import Forecast, TensorBoardWriter, tensorboard_dir
 from PER import Memory, UniformMemory
 

@@ -15,16 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from d3qn_utils.replay_storage import (
-    NO_SLOTS,
-    FrameStackStorage,
-    ReplayMemory,
-    TransitionStorage,
-    check_leaves,
-    check_saved_value,
-    check_transition,
-    saved_array,
-)
+from d3qn_utils.checks import check_leaves, check_saved_value, check_transition, saved_array
+from d3qn_utils.replay_memory import ReplayMemory
+from d3qn_utils.replay_storage import NO_SLOTS, FrameStackStorage, TransitionStorage
 
 
 class RankBasedMemory(ReplayMemory):

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.replay_storage import require, saved_array
+from d3qn_utils.checks import require, saved_array
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
 # bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from d3qn_utils import games, recording
-from d3qn_utils.replay_storage import is_integer, replay_bytes_per_slot
+from d3qn_utils.checks import is_integer
+from d3qn_utils.replay_memory import replay_bytes_per_slot
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from d3qn_utils.atomic_files import WriteError
-from d3qn_utils.replay_storage import all_finite
+from d3qn_utils.checks import all_finite
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

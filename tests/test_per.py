@@ -18,11 +18,8 @@ from memory_helpers import (
 )
 
 import apex
-from d3qn_utils.replay_storage import (
-    FrameStackStorage,
-    TransitionStorage,
-    replay_bytes_per_slot,
-)
+from d3qn_utils.replay_memory import replay_bytes_per_slot
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
 

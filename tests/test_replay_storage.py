@@ -12,7 +12,8 @@ from gymnasium.wrappers import FrameStackObservation
 
 import PER
 from atari_wrappers import ChannelsLast, make_env
-from d3qn_utils.replay_storage import FrameStackStorage, check_leaves, first_outside
+from d3qn_utils.checks import check_leaves, first_outside
+from d3qn_utils.replay_storage import FrameStackStorage
 from rank_based import RankBasedMemory
 
 PONG = "PongNoFrameskip-v4"

@@ -1,0 +1,137 @@
+"""What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
+`RankBasedMemory`) share: their storage, random generator, n-step batches and saved state, and
+the bytes a slot of each costs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from d3qn_utils.checks import (
+    check_capacity,
+    check_integer,
+    check_range,
+    check_saved_value,
+    require,
+)
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
+
+
+def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
+    """Bytes per slot of a full replay memory as the agents build it (storage plus the
+    priorities of `kind`), to refuse a size that cannot fit before allocating it. The
+    proportional trees' extra 8 bytes are headroom. tests/test_per.py measures it."""
+    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
+    if len(state_shape) == 3:
+        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
+    else:
+        transition = 2 * state_bytes + 8 + 8 + 1 + 1
+    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
+
+
+class ReplayMemory:
+    """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
+
+    kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+
+    def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
+                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
+                 action_count: int | None = None) -> None:
+        self.capacity = check_capacity(capacity)
+        self.action_count = (None if action_count is None
+                             else check_integer("action_count", action_count, 1))
+        self.n_step = check_integer("n_step", n_step, 1)
+        check_range("gamma", gamma, 0.0, 1.0)
+        self.gamma = float(gamma)
+        self.storage = storage if storage is not None else TransitionStorage(self.capacity)
+        if self.storage.capacity != self.capacity:
+            raise ValueError(f"storage capacity {self.storage.capacity} differs from memory "
+                             f"capacity {self.capacity}")
+        self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
+        """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
+        check_range("alpha", alpha, 0.0, np.inf)
+        check_range("beta", beta, 0.0, 1.0)
+        check_range("beta_increment", beta_increment, 0.0, 1.0)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.beta_increment = float(beta_increment)
+
+    def check_sample_size(self, n: Any) -> None:
+        """ValueError unless n is a positive integer and the memory holds a transition."""
+        check_integer("batch size", n, 1)
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty memory: store transitions first")
+
+    def held_slots(self) -> np.ndarray:
+        """The slots that hold a transition. O(capacity)."""
+        return np.flatnonzero(self.storage.holds_transition)
+
+    def zero_error_floor(self) -> tuple[float, float] | None:
+        """(P(i) of a transition with |delta| = 0, epsilon) for `PER.Memory`; None here."""
+        return None
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory as plain arrays (no pickle): kind, "storage.*" and the rng as JSON."""
+        arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
+        arrays["kind"] = np.array(self.kind)
+        arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
+        return arrays
+
+    def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
+        """ValueError unless `arrays` is a `state_dict` of this kind and capacity, with `keys`."""
+        require(arrays, ("kind",), "replay memory")
+        check_saved_value(arrays, "kind", self.kind)
+        require(arrays, ("rng", "storage.capacity", *keys), f"{self.kind} memory")
+        check_saved_value({"capacity": arrays["storage.capacity"]}, "capacity", self.capacity)
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError naming what does not fit."""
+        self.check_state(arrays)
+        prefix = "storage."
+        self.storage.load_state_dict({key[len(prefix):]: value for key, value in arrays.items()
+                                      if key.startswith(prefix)})
+        try:
+            self.rng.bit_generator.state = json.loads(arrays["rng"].item())
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"saved random generator state is unusable: {error}") from error
+
+    def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The n-step transitions that start in `slots`, as the batch `sample` returns.
+
+        (states, actions, rewards, next_states, dones, discounts): discounted reward sums over
+        the k <= n_step transitions of the episode from slot t, the state after the k-th, whether
+        it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
+        transition. Cost O(n_step * len(slots)), vectorized.
+        """
+        if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
+            states, actions, rewards, next_states, dones = self.storage.get(slots)
+            return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
+                    np.full(len(slots), self.gamma, dtype=np.float32))
+        rewards, dones = self.storage.rewards_and_dones(slots)
+        returns = rewards.astype(np.float64)
+        dones = dones.astype(bool)
+        last = slots.copy()
+        steps = np.ones(len(slots), dtype=np.int64)
+        ongoing = ~dones
+        for k in range(1, self.n_step):
+            ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
+            if not ongoing.any():
+                break
+            last[ongoing] = (last[ongoing] + 1) % self.capacity
+            step_rewards, step_dones = self.storage.rewards_and_dones(last[ongoing])
+            returns[ongoing] += self.gamma**k * step_rewards
+            dones[ongoing] = step_dones
+            steps[ongoing] += 1
+            ongoing[ongoing] = ~step_dones
+        states, actions, _, next_states, _ = self.storage.get(slots, last)
+        discounts = (self.gamma**steps).astype(np.float32)
+        return states, actions, returns, next_states, dones, discounts
