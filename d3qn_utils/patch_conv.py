@@ -12,6 +12,8 @@ from typing import Any
 
 import keras
 
+from d3qn_utils.checks import check_integer
+
 
 def output_size(size: int, kernel_size: int, strides: int) -> int:
     """Rows (or columns) of a "valid" convolution's output for `size` input rows."""
@@ -38,15 +40,9 @@ class PatchConv2D(keras.layers.Layer):
     def __init__(self, filters: int, kernel_size: int, strides: int = 1, activation: Any = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(filters, int) or filters < 1:
-            raise ValueError(f"filters must be a positive int, got {filters!r}")
-        if not isinstance(kernel_size, int) or kernel_size < 1:
-            raise ValueError(f"kernel_size must be a positive int, got {kernel_size!r}")
-        if not isinstance(strides, int) or strides < 1:
-            raise ValueError(f"strides must be a positive int, got {strides!r}")
-        self.filters = filters
-        self.kernel_size = kernel_size
-        self.strides = strides
+        self.filters = check_integer("filters", filters, 1)
+        self.kernel_size = check_integer("kernel_size", kernel_size, 1)
+        self.strides = check_integer("strides", strides, 1)
         self.activation = keras.activations.get(activation)
 
     def build(self, input_shape: tuple) -> None:
