@@ -155,6 +155,7 @@ def test_minatar_at_the_top_gets_the_minatar_preset(monkeypatch):
         assert f"{name} {value} (MinAtar preset)" in notes
 
 
+@pytest.mark.slow  # 20,000 steps of training
 def test_a_short_run_learns_above_random_play_and_records_a_gif(tmp_path):
     # 20,000 steps: under the preset's Adam epsilon (3.125e-4) 10,000 do not yet show learning.
     agent = DQNAgent(BREAKOUT, total_steps=20_000, learning_starts=1_000,
