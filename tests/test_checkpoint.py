@@ -134,13 +134,18 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
         agent_command(tmp_path, "--total-steps", "100000", "--checkpoint-every", "10"),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
     try:
-        deadline = time.monotonic() + 120
-        while len(checkpoints(tmp_path)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        # A third is complete for a moment before the oldest is deleted.
-        assert len(checkpoints(tmp_path)) >= 2, "no checkpoints were written"
-        time.sleep(0.37)  # checkpoints are written every few ms: kill in the middle of things
+        # Kill once two checkpoints are complete and the next one is being written: its
+        # temporary directory is there. (The kill may still land just after its rename.)
+        deadline = time.monotonic() + 120  # bounds a hang only
+        while len(checkpoints(tmp_path)) < 2 or not any(
+                root.glob(f"{checkpoint.RUN_PREFIX}*/{checkpoint.TEMPORARY_PREFIX}*")):
+            assert process.poll() is None, f"the run exited with {process.returncode}"
+            assert time.monotonic() < deadline, (
+                f"no checkpoint being written after two complete ones within 120 s: "
+                f"{checkpoints(tmp_path)}")
+            time.sleep(0.001)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -155,7 +160,6 @@ def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert f"at step {last}" in result.stdout
-    root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
     assert not list(root.rglob(checkpoint.TEMPORARY_PREFIX + "*"))
     assert [path.name for path in checkpoints(tmp_path)][-1] == f"step-{last + 20:010d}"
     assert len(checkpoints(tmp_path)) == 2  # the last two are kept
