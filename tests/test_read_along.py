@@ -71,6 +71,7 @@ def test_a_pong_agent_imports_the_atari_wrappers_alone():
     assert game_packages_imported(code) == ["ale_py", "atari_wrappers"]
 
 
+@pytest.mark.slow  # two trainings, one of them on the code before the rewrite
 def test_a_short_cartpole_run_logs_as_the_code_before_the_rewrite(capsys):
     known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e",
                             f"{same_log.REFERENCE_COMMIT}^{{commit}}"], capture_output=True)
