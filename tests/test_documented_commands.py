@@ -80,8 +80,15 @@ def help_runs(request) -> dict[tuple[str, str], subprocess.CompletedProcess]:
         return dict(zip(keys, pool.map(run_help, keys), strict=True))
 
 
-@pytest.mark.parametrize("key", sorted(COMMANDS),
-                         ids=lambda key: f"{key[1]}-{key[0]}" if key[0] else key[1])
+def help_case(key: tuple[str, str]) -> object:
+    """A benchmark script's `--help` is in the slow tier: each imports TensorFlow, seconds apiece
+    for a score of scripts. The programs a user runs are in the default one."""
+    backend, script = key
+    return pytest.param(key, id=f"{script}-{backend}" if backend else script,
+                        marks=[pytest.mark.slow] if script.startswith("benchmarks/") else [])
+
+
+@pytest.mark.parametrize("key", [help_case(key) for key in sorted(COMMANDS)])
 def test_each_documented_script_answers_help(key, help_runs):
     backend, script = key
     result = help_runs[key]

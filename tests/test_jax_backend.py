@@ -1,5 +1,8 @@
 """The agent's suites again on Keras' JAX backend. Keras picks its backend once per process, so
-they run in a subprocess with KERAS_BACKEND=jax; the rest of the suite runs on TensorFlow."""
+they run in a subprocess with KERAS_BACKEND=jax; the rest of the suite runs on TensorFlow.
+
+Minutes of re-running: the slow tier (`python -m pytest -m slow`). The subprocess runs those
+suites whole, their own slow tests included (`-m ""` lifts pyproject.toml's `not slow`)."""
 
 import os
 import subprocess
@@ -15,10 +18,11 @@ JAX_SUITES = ("test_agent.py", "test_greedy_policy.py", "test_checkpoint.py", "t
               "test_tensorboard_and_priorities.py")
 
 
+@pytest.mark.slow
 def test_the_agent_suites_pass_on_the_jax_backend():
     pytest.importorskip("jax")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "",
          *(f"tests/{suite}" for suite in JAX_SUITES)],
         cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "jax"}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]

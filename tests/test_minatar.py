@@ -155,6 +155,7 @@ def test_minatar_at_the_top_gets_the_minatar_preset(monkeypatch):
         assert f"{name} {value} (MinAtar preset)" in notes
 
 
+@pytest.mark.slow  # 20,000 steps of training
 def test_a_short_run_learns_above_random_play_and_records_a_gif(tmp_path):
     # 20,000 steps: under the preset's Adam epsilon (3.125e-4) 10,000 do not yet show learning.
     agent = DQNAgent(BREAKOUT, total_steps=20_000, learning_starts=1_000,
@@ -183,10 +184,13 @@ def test_a_short_run_learns_above_random_play_and_records_a_gif(tmp_path):
     assert "episode: 1/1" in result.stdout and gif.stat().st_size > 0
 
 
+# Gradient steps from step 100 on, before the step-200 checkpoint and after it; no XLA to compile
+# (test_checkpoint.py resumes a run with XLA).
 TINY = ["--env-name", BREAKOUT, "--memory-size", "600", "--batch-size", "16",
         "--learning-starts", "100", "--train-frequency", "1", "--gradient-steps-per-call", "4",
         "--target-update", "50", "--exploration-steps", "200", "--eval-every", "1000000",
-        "--eval-episodes", "1", "--seed", "5", "--total-steps", "600", "--checkpoint-every", "300"]
+        "--eval-episodes", "1", "--seed", "5", "--total-steps", "400", "--checkpoint-every", "200",
+        "--no-xla"]
 
 
 def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path):
@@ -200,10 +204,10 @@ def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(straight)
     steps = sorted((straight / "models").rglob("step-*"))
-    assert [path.name for path in steps] == ["step-0000000300", "step-0000000600"]
+    assert [path.name for path in steps] == ["step-0000000200", "step-0000000400"]
     shutil.copytree(steps[0], resumed / steps[0].relative_to(straight))
     train(resumed, "--resume")
-    finished = sorted((resumed / "models").rglob("step-0000000600"))
+    finished = sorted((resumed / "models").rglob("step-0000000400"))
     assert len(finished) == 1
     expected = json.loads((steps[1] / "progress.json").read_text())["progress"]
     got = json.loads((finished[0] / "progress.json").read_text())["progress"]

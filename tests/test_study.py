@@ -22,8 +22,8 @@ ROOT = study.ROOT
 @pytest.fixture(autouse=True)
 def few_bootstrap_resamples(monkeypatch):
     """Enough resamples for the checks below, few enough for a quick test."""
-    monkeypatch.setattr(study, "BOOTSTRAP_REPS", 1000)
-    monkeypatch.setattr(study, "CURVE_BOOTSTRAP_REPS", 200)
+    monkeypatch.setattr(study, "BOOTSTRAP_REPS", 200)
+    monkeypatch.setattr(study, "CURVE_BOOTSTRAP_REPS", 20)
 
 
 def test_iqm_and_its_interval_on_scores_checkable_by_hand():
@@ -274,9 +274,11 @@ def test_a_namespaced_game_gets_one_folder_and_is_read_back_by_its_id(tmp_path):
     assert study.pending_runs([run], tmp_path) == []
 
 
-# A tiny CartPole run: checkpoints every 400 steps (a fifth), no XLA to compile.
-TINY = ("--total-steps", "2000", "--eval-every", "500", "--learning-starts", "200",
-        "--exploration-steps", "1000", "--no-xla")
+# A tiny CartPole run: a small network, checkpoints every 200 steps (a fifth) with gradient
+# steps from step 100 on, so that the resumed part trains; no XLA to compile.
+TINY = ("--total-steps", "1000", "--eval-every", "250", "--eval-episodes", "5",
+        "--learning-starts", "100", "--exploration-steps", "500", "--hidden-units", "64", "64",
+        "--batch-size", "32", "--no-xla")
 
 
 def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
@@ -306,12 +308,22 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     assert resumed["command"] == ("python d3qn_agent.py --env-name CartPole-v1 --seed 3 "
                                   + " ".join(TINY))
     assert len(resumed["final_returns"]) == study.FINAL_EPISODES
-    assert resumed["evaluation"]["steps"] == [500, 1000, 1500, 2000]
+    assert resumed["evaluation"]["steps"] == [250, 500, 750, 1000]
 
-    # The same run without a kill: the same curve, the same last network's score.
+    # The same run without a kill: the same training episodes and curve, the same last network
+    # (weights up to float rounding) and its score.
     uninterrupted = study.train(run, tmp_path / "work2", tmp_path / "results2")
+    assert uninterrupted["training_curve"] == resumed["training_curve"]
     assert uninterrupted["evaluation"]["means"] == resumed["evaluation"]["means"]
     assert uninterrupted["final_returns"] == resumed["final_returns"]
+    import keras
+
+    last = "DDQN_CartPole-v1_Dueling_PER_last.keras"
+    for got, expected in zip(
+            keras.models.load_model(run.work_dir(tmp_path / "work") / last).get_weights(),
+            keras.models.load_model(run.work_dir(tmp_path / "work2") / last).get_weights(),
+            strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
     # The kept network is the last one: it plays as the one the run scored.
     assert kept.read_bytes() == (run.work_dir(tmp_path / "work")
                                  / "DDQN_CartPole-v1_Dueling_PER_last.keras").read_bytes()
