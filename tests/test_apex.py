@@ -156,8 +156,9 @@ def test_progress_line_after_the_estimate_carries_the_time_left(tmp_path, capsys
 
 def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(
         local_ray, tmp_path, capsys):
+    # One actor: each starts a Python with TensorFlow, and one is enough to stop.
     learner = apex.Learner(small_config(tmp_path, total_steps=10**6, eval_every=500,
-                                        eval_episodes=1))
+                                        eval_episodes=1, num_actors=1))
     first_evaluation = learner.evaluate
 
     def evaluate_then_sigterm() -> None:  # `kill PID` right after the first evaluation
@@ -202,6 +203,7 @@ def test_short_run_learns_cartpole(local_ray, tmp_path):
     assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # three actor processes start, one of them after the kill
 def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
     # The kill comes at the first evaluation (env step 500); the restarted actor collects
     # again in the 1,000 steps after it.
