@@ -1,13 +1,16 @@
 """Checkpoints: resume as if never stopped, survive kill -9, Ctrl-C and SIGTERM, refuse what does
 not fit.
 
-The runs are real `python d3qn_agent.py` subprocesses on CartPole with a tiny network, but for
-the NaN tests, the stops at the end of a run and the resumption after a stop signal, which run
-`d3qn_agent` in this process.
+The runs are on CartPole with a tiny network. Those stopped from outside (kill -9, SIGTERM, a
+lock's live holder) and both sides of the resumed run's match are real `python d3qn_agent.py`
+subprocesses; the others run `d3qn_agent` in this process, since starting a Python with
+TensorFlow takes longer than they do.
 """
 
+import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -81,10 +84,15 @@ def assert_complete(step_directory: Path) -> None:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A finished 200-step run with checkpoints at steps 100 and 200."""
+    """A finished 200-step run with checkpoints at steps 100 and 200 (in-process)."""
+    import d3qn_agent
+
     directory = tmp_path_factory.mktemp("trained")
-    result = train(directory, "--total-steps", "200", "--checkpoint-every", "100")
-    assert result.returncode == 0, result.stderr
+    errors = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+        code = d3qn_agent.main(
+            agent_command(directory, "--total-steps", "200", "--checkpoint-every", "100")[2:])
+    assert code == 0, errors.getvalue()
     return directory
 
 
