@@ -4,8 +4,6 @@ file and presets combine is tests/test_settings.py's.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -16,7 +14,6 @@ import pytest
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 from d3qn_utils import settings
 
-ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = "CartPole-v1"
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -371,14 +368,11 @@ def test_corrupt_model_file_gives_one_error_line(tmp_path, capsys, content, reas
                    f"{reason}")
 
 
-def test_command_line_smoke_run_writes_model_and_plot_then_tests_it(tmp_path):
-    models, plots = tmp_path / "models", tmp_path / "plots"
-    command = [sys.executable, str(ROOT / "d3qn_agent.py"), "--total-steps", "200",
-               "--learning-starts", "100", "--eval-every", "200", "--eval-episodes", "2",
-               "--hidden-units", "16", "--model-dir", str(models), "--plot-dir", str(plots)]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "episode: 1, step:" in done.stdout and "steps/s" in done.stdout
+def test_command_line_smoke_run_writes_model_and_plot_then_tests_it(cartpole_command_line_run):
+    done = cartpole_command_line_run  # `python d3qn_agent.py` (conftest.py)
+    models, plots = done.models, done.plots
+    assert done.exit_code == 0, done.output
+    assert "episode: 1, step:" in done.output and "steps/s" in done.output
     name = "DDQN_CartPole-v1_Dueling_PER"
     assert (models / f"{name}.keras").is_file()
     assert (models / f"{name}_last.keras").is_file()
