@@ -2,8 +2,10 @@
 run stopped by SIGTERM, a short run that learns CartPole, an actor killed and restarted mid-run,
 and the flag errors.
 
-One local Ray serves every test that needs it in this process (the session fixture below); the
-others build the actor, the replay and the learner in this process, without Ray.
+One local Ray serves every test that needs it in this process (the session fixture below); those
+tests are in the slow tier (`python -m pytest -m slow`): Ray's processes and each actor's Python
+with TensorFlow take a while to start. The others build the actor, the replay and the learner in
+this process, without Ray.
 """
 
 from __future__ import annotations
@@ -154,10 +156,12 @@ def test_progress_line_after_the_estimate_carries_the_time_left(tmp_path, capsys
     assert "] env steps 2,000 (" in line and "/s, 40 min left), updates 0 (" in line
 
 
+@pytest.mark.slow  # a local Ray and a Python with TensorFlow for the actor
 def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(
         local_ray, tmp_path, capsys):
+    # One actor: each starts a Python with TensorFlow, and one is enough to stop.
     learner = apex.Learner(small_config(tmp_path, total_steps=10**6, eval_every=500,
-                                        eval_episodes=1))
+                                        eval_episodes=1, num_actors=1))
     first_evaluation = learner.evaluate
 
     def evaluate_then_sigterm() -> None:  # `kill PID` right after the first evaluation
@@ -202,6 +206,7 @@ def test_short_run_learns_cartpole(local_ray, tmp_path):
     assert Path(learner.plot_path).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # three actor processes start, one of them after the kill
 def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
     # The kill comes at the first evaluation (env step 500); the restarted actor collects
     # again in the 1,000 steps after it.
@@ -295,6 +300,7 @@ def test_an_address_that_is_not_ray_is_refused_within_the_timeout(not_ray):
             apex.check_reachable(f"ray://{where}", 1.0)
 
 
+@pytest.mark.slow  # starts the local Ray
 def test_the_probe_accepts_a_ray_cluster(local_ray):
     apex.check_reachable(ray.get_runtime_context().gcs_address, 10.0)
 

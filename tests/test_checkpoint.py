@@ -1,13 +1,16 @@
 """Checkpoints: resume as if never stopped, survive kill -9, Ctrl-C and SIGTERM, refuse what does
 not fit.
 
-The runs are real `python d3qn_agent.py` subprocesses on CartPole with a tiny network, but for
-the NaN tests, the stops at the end of a run and the resumption after a stop signal, which run
-`d3qn_agent` in this process.
+The runs are on CartPole with a tiny network. Those stopped from outside (kill -9, SIGTERM, a
+lock's live holder) and the resumed side of the resumed run's match are real `python
+d3qn_agent.py` subprocesses; the others run `d3qn_agent` in this process, since starting a
+Python with TensorFlow takes longer than they do.
 """
 
+import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -82,21 +85,27 @@ def assert_complete(step_directory: Path) -> None:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A finished 200-step run with checkpoints at steps 100 and 200."""
+    """A finished 200-step run with checkpoints at steps 100 and 200 (in-process)."""
+    import d3qn_agent
+
     directory = tmp_path_factory.mktemp("trained")
-    result = train(directory, "--total-steps", "200", "--checkpoint-every", "100")
-    assert result.returncode == 0, result.stderr
+    errors = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+        code = d3qn_agent.main(
+            agent_command(directory, "--total-steps", "200", "--checkpoint-every", "100")[2:])
+    assert code == 0, errors.getvalue()
     return directory
 
 
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    # One go: 400 steps, checkpointing at 200 on the way. Then a fresh process resumes from that
-    # step-200 checkpoint and trains the other 200 steps. (The budget stays 400 in both, since
-    # beta is annealed over the budget.)
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, capsys):
+    # One go (in this process): 400 steps, checkpointing at 200 on the way. Then a fresh process
+    # resumes from that step-200 checkpoint and trains the other 200 steps. (The budget stays
+    # 400 in both, since beta is annealed over the budget.)
     # XLA on, as by default: its compiled steps must resume as exactly as the plain ones.
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = train(straight, "--total-steps", "400", "--checkpoint-every", "200", "--xla")
-    assert result.returncode == 0, result.stderr
+    code, _, err = run_main(straight, capsys, "--total-steps", "400", "--checkpoint-every", "200",
+                            "--xla")
+    assert code == 0, err
     halfway = checkpoints(straight)[0]
     assert halfway.name == "step-0000000200"
     shutil.copytree(halfway, resumed / halfway.relative_to(straight))

@@ -81,11 +81,13 @@ def help_runs(request) -> dict[tuple[str, str], subprocess.CompletedProcess]:
 
 
 def help_case(key: tuple[str, str]) -> object:
-    """A benchmark script's `--help` is in the slow tier: each imports TensorFlow, seconds apiece
-    for a score of scripts. The programs a user runs are in the default one."""
+    """The `--help` of a benchmark script, or of any script on JAX, is in the slow tier: each
+    starts a Python with TensorFlow or JAX, seconds apiece for a score of them. The programs a
+    user runs, on the default backend, are in the default tier."""
     backend, script = key
+    slow = script.startswith("benchmarks/") or bool(backend)
     return pytest.param(key, id=f"{script}-{backend}" if backend else script,
-                        marks=[pytest.mark.slow] if script.startswith("benchmarks/") else [])
+                        marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.mark.parametrize("key", [help_case(key) for key in sorted(COMMANDS)])

@@ -193,13 +193,13 @@ TINY = ["--env-name", BREAKOUT, "--memory-size", "600", "--batch-size", "16",
         "--no-xla"]
 
 
-def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path):
+def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path, capsys):
+    # Both runs in this process: starting a Python with TensorFlow costs more than the runs
+    # (test_checkpoint.py resumes in a fresh process).
     def train(directory: Path, *flags: str) -> None:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "d3qn_agent.py"), *TINY, "--model-dir",
-             str(directory / "models"), "--plot-dir", str(directory / "plots"), *flags],
-            cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
+        code = d3qn_agent.main([*TINY, "--model-dir", str(directory / "models"), "--plot-dir",
+                                str(directory / "plots"), *flags])
+        assert code == 0, capsys.readouterr().err
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(straight)

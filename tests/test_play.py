@@ -88,7 +88,12 @@ def test_committed_network_loads_in_safe_mode_and_fits_its_environment(name):
     assert model.output_shape == (None, env.action_space.n)
 
 
-@pytest.mark.parametrize("name", committed_networks())
+def playing(name: str) -> object:
+    """Pong's 3 games are thousands of steps of its network: the slow tier."""
+    return pytest.param(name, marks=[pytest.mark.slow] if name.startswith("Pong") else [])
+
+
+@pytest.mark.parametrize("name", [playing(name) for name in committed_networks()])
 def test_committed_network_plays_greedily_above_its_threshold(name, tmp_path, capsys):
     env_name, episodes, threshold = PRETRAINED[name]
     # The documented command, in-process: --test --model models/pretrained/<name>.

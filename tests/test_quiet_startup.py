@@ -91,15 +91,11 @@ def test_not_active_under_pytest():
     assert not quiet_startup.is_repository_script()
 
 
-def test_the_first_line_of_a_training_run_is_the_programs(tmp_path):
-    command = [sys.executable, str(ROOT / "d3qn_agent.py"), "--total-steps", "300",
-               "--learning-starts", "100", "--eval-every", "300", "--eval-episodes", "1",
-               "--hidden-units", "16", "--model-dir", str(tmp_path), "--plot-dir", str(tmp_path)]
-    done = subprocess.run(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("training on CartPole-v1 until step 300: double DQN"), lines[:3]
-    assert lines[-1].startswith("done: 300 steps")
+def test_the_first_line_of_a_training_run_is_the_programs(cartpole_command_line_run):
+    done = cartpole_command_line_run  # `python d3qn_agent.py`, stderr with stdout (conftest.py)
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert lines[0].startswith("training on CartPole-v1 until step 200: double DQN"), lines[:3]
+    assert lines[-1].startswith("done: 200 steps")
     for known in ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit"):
-        assert known not in done.stdout
+        assert known not in done.output

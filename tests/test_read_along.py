@@ -60,23 +60,32 @@ def test_the_root_shows_the_tutorials_files_and_the_programs_a_user_runs():
 GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar", "d3qn_utils.minatar_wrappers")
 
 
-def game_packages_imported(code: str) -> list[str]:
-    """Which of GAME_PACKAGES a fresh Python process has imported after running `code`."""
-    script = f"import sys\n{code}\nprint(sorted(set({GAME_PACKAGES!r}) & set(sys.modules)))"
+def game_packages_imported(*steps: str) -> list[list[str]]:
+    """Which of GAME_PACKAGES a fresh Python process has imported after each of `steps`, run one
+    after the other in it (one process: each start imports TensorFlow, seconds of it)."""
+    report = f"print(sorted(set({GAME_PACKAGES!r}) & set(sys.modules)))"
+    script = "\n".join(["import sys", *(f"{step}\n{report}" for step in steps)])
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                             text=True, check=True)
-    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    return [ast.literal_eval(line) for line in result.stdout.strip().splitlines()[-len(steps):]]
 
 
-def test_a_cartpole_agent_imports_no_atari_or_minatar_package(tmp_path):
-    assert game_packages_imported(
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> list[list[str]]:
+    """The game packages imported by a CartPole agent, then by a Pong environment besides."""
+    tmp_path = tmp_path_factory.mktemp("agent")
+    return game_packages_imported(
         f"import d3qn_agent; d3qn_agent.DQNAgent('CartPole-v1', model_dir={str(tmp_path)!r}, "
-        f"plot_dir={str(tmp_path)!r})") == []
+        f"plot_dir={str(tmp_path)!r})",
+        "from d3qn_utils import games; games.make_env('PongNoFrameskip-v4')")
 
 
-def test_a_pong_agent_imports_the_atari_wrappers_alone():
-    code = "from d3qn_utils import games; games.make_env('PongNoFrameskip-v4')"
-    assert game_packages_imported(code) == ["ale_py", "atari_wrappers"]
+def test_a_cartpole_agent_imports_no_atari_or_minatar_package(imported):
+    assert imported[0] == []
+
+
+def test_a_pong_agent_imports_the_atari_wrappers_alone(imported):
+    assert imported[1] == ["ale_py", "atari_wrappers"]
 
 
 @pytest.mark.slow  # two trainings, one of them on the code before the rewrite

@@ -342,7 +342,8 @@ def test_an_edited_copy_of_the_file_runs_with_its_edits_and_announces_the_preset
     script = tmp_path / "d3qn_agent.py"
     script.write_text(source)
     command = [sys.executable, str(script), "--learning-starts", "100", "--eval-every", "300",
-               "--eval-episodes", "1", "--model-dir", str(tmp_path), "--plot-dir", str(tmp_path)]
+               "--eval-episodes", "1", "--no-xla", "--model-dir", str(tmp_path), "--plot-dir",
+               str(tmp_path)]  # no XLA: seconds of compiling
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert done.returncode == 0, done.stderr

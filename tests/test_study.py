@@ -281,6 +281,7 @@ TINY = ("--total-steps", "1000", "--eval-every", "250", "--eval-episodes", "5",
         "--batch-size", "32", "--no-xla")
 
 
+@pytest.mark.slow  # three trainings, two of them in Pythons of their own
 def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     run = study.Run("tiny", "CartPole-v1", "per", 3, TINY)
     killed = subprocess.Popen(
