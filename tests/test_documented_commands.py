@@ -81,11 +81,11 @@ def help_runs(request) -> dict[tuple[str, str], subprocess.CompletedProcess]:
 
 
 def help_case(key: tuple[str, str]) -> object:
-    """The `--help` of a benchmark script, or of any script on JAX, is in the slow tier: each
-    starts a Python with TensorFlow or JAX, seconds apiece for a score of them. The programs a
-    user runs, on the default backend, are in the default tier."""
+    """Each `--help` starts a Python with TensorFlow (and Ray, or JAX), seconds apiece for a score
+    of scripts: d3qn_agent.py's and blind_cliffwalk.py's are in the default tier, the others
+    (apex.py, the benchmarks, JAX) in the slow one."""
     backend, script = key
-    slow = script.startswith("benchmarks/") or bool(backend)
+    slow = script.startswith("benchmarks/") or script == "apex.py" or bool(backend)
     return pytest.param(key, id=f"{script}-{backend}" if backend else script,
                         marks=[pytest.mark.slow] if slow else [])
 

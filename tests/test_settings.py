@@ -331,6 +331,7 @@ def test_an_image_memory_must_hold_a_frame_stack():
 # --- the promise end to end: edit the file, run it ------------------------------------------
 
 
+@pytest.mark.slow  # a Python with TensorFlow for the copy (test_the_agent_uses_the_edited_values)
 def test_an_edited_copy_of_the_file_runs_with_its_edits_and_announces_the_preset(tmp_path):
     source = (ROOT / "d3qn_agent.py").read_text()
     edits = {'ENV_NAME = "CartPole-v1"': 'ENV_NAME = "Acrobot-v1"', "N_STEP = 3": "N_STEP = 1",
