@@ -41,12 +41,16 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import numpy as np
 
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
+import provenance  # isort: skip -- benchmarks/ is a folder of scripts, not a package
 
 # ---- Hyperparameters (each one is a command-line flag, see --help) ----
 MIN_N = 2  # shortest chain
@@ -437,6 +441,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget-per-transition", type=float, default=BUDGET_PER_TRANSITION,
                         help="give up after this many updates per transition in the memory")
     parser.add_argument("--plot-path", default=PLOT_PATH, help="where to save the figure")
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in METHODS]
@@ -495,6 +500,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"proportional priority eps: {', '.join(f'{e:g}' for e in args.priority_epsilon)}")
     plot(results, labels, args.plot_path)
     print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
+    write_results(args, results, labels, time.perf_counter() - start)
+
+
+def write_results(args: argparse.Namespace, results: dict, labels: list[str],
+                  wall_seconds: float) -> None:
+    """The updates of every run (None: failed) per chain length and column, with the settings,
+    the wall time and provenance's stamp, to `args.results` (docs/blind_cliffwalk.md's tables are
+    rendered from it by benchmarks/render_docs.py)."""
+    settings = {name: value for name, value in vars(args).items() if name != "results"}
+    rows = [{"n": n, "memory": 2 ** (n + 1) - 2, "column": label, "updates": results[n, label]}
+            for n, label in results]
+    provenance.write_results(args.results, {"settings": settings, "columns": labels,
+                                            "runs": rows, "wall_seconds": wall_seconds})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Tests for blind_cliffwalk.py: the environment, its exact answer, and prioritized vs uniform."""
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -140,12 +141,20 @@ def test_bad_command_line_exits_with_an_error(argv):
     assert error.value.code != 0
 
 
-def test_main_prints_the_table_and_writes_the_plot(tmp_path, capsys):
-    plot_path = tmp_path / "cliffwalk.png"
-    bc.main(["--max-n", "3", "--seeds", "2", "--plot-path", str(plot_path)])
+def test_main_prints_the_table_writes_the_plot_and_a_stamped_results_file(tmp_path, capsys):
+    plot_path, results = tmp_path / "cliffwalk.png", tmp_path / "results.json"
+    bc.main(["--max-n", "3", "--seeds", "2", "--methods", "uniform,oracle", "--plot-path",
+             str(plot_path), "--results", str(results)])
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:2] == ["n", "memory"]
     assert plot_path.stat().st_size > 0
+    written = json.loads(results.read_text())
+    assert {"command", "commit", "machine", "backend", "versions"} <= set(written)
+    found = written["results"]
+    assert found["columns"] == ["uniform", "oracle"] and found["settings"]["seeds"] == 2
+    assert [(row["n"], row["memory"], row["column"]) for row in found["runs"]] == [
+        (n, 2 ** (n + 1) - 2, column) for n in (2, 3) for column in ("uniform", "oracle")]
+    assert all(len(row["updates"]) == 2 for row in found["runs"])
 
 
 def test_priority_epsilon_reaches_the_memory_and_decides_the_result():
@@ -168,7 +177,8 @@ def test_several_priority_epsilons_give_one_proportional_column_each(tmp_path, c
         ("proportional eps=0.01", "proportional", 0.01),
         ("proportional eps=1e-06", "proportional", 1e-6), ("rank", "rank", 0.01)]
     bc.main(["--max-n", "3", "--seeds", "1", "--methods", "proportional",
-             "--priority-epsilon", "1e-2", "1e-6", "--plot-path", str(tmp_path / "eps.png")])
+             "--priority-epsilon", "1e-2", "1e-6", "--plot-path", str(tmp_path / "eps.png"),
+             "--results", str(tmp_path / "eps.json")])
     header = capsys.readouterr().out.splitlines()[0]
     assert "proportional eps=0.01 med/min/max" in header
     assert "proportional eps=1e-06 med/min/max" in header
