@@ -12,7 +12,9 @@ Prints one markdown table, a column per log: the 100- and 50-episode means of th
 scores at 100k, 200k, ..., 500k agent steps, the first step at which the 100-episode mean reaches
 18, the greedy evaluations at 250k and 500k, the agent steps per second each chunk printed last
 and the wall time (each chunk's steps over that speed, summed). With --plot, draws each run's
-50-episode moving average against agent steps. `benchmarks/study.py` reads its runs' logs here.
+50-episode moving average against agent steps. With --results, writes what the table says, run by
+run, with provenance's stamp to a results file: docs/atari.md renders its tables of the committed
+runs from it (`benchmarks/render_docs.py`). `benchmarks/study.py` reads its runs' logs here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
+import provenance
 from markdown_table import format_row
 
 CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
@@ -164,6 +167,26 @@ def table_rows(runs: dict[str, RunLog]) -> list[list[str]]:
     return rows
 
 
+def measured(name: str, log: Path, run: RunLog) -> dict[str, object]:
+    """One run's row of the results file: what `table_rows` shows of it, as numbers (None: the
+    log never reaches it), with the log's path from the repository root where it is inside."""
+    log = log.resolve()
+    shown = log.relative_to(provenance.ROOT) if log.is_relative_to(provenance.ROOT) else log
+    solved = run.first_step_with_mean(SOLVED_MEAN, WINDOWS[0])
+    return {"name": name, "log": shown.as_posix(), "episodes": len(run.scores),
+            "reached": run.reached,
+            "means": {f"{step}": [run.mean_at(step, window) for window in WINDOWS]
+                      for step in CHECKPOINTS},
+            "solved_mean": SOLVED_MEAN, "solved_window": WINDOWS[0], "solved_at_step": solved,
+            "solved_at_episode": None if solved is None
+            else int(np.searchsorted(run.steps, solved) + 1),
+            "evaluations": {f"{step}": list(run.evaluations[step]) for step in EVALUATION_STEPS
+                            if step in run.evaluations},
+            "chunks": [[chunk.start_step, chunk.end_step, chunk.steps_per_second]
+                       for chunk in run.chunks],
+            "seconds": run.seconds}
+
+
 def draw(runs: dict[str, RunLog], path: Path) -> None:
     """Each run's 50-episode moving average (and faint raw scores) against agent steps."""
     figure, axes = plt.subplots(figsize=(9, 5))
@@ -195,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--names", nargs="+",
                         help="the runs' column names, one per log (default: the file names)")
     parser.add_argument("--plot", type=Path, help="where to draw the figure (default: no figure)")
+    parser.add_argument("--results", type=Path,
+                        help="where to write what the table says, stamped (default: nowhere)")
     args = parser.parse_args(argv)
     names = args.names or [path.stem for path in args.logs]
     if len(names) != len(args.logs):
@@ -218,6 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot:
         draw(runs, args.plot)
         print(f"\nplot: {args.plot}")
+    if args.results:
+        provenance.write_results(args.results, {"windows": list(WINDOWS), "runs": [
+            measured(name, path, run) for (name, run), path in zip(runs.items(), args.logs,
+                                                                   strict=True)]})
 
 
 if __name__ == "__main__":
