@@ -480,6 +480,7 @@ def table_columns(
 def main(argv: list[str] | None = None) -> None:
     """Run every (n, column, seed), print the table and save the plot."""
     args = parse_args(argv)
+    code = provenance.commit()  # before the runs: the checkout may move on meanwhile
     columns = table_columns(args.methods, args.priority_epsilon)
     results = {}
     start = time.perf_counter()
@@ -500,11 +501,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"proportional priority eps: {', '.join(f'{e:g}' for e in args.priority_epsilon)}")
     plot(results, labels, args.plot_path)
     print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
-    write_results(args, results, labels, time.perf_counter() - start)
+    write_results(args, results, labels, time.perf_counter() - start, code)
 
 
 def write_results(args: argparse.Namespace, results: dict, labels: list[str],
-                  wall_seconds: float) -> None:
+                  wall_seconds: float, code: tuple[str, bool]) -> None:
     """The updates of every run (None: failed) per chain length and column, with the settings,
     the wall time and provenance's stamp, to `args.results` (docs/blind_cliffwalk.md's tables are
     rendered from it by benchmarks/render_docs.py)."""
@@ -512,7 +513,8 @@ def write_results(args: argparse.Namespace, results: dict, labels: list[str],
     rows = [{"n": n, "memory": 2 ** (n + 1) - 2, "column": label, "updates": results[n, label]}
             for n, label in results]
     provenance.write_results(args.results, {"settings": settings, "columns": labels,
-                                            "runs": rows, "wall_seconds": wall_seconds})
+                                            "runs": rows, "wall_seconds": wall_seconds},
+                             code=code)
 
 
 if __name__ == "__main__":

@@ -66,10 +66,11 @@ def main() -> int:
                         help=f"greedy episodes of {PONG}'s network (thousands of steps each)")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    code = provenance.commit()  # before playing: the checkout may move on meanwhile
     networks = sorted((provenance.ROOT / PRETRAINED).glob("*.keras"))
     played = [play(path.relative_to(provenance.ROOT), args.pong_episodes
                    if path.stem == PONG else args.episodes) for path in networks]
-    provenance.write_results(args.results, {"networks": played})
+    provenance.write_results(args.results, {"networks": played}, code=code)
     return 0
 
 
