@@ -1,7 +1,7 @@
 """The pages' tables of learning results outside the studies, each rendered from the newest
 results file its script wrote (`render_docs.RENDERERS` names them): the Blind Cliffwalk
 (`blind_cliffwalk.py`), the committed networks played (`benchmarks/play_pretrained.py`) and the
-committed Pong logs read (`benchmarks/pong_logs.py --results`).
+committed Pong logs read (`benchmarks/pong_logs.py --results`, one file kept by name).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ BLIND_CLIFFWALK = "python blind_cliffwalk.py"  # the page's first command
 BLIND_CLIFFWALK_EPSILON = ("python blind_cliffwalk.py --methods uniform,proportional,rank "
                            "--priority-epsilon 1e-2 1e-4 1e-6 --plot-path "
                            "plots/blind_cliffwalk_priority_epsilon.png")
+PONG_LOGS = Path("pong_logs") / "committed_runs.json"  # under the results root (docs/atari.md)
 MINUS = "\N{MINUS SIGN}"
 
 
@@ -41,6 +42,11 @@ def stamp_table(found: dict, *extra: tuple[str, str]) -> str:
 
 def signed(value: float, digits: int = 1) -> str:
     return f"{value:,.{digits}f}".replace("-", MINUS)
+
+
+def score(value: float) -> str:
+    """An episode's score: whole as a whole number, else to one decimal."""
+    return signed(value, 0 if value == int(value) else 1)
 
 
 def updates_cell(updates: list[int | None], budget: int) -> str:
@@ -89,7 +95,7 @@ def pretrained(results: Path) -> str:
     for network in found["results"]["networks"]:
         scores = network["scores"]
         lines.append(f"| `{network['file']}` | {size(network['bytes'])} | "
-                     f"`{network['command']}` | {', '.join(signed(s, 0) for s in scores)} | "
+                     f"`{network['command']}` | {', '.join(score(s) for s in scores)} | "
                      f"{signed(float(np.mean(scores)))} |")
     return "\n".join(lines) + "\n\n" + stamp_table(found)
 
@@ -97,7 +103,7 @@ def pretrained(results: Path) -> str:
 def pong_runs(results: Path) -> str:
     """Per committed Pong log: where its 100-episode mean first reached 18, the greedy
     evaluations, the speed chunk by chunk and the training time, read by pong_logs.py."""
-    found = newest(results, "pong_logs")
+    found = json.loads((results / PONG_LOGS).read_text())
     runs = found["results"]["runs"]
     steps = sorted({step for run in runs for step in run["evaluations"]}, key=int)
     header = [f"{runs[0]['solved_window']}-episode mean of {runs[0]['solved_mean']:g} at step "
@@ -119,7 +125,7 @@ def pong_runs(results: Path) -> str:
 
 def pong_means(results: Path) -> str:
     """The training scores' moving means at each reported step, a column per committed log."""
-    found = newest(results, "pong_logs")
+    found = json.loads((results / PONG_LOGS).read_text())
     windows, runs = found["results"]["windows"], found["results"]["runs"]
     lines = [f"| at step ({' / '.join(f'{w}-' for w in windows)}episode means) | "
              + " | ".join(run["name"] for run in runs) + " |", "|---" * (1 + len(runs)) + "|"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import learning_tables
 import numpy as np
 import provenance
 import study
@@ -168,6 +169,13 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
                            "MinAtar/Breakout-v1", "per"),
     "pong": partial(study.study_tables, "pong"),
     "pong_bf16": partial(study.compare, "pong_bf16", "pong", "PongNoFrameskip-v4", "per"),
+    # Learning results outside the studies, from their scripts' files (learning_tables.py).
+    "blind_cliffwalk": partial(learning_tables.blind_cliffwalk, learning_tables.BLIND_CLIFFWALK),
+    "blind_cliffwalk_priority_epsilon": partial(learning_tables.blind_cliffwalk,
+                                                learning_tables.BLIND_CLIFFWALK_EPSILON),
+    "pretrained": learning_tables.pretrained,
+    "pong_runs": learning_tables.pong_runs,
+    "pong_means": learning_tables.pong_means,
 }
 
 

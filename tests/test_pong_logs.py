@@ -1,5 +1,6 @@
 """The Pong log reader reads resumed logs as the run's history; the table and its command line."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -112,3 +113,20 @@ def test_command_line_refuses_names_that_do_not_fit_the_logs(
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "run.log")] * 2 + ["--names", *names])
     assert message in capsys.readouterr().err
+
+
+def test_results_file_holds_what_the_table_says_run_by_run_with_the_stamp(tmp_path: Path,
+                                                                          capsys) -> None:
+    (tmp_path / "first.log").write_text(LOG)
+    results = tmp_path / "runs.json"
+    report.main([str(tmp_path / "first.log"), "--names", "PER", "--results", str(results)])
+    written = json.loads(results.read_text())
+    assert {"command", "commit", "machine", "backend", "versions"} <= set(written)
+    assert written["results"]["windows"] == list(report.WINDOWS)
+    [run] = written["results"]["runs"]
+    assert run["name"] == "PER" and run["log"].endswith("first.log")
+    assert (run["episodes"], run["reached"], run["seconds"]) == (4, 450, pytest.approx(43))
+    assert run["chunks"] == [[0, 350, 10.0], [200, 400, 25.0]]
+    assert run["solved_at_step"] is None and run["evaluations"] == {}
+    assert all(means == [None, None] for means in run["means"].values())  # never at 100,000
+    assert "results: " in capsys.readouterr().out

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import learning_tables
 import provenance
 import render_docs
 import study
@@ -158,3 +159,77 @@ def test_a_results_file_carries_the_stamp_beside_what_was_measured(tmp_path, cap
     assert set(written["versions"]) == set(provenance.PACKAGES)
     assert provenance.machine_label(written).startswith(f"{machine['cpu']}, {machine['cores']} ")
     assert "results: " in capsys.readouterr().out
+
+
+# --- the learning tables outside the studies (benchmarks/learning_tables.py) -----------------
+
+STAMP = {"commit": "abc1234", "uncommitted_changes": False,
+         "machine": {"cpu": "Some CPU", "architecture": "x86_64", "cores": 2,
+                     "cpu_features": ["AVX2"], "gpus": []}}
+STAMP_ROW = "| Some CPU, 2 cores (AVX2) | abc1234 |\n"
+
+
+def write_result(path: Path, command: str, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": command, **STAMP, "results": results}))
+
+
+def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path):
+    runs = [(2, 6, "uniform", [10, 20]), (2, 6, "oracle", [5, 5]),
+            (3, 14, "uniform", [40, None]), (3, 14, "oracle", [7, 9])]
+    write_result(tmp_path / "blind_cliffwalk" / "20260101T000000Z.json",
+                 learning_tables.BLIND_CLIFFWALK, {
+                     "settings": {"seed": 0, "seeds": 2, "max_n": 3, "budget_per_transition": 100},
+                     "columns": ["uniform", "oracle"], "wall_seconds": 12.4,
+                     "runs": [{"n": n, "memory": memory, "column": column, "updates": updates}
+                              for n, memory, column, updates in runs]})
+    # A newer file of another command is not this table's.
+    write_result(tmp_path / "blind_cliffwalk" / "20270101T000000Z.json",
+                 learning_tables.BLIND_CLIFFWALK_EPSILON, {})
+    assert render_docs.RENDERERS["blind_cliffwalk"](tmp_path) == (
+        "| n | memory | uniform | oracle |\n|---|---|---|---|\n"
+        "| 2 | 6 | 15 (10\N{EN DASH}20) | 5 (5\N{EN DASH}5) |\n"
+        "| 3 | 14 | 720 (40\N{EN DASH}1400), 1 failed | 8 (7\N{EN DASH}9) |\n"
+        "| n = 3: uniform's median over this one | | 1.0\N{MULTIPLICATION SIGN} "
+        "| 90.0\N{MULTIPLICATION SIGN} |\n\n"
+        "| command | seeds | wall time | machine | commit |\n|---|---|---|---|---|\n"
+        "| `python blind_cliffwalk.py` | 0\N{EN DASH}1 | 12 s " + STAMP_ROW)
+
+
+def test_the_committed_networks_render_with_size_command_and_scores(tmp_path):
+    command = "python d3qn_agent.py --test --model models/pretrained/Game-v0.keras"
+    write_result(tmp_path / "play_pretrained" / "20260101T000000Z.json",
+                 "python benchmarks/play_pretrained.py", {"networks": [
+                     {"file": "models/pretrained/Game-v0.keras", "bytes": 6_800_000,
+                      "command": command, "scores": [-1.5, 2.0]}]})
+    assert render_docs.RENDERERS["pretrained"](tmp_path) == (
+        "| file | size | command | scores, episode by episode | mean |\n|---|---|---|---|---|\n"
+        f"| `models/pretrained/Game-v0.keras` | 6.8 MB | `{command}` | \N{MINUS SIGN}1.5, 2 "
+        "| 0.2 |\n\n| command | machine | commit |\n|---|---|---|\n"
+        "| `python benchmarks/play_pretrained.py` " + STAMP_ROW)
+
+
+def test_the_pong_logs_render_a_row_per_run_and_a_column_per_run(tmp_path):
+    run = {"name": "preset", "log": "benchmarks/logs/preset.log", "solved_mean": 18.0,
+           "solved_window": 100, "solved_at_step": 398_076, "solved_at_episode": 205,
+           "reached": 500_000, "evaluations": {"250000": [17.8, 2.7], "500000": [20.8, 0.4]},
+           "chunks": [[0, 374_790, 40.0], [374_790, 500_000, 37.0]], "seconds": 5400.0,
+           "means": {"100000": [-18.0, -17.1], "600000": [None, None]}}
+    unsolved = {**run, "name": "short", "solved_at_step": None, "reached": 450_000,
+                "evaluations": {"250000": [-20.0, 1.0]}}
+    write_result(tmp_path / learning_tables.PONG_LOGS, "python benchmarks/pong_logs.py ...",
+                 {"windows": [100, 50], "runs": [run, unsolved]})
+    assert render_docs.RENDERERS["pong_runs"](tmp_path) == (
+        "| run | 100-episode mean of 18 at step (episode) | greedy evaluation at 250,000 / "
+        "500,000 | agent steps/s, chunk by chunk | training time (sum of chunks) | machine | log "
+        "|\n" + "|---" * 7 + "|\n"
+        "| preset | 398,076 (205) | 17.8 ± 2.7 / 20.8 ± 0.4 | 40, 37 | 1.5 h | machine not "
+        "recorded | `benchmarks/logs/preset.log` |\n"
+        "| short | not by step 450,000 | \N{MINUS SIGN}20.0 ± 1.0 / — | 40, 37 | 1.5 h | machine "
+        "not recorded | `benchmarks/logs/preset.log` |\n\nRead from the logs by:\n\n"
+        "| command | machine | commit |\n|---|---|---|\n"
+        "| `python benchmarks/pong_logs.py ...` " + STAMP_ROW)
+    assert render_docs.RENDERERS["pong_means"](tmp_path) == (
+        "| at step (100- / 50-episode means) | preset | short |\n|---|---|---|\n"
+        "| 100,000 | \N{MINUS SIGN}18.0 / \N{MINUS SIGN}17.1 | \N{MINUS SIGN}18.0 / "
+        "\N{MINUS SIGN}17.1 |\n| 600,000 | — / — | — / — |\n")
