@@ -158,7 +158,7 @@ def test_main_prints_the_table_writes_the_plot_and_a_stamped_results_file(tmp_pa
 
 
 def test_priority_epsilon_reaches_the_memory_and_decides_the_result():
-    # The documented numbers (n = 10, 3 seeds, median) need a minute; n = 8 shows the same effect.
+    # The page's table (n up to 12, 10 seeds) takes minutes; n = 8 shows the same effect.
     memory = bc.make_memory("proportional", 8, 0.6, 0.7, np.random.default_rng(0), 1e-6)
     assert memory.epsilon == 1e-6
     default, small = (
