@@ -166,6 +166,7 @@ class Memory(ReplayMemory):
     """
 
     kind = "proportional"
+    BYTES_PER_SLOT = 5 * 8  # the sum and min trees' two nodes a slot, and 8 bytes of headroom
 
     def __init__(
         self,

@@ -202,21 +202,22 @@ class DQNAgent:
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
         # The replay memory: PER's Memory (or rank-based), or UniformMemory, one interface.
-        settings.check_replay_memory(config, self.state_shape, self.state_dtype,
-                                     ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
+        memory_class = ((RankBasedMemory if config.per_rank_based else Memory) if config.use_per
+                        else UniformMemory)
+        settings.check_replay_memory(memory_class, config.memory_size, self.state_shape,
+                                     self.state_dtype, ReplayStatistics.BYTES_PER_SLOT)
         replay_options = dict(
             storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
         if config.use_per:
-            prioritized = RankBasedMemory if config.per_rank_based else Memory
-            self.MEMORY = prioritized(config.memory_size, alpha=config.per_alpha,
-                                      beta=config.per_beta,
-                                      beta_increment=self.beta_increment(config.per_beta, 0),
-                                      **replay_options)
+            self.MEMORY = memory_class(config.memory_size, alpha=config.per_alpha,
+                                       beta=config.per_beta,
+                                       beta_increment=self.beta_increment(config.per_beta, 0),
+                                       **replay_options)
         else:
-            self.MEMORY = UniformMemory(config.memory_size, **replay_options)
+            self.MEMORY = memory_class(config.memory_size, **replay_options)
 
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16)
@@ -499,7 +500,7 @@ class DQNAgent:
         budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
         if self.config.use_per and any(state["flags"][flag] != getattr(self.config, flag)
                                        for flag in budget):
-            self.MEMORY.beta_increment = self.beta_increment(self.MEMORY.beta, self.step)
+            self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.start_episode()
         actions = [int(action) for action in progress["episode_actions"]]
         for action in actions:

@@ -26,6 +26,7 @@ class RankBasedMemory(ReplayMemory):
     weights w_i = (N * P(i))^-beta / max_j w_j; beta grows by `beta_increment` per `sample`."""
 
     kind = "rank-based"
+    BYTES_PER_SLOT = 4 * 8 + 1  # abs_errors, ranked_slots, ranked_keys, _rank_cdf; _stale
 
     def __init__(
         self,

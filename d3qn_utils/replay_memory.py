@@ -1,12 +1,11 @@
 """What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
-`RankBasedMemory`) share: their storage, random generator, n-step batches and saved state, and
-the bytes a slot of each costs.
+`RankBasedMemory`) share: their storage, random generator, n-step batches, saved state and the
+bytes a slot costs.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,25 +18,14 @@ from d3qn_utils.checks import (
     check_saved_value,
     require,
 )
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
-
-
-def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
-    """Bytes per slot of a full replay memory as the agents build it (storage plus the
-    priorities of `kind`), to refuse a size that cannot fit before allocating it. The
-    proportional trees' extra 8 bytes are headroom. tests/test_per.py measures it."""
-    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
-    if len(state_shape) == 3:
-        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
-    else:
-        transition = 2 * state_bytes + 8 + 8 + 1 + 1
-    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 
 class ReplayMemory:
     """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+    BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
 
     def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
                  rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
@@ -57,12 +45,24 @@ class ReplayMemory:
     def __len__(self) -> int:
         return len(self.storage)
 
+    @classmethod
+    def bytes_per_slot(cls, state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes per slot of a full memory of this class, its storage's included, to refuse a
+        size that cannot fit before allocating it. tests/test_per.py measures it."""
+        return storage_type(state_shape).bytes_per_slot(state_shape, state_dtype) + \
+            cls.BYTES_PER_SLOT
+
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
         check_range("alpha", alpha, 0.0, np.inf)
         check_range("beta", beta, 0.0, 1.0)
-        check_range("beta_increment", beta_increment, 0.0, 1.0)
         self.alpha, self.beta = float(alpha), float(beta)
+        self.set_beta_increment(beta_increment)
+
+    def set_beta_increment(self, beta_increment: float) -> None:
+        """Set beta's growth per `sample` (uniform replay has no beta to grow); ValueError
+        unless it is in [0, 1]."""
+        check_range("beta_increment", beta_increment, 0.0, 1.0)
         self.beta_increment = float(beta_increment)
 
     def check_sample_size(self, n: Any) -> None:

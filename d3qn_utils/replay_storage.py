@@ -10,6 +10,7 @@ states, the default); `FrameStackStorage` keeps each uint8 image frame once (Ata
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,16 @@ class TransitionStorage:
 
     def __len__(self) -> int:
         return self.written
+
+    @staticmethod
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes a full storage of these states holds per slot: two states, an int64 action, a
+        float64 reward, the done and holds_transition flags."""
+        return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The five fields of the written rows, in slot order: a block as `add_block` takes it."""
+        return tuple(field[: self.written] for field in self.fields)
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one (state, action, reward, next_state, done); return its slot, none freed."""
@@ -137,11 +148,16 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
+def storage_type(state_shape: tuple[int, ...]) -> type[TransitionStorage | FrameStackStorage]:
+    """The storage of these states: `FrameStackStorage` for images, else `TransitionStorage`."""
+    return FrameStackStorage if len(state_shape) == 3 else TransitionStorage
+
+
 def storage_for(state_shape: tuple[int, ...], capacity: int, stacked: bool
                 ) -> FrameStackStorage | None:
     """None (a TransitionStorage) for vector states, else a `FrameStackStorage`, stacked along
     the last axis when `stacked` (Atari)."""
-    if len(state_shape) != 3:
+    if storage_type(state_shape) is TransitionStorage:
         return None
     return FrameStackStorage(capacity, stack_axis=-1 if stacked else None)
 
@@ -192,6 +208,13 @@ class FrameStackStorage:
 
     def __len__(self) -> int:
         return self._count
+
+    @staticmethod
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes a full storage of these states holds per slot: one frame, an int64 action, a
+        float32 reward, the done and holds_transition flags."""
+        frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // state_shape[-1]
+        return frame + 8 + 4 + 1 + 1
 
     @property
     def stack_size(self) -> int:

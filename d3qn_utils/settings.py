@@ -24,7 +24,6 @@ import numpy as np
 
 from d3qn_utils import games, recording
 from d3qn_utils.checks import is_integer
-from d3qn_utils.replay_memory import replay_bytes_per_slot
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -338,23 +337,22 @@ def no_training_warning(config: argparse.Namespace) -> str | None:
             "will not train, and the network it saves as best is the untrained one")
 
 
-def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...],
-                        state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
-    """ValueError, before the replay memory is allocated, if it cannot hold one frame stack or
-    would not fit in this machine's memory (`other_bytes_per_slot`: the caller's own per slot)."""
-    size = config.memory_size
+def check_replay_memory(memory: Any, size: int, state_shape: tuple[int, ...], state_dtype: Any,
+                        other_bytes_per_slot: int = 0) -> None:
+    """ValueError, before a replay memory of class `memory` is allocated, if it cannot hold one
+    frame stack or would not fit in this machine's memory (`other_bytes_per_slot`: the caller's
+    own per slot)."""
     if len(state_shape) == 3 and size <= state_shape[-1]:
         raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
                          f"images, got {size}")
-    kind = ("uniform" if not getattr(config, "use_per", True) else
-            "rank-based" if getattr(config, "per_rank_based", False) else "proportional")
-    per_slot = replay_bytes_per_slot(state_shape, state_dtype, kind) + other_bytes_per_slot
+    per_slot = memory.bytes_per_slot(state_shape, state_dtype) + other_bytes_per_slot
     machine = machine_memory_bytes()
     if machine and size * per_slot > machine:
         raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
                          f"{size * per_slot / 2**30:,.1f} GiB ({per_slot} bytes per transition "
-                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, {kind} "
-                         f"replay), more than this machine's {machine / 2**30:,.1f} GiB")
+                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, "
+                         f"{memory.kind} replay), more than this machine's "
+                         f"{machine / 2**30:,.1f} GiB")
 
 
 def machine_memory_bytes() -> int | None:

@@ -18,7 +18,6 @@ from memory_helpers import (
 )
 
 import apex
-from d3qn_utils.replay_memory import replay_bytes_per_slot
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
@@ -607,8 +606,9 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
     storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
-    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[
-        kind](capacity, storage=storage, rng=0)
+    memory_class = {"uniform": UniformMemory, "proportional": Memory,
+                    "rank-based": RankBasedMemory}[kind]
+    memory = memory_class(capacity, storage=storage, rng=0)
     for i in range(capacity):
         if storage is None:
             state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
@@ -621,8 +621,8 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
         assert len(memory.ranked_slots) == len(memory)
     holders = [memory, memory.storage, *([memory.tree] if kind == "proportional" else [])]
     measured = array_bytes(*holders) / capacity
-    estimate = replay_bytes_per_slot(
-        state_shape, np.dtype(np.float32 if storage is None else np.uint8), kind)
+    estimate = memory_class.bytes_per_slot(
+        state_shape, np.dtype(np.float32 if storage is None else np.uint8))
     # The proportional estimate keeps 8 bytes a slot of headroom, for the payload pointer the
     # tree once held, and counts 2 * capacity tree nodes where there are 2 * capacity - 1 (16
     # bytes in all). What else stays is a few fixed arrays (a pending stack): < 3 bytes a slot
