@@ -29,7 +29,7 @@ from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
 from d3qn_utils.priority_figure import ReplayStatistics
-from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
+from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, describe, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
@@ -248,7 +248,15 @@ class DQNAgent:
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
-        self.report = TrainingReport(config, self.name, self.Plot_name, self.Priority_plot_name)
+        self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
+            self.Plot_name, self.Priority_plot_name, env_name=config.env_name,
+            description=describe(config), seed=config.seed, total_steps=config.total_steps,
+            memory_size=config.memory_size, batch_size=config.batch_size,
+            train_frequency=config.train_frequency, eval_episodes=config.eval_episodes,
+            tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
+            tensorboard_every=config.tensorboard_every, prioritized=config.use_per,
+            image_states=len(self.state_shape) == 3, bfloat16=config.bfloat16, xla=config.xla,
+            warning=settings.no_training_warning(config))
 
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
@@ -366,7 +374,7 @@ class DQNAgent:
             self.begin()  # as main() does: no second run may write this run's files
         if self.state is None:  # the first episode (a resumed run goes on with its open one)
             self.start_episode()
-        self.report.start(self.step, self.settings_notes, len(self.state_shape) == 3)
+        self.report.start(self.step, self.settings_notes)
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):

@@ -17,7 +17,6 @@ import keras
 import numpy as np
 from matplotlib.figure import Figure
 
-from d3qn_utils import settings
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.priority_figure import PriorityFigure
 
@@ -182,20 +181,24 @@ class TrainingReport:
     `state_dict` is the priority figure's data. A few microseconds per gradient step.
     """
 
-    def __init__(self, config: Namespace, name: str, plot_path: str,
-                 priority_plot_path: str) -> None:
-        self.config = config
+    def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
+                 description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
+                 train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
+                 tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
+                 xla: bool, warning: str | None) -> None:
+        """`description`: `describe`'s line; `warning`: settings.no_training_warning's."""
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
-        self.tensorboard_dir = tensorboard_dir(config.tensorboard, name)
-        self.tensorboard = (TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir
-                            else None)
+        self.env_name, self.description, self.seed = env_name, description, seed
+        self.total_steps, self.train_frequency = total_steps, train_frequency
+        self.eval_episodes, self.prioritized = eval_episodes, prioritized
+        self.image_states, self.bfloat16, self.xla = image_states, bfloat16, xla
+        self.warning = warning
+        self.priority_figure = PriorityFigure(memory_size, batch_size)
+        self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
+        self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
-        self._last_plot_time = time.perf_counter()
-        self._start = (time.perf_counter(), 0)  # (time, env step) where this process began
         self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, gradient steps since a write
-        self._interval_start = (time.perf_counter(), 0)  # (time, env step) of the last write
-        self.forecast = Forecast(config.total_steps)
+        self._start_clocks(0)
 
     def __enter__(self) -> TrainingReport:
         return self
@@ -212,31 +215,35 @@ class TrainingReport:
         """Take back what `state_dict` gave."""
         self.priority_figure.load_state_dict(arrays)
 
-    def start(self, step: int, settings_notes: list[str], image_states: bool) -> None:
-        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place."""
-        config = self.config
-        print(f"training on {config.env_name} until step {config.total_steps:,}: "
-              f"{describe(config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
+    def start(self, step: int, settings_notes: list[str]) -> None:
+        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place;
+        the clocks start at `step`."""
+        print(f"training on {self.env_name} until step {self.total_steps:,}: "
+              f"{self.description}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
               flush=True)
         if settings_notes:
             print(f"settings: {', '.join(settings_notes)}", flush=True)
-        if warning := settings.no_training_warning(config):
-            print(warning, file=sys.stderr, flush=True)
+        if self.warning:
+            print(self.warning, file=sys.stderr, flush=True)
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
-        if config.bfloat16 and not image_states:
+        if self.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
-        if (image_states and not config.xla and keras.backend.backend() == "tensorflow"
+        if (self.image_states and not self.xla and keras.backend.backend() == "tensorflow"
                 and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
                   "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
                   "choice (docs/atari.md)", flush=True)
+        self._start_clocks(step)
+
+    def _start_clocks(self, step: int) -> None:
+        """Measure the speed, the time left and the time since the last plot from now on."""
         now = time.perf_counter()
         self._last_plot_time = now
-        self._start = self._interval_start = (now, step)
-        self.forecast = Forecast(config.total_steps)
+        self._start = self._interval_start = (now, step)  # (time, env step) of this process
+        self.forecast = Forecast(self.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         """Write `scalars` to TensorBoard at env step `step` (nothing without TensorBoard)."""
@@ -254,7 +261,7 @@ class TrainingReport:
         steps their averaged scalars go to TensorBoard."""
         # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
         # TensorBoard's points fall on the same steps in every run, learning started or not.
-        last = step // self.config.train_frequency
+        last = step // self.train_frequency
         self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
@@ -266,7 +273,7 @@ class TrainingReport:
             sums[0] += float(loss)
             sums[1] += float(errors.mean())
             sums[2] += 1
-            if gradient_step % self.config.tensorboard_every:
+            if gradient_step % self.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
             scalars = {
@@ -275,7 +282,7 @@ class TrainingReport:
                 "train/epsilon": epsilon,
                 "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9),
             }
-            if self.config.use_per:
+            if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
@@ -290,7 +297,7 @@ class TrainingReport:
         if estimate := self.forecast.estimate(step, now):
             print(estimate, flush=True)
         left = self.forecast.time_left(step, now)
-        print(f"episode: {episode}, step: {step}/{self.config.total_steps}, "
+        print(f"episode: {episode}, step: {step}/{self.total_steps}, "
               f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
               f"{(step - start_step) / (now - then):.0f} steps/s"
               + (f", {left} left" if left else ""), flush=True)
@@ -311,22 +318,19 @@ class TrainingReport:
     def draw_learning_curve(self, step: int, scores: list[float], average: list[float],
                             evaluations: list[tuple[int, int, float]]) -> None:
         """Draw the learning curve (episode scores, their average, evaluations) to `plot_path`."""
-        config = self.config
-        draw_learning_curve(self.plot_path, scores, average, evaluations, config.eval_episodes,
-                            f"{config.env_name}: {describe(config)}\nseed {config.seed}, "
+        draw_learning_curve(self.plot_path, scores, average, evaluations, self.eval_episodes,
+                            f"{self.env_name}: {self.description}\nseed {self.seed}, "
                             f"{step:,} environment steps")
         self._last_plot_time = time.perf_counter()
 
     def draw(self, step: int, scores: list[float], average: list[float],
              evaluations: list[tuple[int, int, float]], memory: Any) -> str:
-        """Draw the learning curve and priority figure (~0.4 s); return "plots A and B" (or
-        "plot A" before the first gradient step)."""
+        """Draw the learning curve and the priority figure of `memory` (~0.4 s); return "plots A
+        and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
-        config = self.config
-        kind = "rank-based" if config.per_rank_based else "proportional"
-        title = (f"{config.env_name}: what {kind} replay did (alpha {config.per_alpha:g}), "
-                 f"step {step:,}" if config.use_per else
-                 f"{config.env_name}: uniform replay, step {step:,}")
+        title = (f"{self.env_name}: uniform replay, step {step:,}" if memory.kind == "uniform" else
+                 f"{self.env_name}: what {memory.kind} replay did (alpha {memory.alpha:g}), "
+                 f"step {step:,}")
         if self.priority_figure.draw(self.priority_plot_path, memory, title):
             return f"plots {self.plot_path} and {self.priority_plot_path}"
         return f"plot {self.plot_path}"

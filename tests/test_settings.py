@@ -155,7 +155,7 @@ def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
     agent = DQNAgent(memory_size=100, model_dir=str(tmp_path), plot_dir=str(tmp_path))
     for onednn, noted in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(reporting, "onednn_enabled", lambda onednn=onednn: onednn)
-        agent.report.start(agent.step, agent.settings_notes, len(agent.state_shape) == 3)
+        agent.report.start(agent.step, agent.settings_notes)
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].startswith("training on PongNoFrameskip-v4 until step 500,000: ")
         assert lines[1].startswith("settings: total_steps 500000 (PongNoFrameskip-v4 preset), ")
@@ -168,7 +168,7 @@ def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
 def test_bfloat16_on_vector_states_says_that_it_changes_nothing(tmp_path, capsys):
     agent = DQNAgent("CartPole-v1", bfloat16=True, model_dir=str(tmp_path),
                      plot_dir=str(tmp_path))
-    agent.report.start(agent.step, agent.settings_notes, len(agent.state_shape) == 3)
+    agent.report.start(agent.step, agent.settings_notes)
     note = "note: BFLOAT16 changes only the convolutions of an image torso"
     assert note in capsys.readouterr().out
     assert {layer.compute_dtype for layer in agent.model.layers} == {"float32"}
