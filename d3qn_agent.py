@@ -549,8 +549,8 @@ class DQNAgent:
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, or play a saved network with --test. Returns the exit code: 2
     after one `error:` line for bad input, `training_session.exit_code`'s for a training run."""
-    flags = settings.command_line_flags(sys.modules[__name__],
-                                        sys.argv[1:] if argv is None else argv)
+    flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv,
+                                    settings.d3qn_parser(sys.modules[__name__]))
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
         agent = DQNAgent(**flags)

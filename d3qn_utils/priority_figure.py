@@ -38,6 +38,8 @@ class ReplayStatistics:
     """
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
+    SAVED = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
+             "uniform_replays_by_age")
 
     def __init__(self, capacity: int) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
@@ -67,15 +69,8 @@ class ReplayStatistics:
         return self.stores - 1 - self.stored_at[slots]
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The counters as plain arrays, keys prefixed "stats."."""
-        return {
-            "stats.replay_counts": self.replay_counts,
-            "stats.stored_at": self.stored_at,
-            "stats.stores": np.array(self.stores),
-            "stats.replays_by_age": self.replays_by_age,
-            "stats.exposure_by_age": self.exposure_by_age,
-            "stats.uniform_replays_by_age": self.uniform_replays_by_age,
-        }
+        """The counters as plain arrays (the arrays themselves), keys prefixed "stats."."""
+        return {f"stats.{name}": np.asarray(getattr(self, name)) for name in self.SAVED}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming a missing or misshapen array."""
@@ -117,15 +112,10 @@ class PriorityFigure:
         self.statistics.note_sample(tree_idx - (capacity - 1), size)
         first = last_gradient_step - len(is_weights) + 1
         for gradient_step, weights in enumerate(is_weights, start=first):
-            self.note_batch(step, gradient_step, beta, weights)
-
-    def note_batch(self, step: int, gradient_step: int, beta: float,
-                   is_weights: np.ndarray) -> None:
-        """Keep a sampled batch's IS weights (taken at env step `step`). O(batch)."""
-        self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = is_weights
-        self.recent_batches += 1
-        if gradient_step % PRIORITY_HISTORY_EVERY == 0:
-            self.history.append((step, beta, float(is_weights.min()), float(is_weights.mean())))
+            self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = weights
+            self.recent_batches += 1
+            if gradient_step % PRIORITY_HISTORY_EVERY == 0:
+                self.history.append((step, beta, float(weights.min()), float(weights.mean())))
 
     def draw(self, path: str, memory: Any, title: str) -> bool:
         """Save the figure of `memory` to `path` (~0.3 s); False before the first batch."""
@@ -176,13 +166,9 @@ def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]
     }
 
 
-def draw_priority_figure(
-    path: str,
-    data: dict[str, Any],
-    history: list[tuple[int, float, float, float]],
-    recent_is_weights: np.ndarray,
-    title: str,
-) -> None:
+def draw_priority_figure(path: str, data: dict[str, Any],
+                         history: list[tuple[int, float, float, float]],
+                         recent_is_weights: np.ndarray, title: str) -> None:
     """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s)."""
     figure = Figure(figsize=(13, 8.5), layout="constrained")
     figure.suptitle(title, fontsize=11)
