@@ -56,9 +56,8 @@ def duration(seconds: float) -> str:
 
 class Forecast:
     """What the rest of a run will take, at its speed since `begin` (called after the first
-    gradient steps, so neither the steps before learning nor compilation count). Times are
-    `time.perf_counter()` values, passed in.
-    """
+    gradient steps, so neither the steps before learning nor compilation count); times are
+    `time.perf_counter()` values."""
 
     def __init__(self, total_steps: int, unit: str = "step") -> None:
         self.total_steps = total_steps
@@ -113,11 +112,8 @@ def tensorboard_dir(flag: Any, name: str) -> str | None:
 
 
 class TensorBoardWriter:
-    """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir`.
-
-    The directory is checked at once (ValueError naming it if it cannot be written). A scalar
-    costs ~0.8 ms, so write every few steps, not every step.
-    """
+    """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir` (checked at
+    once: ValueError naming it if it cannot be written). ~0.8 ms a scalar: not every step."""
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
@@ -186,7 +182,6 @@ class TrainingReport:
                  train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
                  tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
                  xla: bool, warning: str | None) -> None:
-        """`description`: `describe`'s line; `warning`: settings.no_training_warning's."""
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.env_name, self.description, self.seed = env_name, description, seed
         self.total_steps, self.train_frequency = total_steps, train_frequency
@@ -276,12 +271,9 @@ class TrainingReport:
             if gradient_step % self.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
-            scalars = {
-                "train/loss": sums[0] / sums[2],
-                "train/mean_abs_td_error": sums[1] / sums[2],
-                "train/epsilon": epsilon,
-                "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9),
-            }
+            scalars = {"train/loss": sums[0] / sums[2],
+                       "train/mean_abs_td_error": sums[1] / sums[2], "train/epsilon": epsilon,
+                       "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
             if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
@@ -344,13 +336,10 @@ class TrainingReport:
     def finish(self, step: int, final_evaluation: float, best_evaluation: float,
                steps_to_solve: int | None, model_path: str, plots: str) -> None:
         """The run's summary line (`plots`: what `draw` drew)."""
-        elapsed = time.perf_counter() - self._start[0]
-        steps = step - self._start[1]
-        solved = (f"solved at step {steps_to_solve}" if steps_to_solve is not None
-                  else "not solved")
+        elapsed, steps = time.perf_counter() - self._start[0], step - self._start[1]
+        solved = "not solved" if steps_to_solve is None else f"solved at step {steps_to_solve}"
         training = elapsed - self.evaluation_seconds
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
-              f"final evaluation {final_evaluation:.1f}, best "
-              f"{best_evaluation:.1f}; {solved}; model {model_path}, {plots}",
-              flush=True)
+              f"final evaluation {final_evaluation:.1f}, best {best_evaluation:.1f}; {solved}; "
+              f"model {model_path}, {plots}", flush=True)
