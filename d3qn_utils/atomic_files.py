@@ -73,7 +73,6 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write named arrays to an uncompressed `.npz` file."""
     with open(path, "wb") as file:
         np.savez(file, **arrays)
 
@@ -88,7 +87,6 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def fsync_file(path: Path) -> None:
-    """Flush a written file's contents to the disk."""
     with open(path, "rb") as file:
         os.fsync(file.fileno())
 

@@ -76,11 +76,8 @@ def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
 
 def check_transition(experience: Any, action_count: int | None = None) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
-    field and its value (finite number states and reward, an action in range, a bool done).
-
-    A NaN or inf in the memory would poison every TD target it is drawn into, and through the
-    priorities the whole sum tree. ~1 us for a CartPole transition.
-    """
+    field and its value (finite states and reward, an action in range, a bool done): a NaN would
+    poison every TD target it is drawn into, and through the priorities the sum tree. ~1 us."""
     state, action, reward, next_state, done = check_experience(experience)
     if type(action) is not int and not isinstance(action, np.integer):
         value = np.asarray(action)  # a 0-d integer array is an action too; bools are not
@@ -156,9 +153,7 @@ def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = Fa
     raise ValueError(f"{name} must be finite, got {values[tuple(first)].item()!r}{where}")
 
 
-
 def check_range(name: str, value: float, low: float, high: float) -> None:
-    """ValueError naming `name` unless low <= value <= high."""
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
 
@@ -181,8 +176,8 @@ def check_non_negative(name: str, values: np.ndarray) -> None:
 
 def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(tree indices, values) as flat int64 / float64 arrays, or ValueError naming the first
-    index that is not a leaf of a `capacity`-leaf tree or the first bad `name` value."""
+    """(tree indices, values) as flat int64 / float64 arrays; ValueError naming the first index
+    that is not a leaf of a `capacity`-leaf tree, or the first bad `name` value."""
     leaves = np.asarray(tree_indices)
     if leaves.dtype.kind not in "iu":
         raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")

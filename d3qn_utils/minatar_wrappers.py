@@ -20,7 +20,6 @@ FRAMES_PER_SECOND = 20  # --record: the game's own display shows a frame every 5
 
 
 def register() -> None:
-    """Register the MinAtar ids with gymnasium, once."""
     if f"{PREFIX}{GAMES[0]}-v1" not in gymnasium.registry:
         import minatar.gym  # imports matplotlib and seaborn, so only when a MinAtar id is used
 
@@ -47,7 +46,6 @@ class BinaryFrame(gymnasium.ObservationWrapper):
         return super().reset(**kwargs)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        """The frame as uint8: 255 where a channel is set, else 0."""
         return np.asarray(observation, dtype=np.uint8) * np.uint8(255)
 
     def render(self) -> Any:

@@ -16,7 +16,6 @@ from d3qn_utils.checks import check_integer
 
 
 def output_size(size: int, kernel_size: int, strides: int) -> int:
-    """Rows (or columns) of a "valid" convolution's output for `size` input rows."""
     return (size - kernel_size) // strides + 1
 
 

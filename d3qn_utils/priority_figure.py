@@ -50,7 +50,6 @@ class ReplayStatistics:
         self.uniform_replays_by_age = np.zeros(AGE_BINS)
 
     def note_store(self, slot: int) -> None:
-        """A new transition went into `slot`. O(1)."""
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1
@@ -101,7 +100,6 @@ class PriorityFigure:
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
     def note_store(self, slot: int) -> None:
-        """A new transition went into `slot`. O(1)."""
         self.statistics.note_store(slot)
 
     def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,

@@ -97,7 +97,6 @@ class TransitionStorage:
         return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rewards and done flags stored in `slots`."""
         return self.fields[2][slots], self.fields[4][slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
@@ -246,7 +245,6 @@ class FrameStackStorage:
                 self._stacks((ends + 1) % self.capacity), self.dones[slots])
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rewards and done flags stored in `slots`."""
         return self.rewards[slots], self.dones[slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
@@ -339,7 +337,6 @@ class FrameStackStorage:
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
 
     def _stack_axis_first(self, ndim: int) -> tuple[int, ...]:
-        """Axis order that puts the stacking axis of an `ndim`-dim state first."""
         axis = self.stack_axis % ndim
         return (axis, *(i for i in range(ndim) if i != axis))
 

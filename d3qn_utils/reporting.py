@@ -137,7 +137,6 @@ class TensorBoardWriter:
                 tf.summary.scalar(tag, float(value))
 
     def flush(self) -> None:
-        """Write buffered events to disk now."""
         if self._writer is not None:
             self._writer.flush()
 
@@ -207,7 +206,6 @@ class TrainingReport:
         return self.priority_figure.state_dict()
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take back what `state_dict` gave."""
         self.priority_figure.load_state_dict(arrays)
 
     def start(self, step: int, settings_notes: list[str]) -> None:
@@ -241,7 +239,6 @@ class TrainingReport:
         self.forecast = Forecast(self.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
-        """Write `scalars` to TensorBoard at env step `step` (nothing without TensorBoard)."""
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 

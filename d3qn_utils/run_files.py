@@ -72,14 +72,12 @@ class RunLock:
             raise WriteError(path, error, "no run was started") from error
 
     def release(self) -> None:
-        """Remove the lock file and let go of the lock."""
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         os.close(self.descriptor)
 
     @contextlib.contextmanager
     def released_on_error(self) -> Iterator[None]:
-        """Let go of the lock if the block raises (and raise again)."""
         try:
             yield
         except BaseException:
