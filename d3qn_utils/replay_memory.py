@@ -11,13 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from d3qn_utils.checks import (
-    check_capacity,
-    check_integer,
-    check_range,
-    check_saved_value,
-    require,
-)
+from d3qn_utils.checks import check_capacity, check_integer, check_range, check_saved_value, require
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 
