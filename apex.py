@@ -324,7 +324,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
     not its state shifted by a frame) raises after the ones before it were stored.
     """
     columns = check_block(transitions, memory.capacity)
-    check_block_values(columns, memory.action_count)
+    check_block_values(columns)
     k = len(columns[0])
     if not is_integer(context) or not 0 <= context < k:
         raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "

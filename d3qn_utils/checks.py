@@ -74,7 +74,7 @@ def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
     return columns
 
 
-def check_transition(experience: Any, action_count: int | None = None) -> Sequence:
+def check_transition(experience: Any) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
     field and its value (finite states and reward, an action in range, a bool done): a NaN would
     poison every TD target it is drawn into, and through the priorities the sum tree. ~1 us."""
@@ -84,8 +84,8 @@ def check_transition(experience: Any, action_count: int | None = None) -> Sequen
         if value.ndim or value.dtype.kind not in "iu":
             raise ValueError(f"action must be an integer, got {action!r:.100}")
         action = value.item()
-    if action < 0 or (action_count is not None and action >= action_count):
-        raise ValueError(f"action must be {_action_range(action_count)}, got {action!r}")
+    if action < 0:
+        raise ValueError(f"action must be an integer >= 0, got {action!r}")
     if type(reward) is not float:
         value = np.asarray(reward)
         if value.ndim or value.dtype.kind not in "biuf":
@@ -104,16 +104,15 @@ def check_transition(experience: Any, action_count: int | None = None) -> Sequen
     return experience
 
 
-def check_block_values(columns: list[np.ndarray], action_count: int | None = None) -> None:
+def check_block_values(columns: list[np.ndarray]) -> None:
     """`check_transition` for a block's columns, vectorized; the message names the index."""
     states, actions, rewards, next_states, dones = columns
     if actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-    high = np.inf if action_count is None else action_count
-    bad = np.flatnonzero((actions < 0) | (actions >= high))
+    bad = np.flatnonzero(actions < 0)
     if bad.size:
-        raise ValueError(f"action must be {_action_range(action_count)}, got "
-                         f"{actions[bad[0]].item()!r} (transition {bad[0]} of the block)")
+        raise ValueError(f"action must be an integer >= 0, got {actions[bad[0]].item()!r} "
+                         f"(transition {bad[0]} of the block)")
     for name, column in (("reward", rewards), ("state", states), ("next_state", next_states)):
         _check_finite_array(name, column, per_transition=True)
     if dones.dtype.kind != "b":
@@ -121,11 +120,6 @@ def check_block_values(columns: list[np.ndarray], action_count: int | None = Non
         if bad.size:
             raise ValueError(f"done must be True or False, got {dones[bad[0]].item()!r} "
                              f"(transition {bad[0]} of the block)")
-
-
-def _action_range(action_count: int | None) -> str:
-    """What an action must be, for messages: "an integer in 0..5" or "an integer >= 0"."""
-    return "an integer >= 0" if action_count is None else f"an integer in 0..{action_count - 1}"
 
 
 @numba.njit(cache=True)

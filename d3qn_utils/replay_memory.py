@@ -22,11 +22,9 @@ class ReplayMemory:
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
 
     def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
-                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
-                 action_count: int | None = None) -> None:
+                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99
+                 ) -> None:
         self.capacity = check_capacity(capacity)
-        self.action_count = (None if action_count is None
-                             else check_integer("action_count", action_count, 1))
         self.n_step = check_integer("n_step", n_step, 1)
         check_range("gamma", gamma, 0.0, 1.0)
         self.gamma = float(gamma)
