@@ -13,7 +13,7 @@ import gymnasium as gym
 import keras
 
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage, storage_for
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so
 # The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
@@ -79,5 +79,7 @@ def replay_storage(env_name: str, state_shape: tuple[int, ...], capacity: int
                    ) -> FrameStackStorage | None:
     """Where a replay memory keeps this game's transitions: each image frame once, as uint8
     (Atari's four stacked on the last axis), or None (a `TransitionStorage`) for vectors."""
-    return storage_for(state_shape, capacity, stacked=is_atari(env_name))
+    if storage_type(state_shape) is TransitionStorage:
+        return None
+    return FrameStackStorage(capacity, stack_axis=-1 if is_atari(env_name) else None)
 

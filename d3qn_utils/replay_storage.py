@@ -110,11 +110,9 @@ class TransitionStorage:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only)."""
-        arrays = {"capacity": np.array(self.capacity), "written": np.array(self.written),
-                  "write_pointer": np.array(self.write_pointer)}
-        for name, field in zip(FIELDS, self.fields or (), strict=False):
-            arrays[name] = field[: self.written]
-        return arrays
+        return {"capacity": np.array(self.capacity), "written": np.array(self.written),
+                "write_pointer": np.array(self.write_pointer),
+                **dict(zip(FIELDS, self.columns() if self.fields else (), strict=False))}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
@@ -129,8 +127,7 @@ class TransitionStorage:
             rows = [np.asarray(arrays[name]) for name in FIELDS]
             if any(len(row) != written for row in rows):
                 raise ValueError(f"saved fields do not all have {written} rows")
-            self.fields = tuple(np.zeros((self.capacity, *row.shape[1:]), dtype=row.dtype)
-                                for row in rows)
+            self._check_shapes([(row.shape[1:], row.dtype) for row in rows])  # allocates
             for field, row in zip(self.fields, rows, strict=True):
                 field[:written] = row
         self.written = written
@@ -141,15 +138,6 @@ class TransitionStorage:
 def storage_type(state_shape: tuple[int, ...]) -> type[TransitionStorage | FrameStackStorage]:
     """The storage of these states: `FrameStackStorage` for images, else `TransitionStorage`."""
     return FrameStackStorage if len(state_shape) == 3 else TransitionStorage
-
-
-def storage_for(state_shape: tuple[int, ...], capacity: int, stacked: bool
-                ) -> FrameStackStorage | None:
-    """None (a TransitionStorage) for vector states, else a `FrameStackStorage`, stacked along
-    the last axis when `stacked` (Atari)."""
-    if storage_type(state_shape) is TransitionStorage:
-        return None
-    return FrameStackStorage(capacity, stack_axis=-1 if stacked else None)
 
 
 class FrameStackStorage:
