@@ -32,10 +32,8 @@ def describe(config: Namespace) -> str:
     parts = ["double DQN" if config.ddqn else "DQN"]
     if config.dueling:
         parts.append("dueling")
-    if config.use_per:
-        parts.append("rank-based PER" if config.per_rank_based else "proportional PER")
-    else:
-        parts.append("uniform replay")
+    per = "rank-based PER" if config.per_rank_based else "proportional PER"
+    parts.append(per if config.use_per else "uniform replay")
     if config.n_step > 1:
         parts.append(f"{config.n_step}-step returns")
     parts.append(f"soft target (tau={config.tau})" if config.soft_update
@@ -145,28 +143,6 @@ class TensorBoardWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def draw_learning_curve(path: str, scores: list[float], average: list[float],
-                        evaluations: list[tuple[int, int, float]], eval_episodes: int,
-                        title: str) -> None:
-    """Raw episode scores, their moving average and the greedy evaluations, saved to `path`."""
-    figure = Figure(figsize=(10, 5), layout="constrained")  # Agg canvas, no GUI, no pyplot
-    axes = figure.add_subplot()
-    episodes = np.arange(1, len(scores) + 1)
-    axes.plot(episodes, scores, color="tab:blue", alpha=0.45, label="episode score")
-    axes.plot(episodes, average, color="tab:red", label=f"{AVERAGE_WINDOW}-episode average")
-    if evaluations:
-        _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
-        axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
-                  label=f"greedy evaluation ({eval_episodes} episodes)")
-    axes.set_xlabel("Episode")
-    axes.set_ylabel("Score")
-    axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="upper left")
-    with atomic_file(path) as temporary:
-        figure.savefig(temporary, dpi=100)
 
 
 class TrainingReport:
@@ -306,10 +282,23 @@ class TrainingReport:
 
     def draw_learning_curve(self, step: int, scores: list[float], average: list[float],
                             evaluations: list[tuple[int, int, float]]) -> None:
-        """Draw the learning curve (episode scores, their average, evaluations) to `plot_path`."""
-        draw_learning_curve(self.plot_path, scores, average, evaluations, self.eval_episodes,
-                            f"{self.env_name}: {self.description}\nseed {self.seed}, "
-                            f"{step:,} environment steps")
+        """Raw episode scores, their moving average and the greedy evaluations, to `plot_path`."""
+        figure = Figure(figsize=(10, 5), layout="constrained")  # Agg canvas, no GUI, no pyplot
+        axes = figure.add_subplot()
+        episodes = np.arange(1, len(scores) + 1)
+        axes.plot(episodes, scores, color="tab:blue", alpha=0.45, label="episode score")
+        axes.plot(episodes, average, color="tab:red", label=f"{AVERAGE_WINDOW}-episode average")
+        if evaluations:
+            _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
+            axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
+                      label=f"greedy evaluation ({self.eval_episodes} episodes)")
+        axes.set(xlabel="Episode", ylabel="Score")
+        axes.set_title(f"{self.env_name}: {self.description}\nseed {self.seed}, {step:,} "
+                       "environment steps", fontsize=10)
+        axes.grid(alpha=0.3)
+        axes.legend(loc="upper left")
+        with atomic_file(self.plot_path) as temporary:
+            figure.savefig(temporary, dpi=100)
         self._last_plot_time = time.perf_counter()
 
     def draw(self, step: int, scores: list[float], average: list[float],
