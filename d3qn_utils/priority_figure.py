@@ -144,24 +144,17 @@ class PriorityFigure:
 
 def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
     """What the priority figure shows about `memory`, observed by `stats`: N * P(i) of each
-    transition, the |delta| = 0 floor (proportional PER), and replay rates by age bin, measured
-    and uniform. Cost O(capacity).
-    """
+    transition, the |delta| = 0 floor (proportional PER), replay rates by age bin. O(capacity)."""
     _, probabilities = memory.sampling_probabilities()
     size = len(probabilities)
     floor = epsilon = None
     if (zero_error := memory.zero_error_floor()) is not None:
         floor, epsilon = zero_error[0] * size, zero_error[1]
     seen = stats.exposure_by_age > 0
-    return {
-        "relative_probabilities": probabilities * size,
-        "floor": floor,
-        "epsilon": epsilon,
-        "age_low": AGE_BIN_LOW[seen],
-        "age_high": AGE_BIN_HIGH[seen],
-        "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
-        "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen],
-    }
+    return {"relative_probabilities": probabilities * size, "floor": floor, "epsilon": epsilon,
+            "age_low": AGE_BIN_LOW[seen], "age_high": AGE_BIN_HIGH[seen],
+            "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
+            "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen]}
 
 
 def draw_priority_figure(path: str, data: dict[str, Any],
