@@ -1,11 +1,9 @@
 """Files written whole or not at all, and the errors that say so.
 
-`atomic_file(path)` gives a temporary path beside `path` and renames it into place only once
-written and flushed; a rename within one file system is atomic, so a process killed at any
-moment leaves the old file or the new one, never half of one. A write that fails (disk full)
-removes what it wrote and raises `WriteError`, one line naming the path and the errno. The
-readers turn every way a file can be missing or damaged into one ValueError that names it.
-Nothing here unpickles: JSON, and `.npz` arrays read with `allow_pickle=False`.
+`atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
+flushed: a process killed at any moment leaves the old file or the new one, never half of one.
+A write that fails (disk full) removes what it wrote and raises `WriteError`. The readers turn
+every way a file can be missing or damaged into one ValueError that names it, and never unpickle.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The checks on what enters a replay memory and on saved state: each returns the value or
-raises ValueError naming the bad value (a field of a transition, an index, a saved array).
-"""
+raises ValueError naming the bad value (a field of a transition, an index, a saved array)."""
 
 from __future__ import annotations
 

@@ -27,11 +27,8 @@ def register() -> None:
 
 
 class BinaryFrame(gymnasium.ObservationWrapper):
-    """Boolean (10, 10, C) frames -> uint8 with True as 255, and a screen to record.
-
-    255: `OurModel` scales uint8 images by 1/255, so a set cell is 1.0 as in the MinAtar paper,
-    and the replay keeps one byte per cell.
-    """
+    """Boolean (10, 10, C) frames -> uint8 with True as 255 (`OurModel` scales uint8 images by
+    1/255: a set cell is 1.0 as in the MinAtar paper, one byte in the replay), and a screen."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)

@@ -33,8 +33,7 @@ def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
 @keras.saving.register_keras_serializable(package="d3qn")
 class PatchConv2D(keras.layers.Layer):
     """Conv2D(filters, kernel_size, strides, padding="valid") on channels-last images: the
-    shifted views concatenated along the channels, times the kernel as (k*k*channels, filters).
-    """
+    shifted views concatenated along the channels, times the kernel as (k*k*channels, filters)."""
 
     def __init__(self, filters: int, kernel_size: int, strides: int = 1, activation: Any = None,
                  **kwargs: Any) -> None:

@@ -1,7 +1,5 @@
-"""Recording a greedy episode as an animated GIF (`python d3qn_agent.py --test --record FILE.gif`).
-
-`GifRecorder` keeps the screens of one episode, shrunk as they come in, and writes them as one
-GIF small enough for a README; the GIF_* limits below set how small.
+"""Recording a greedy episode as an animated GIF (`python d3qn_agent.py --test --record FILE.gif`),
+small enough for a README: the GIF_* limits below set how small.
 """
 
 from __future__ import annotations
@@ -48,9 +46,7 @@ def check_gif_path(path: str) -> Path:
 
 class GifRecorder:
     """The screens of one episode, shrunk as they come in, written as one animated GIF that
-    plays in real time at `steps_per_second` (the env's `render_fps`). One byte per pixel of
-    each kept frame (68 KB for CartPole).
-    """
+    plays in real time at `steps_per_second` (the env's `render_fps`). 68 KB a CartPole frame."""
 
     def __init__(self, steps_per_second: float) -> None:
         if not steps_per_second > 0:
@@ -77,8 +73,7 @@ class GifRecorder:
     def add(self, step: int, frame: Any) -> None:
         """Keep `frame`, the uint8 RGB screen after `step` steps, shrunk to GIF_MAX_WIDTH, in
         the first frame's palette without dithering (flat colours compress well and do not
-        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame.
-        """
+        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame."""
         frame = None if frame is None else np.asarray(frame)
         if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
             got = None if frame is None else f"{frame.dtype} {frame.shape}"

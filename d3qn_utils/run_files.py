@@ -1,11 +1,10 @@
 """The files a training run owns: its lock, its id, its checkpoint directories, and what writers
 killed mid-write left behind.
 
-A run owns what it writes. It holds the lock `models/<name>.lock` (`RunLock`) while it trains:
-a second run of the same name into the same model directory is refused with one line naming the
-first. Every run has an id, its start time (`run-20250101-120000`), and its checkpoints go to a
-directory of their own, `models/<name>.checkpoints/<run id>/step-<N>`, the last two kept, each
-written as `.tmp-<pid>-step-<N>` and renamed into place once on disk (`write_checkpoint`).
+A run holds the lock `models/<name>.lock` (`RunLock`) while it trains: a second run of the same
+name into the same model directory is refused, naming the first. Its id is its start time
+(`run-20250101-120000`); its checkpoints, `models/<name>.checkpoints/<run id>/step-<N>`, the
+last two kept, are written as `.tmp-<pid>-step-<N>` and renamed into place once on disk.
 """
 
 from __future__ import annotations
@@ -174,13 +173,10 @@ def being_written(path: Path) -> bool:
 
 def write_checkpoint(root: str | Path, step: int, write_files: Callable[[Path], None],
                      keep: int = 2, size: int = 0) -> Path:
-    """Write checkpoint `step` under `root` atomically and keep only the newest `keep`.
-
-    `write_files(directory)` fills a fresh temporary directory, renamed into place once its files
-    reached the disk. One of the same step is kept as it is: nothing changes without a step. If
-    the disk has less than `size` bytes free or a write fails, WriteError, with nothing of the
-    new checkpoint left and the earlier ones untouched.
-    """
+    """Write checkpoint `step` under `root` atomically (`write_files` fills a fresh temporary
+    directory, renamed into place once on disk) and keep only the newest `keep`. One of the same
+    step is kept as it is: nothing changes without a step. WriteError if the disk has less than
+    `size` bytes free or a write fails, nothing of the new checkpoint left, the others intact."""
     root = Path(root)
     final = root / f"{PREFIX}{step:010d}"
     temporary = temporary_path(final)
@@ -211,11 +207,7 @@ def write_checkpoint(root: str | Path, step: int, write_files: Callable[[Path], 
 
 def list_checkpoints(root: str | Path) -> list[Path]:
     """Complete checkpoints right under `root`, oldest first (empty if there is none)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = [path for path in root.iterdir() if path.is_dir() and path.name.startswith(PREFIX)]
-    return sorted(found, key=lambda path: path.name)
+    return sorted(path for path in Path(root).glob(PREFIX + "*") if path.is_dir())
 
 
 def newest_checkpoints(root: str | Path) -> list[Path]:
