@@ -10,8 +10,7 @@ A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holdi
     online.weights.h5, target.weights.h5   the two networks (Keras)
 
 The agent gives what goes in (`DQNAgent.state_dict`) and takes it back (`load_state_dict`).
-Format 1, written before checkpoints had a version, is converted on reading (`from_format_1`);
-any other format is refused, naming it.
+Format 1 (before checkpoints had a version) is converted on reading; any other is refused.
 """
 
 from __future__ import annotations
@@ -55,10 +54,9 @@ CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
 def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[str, Any],
          networks: Sequence[Any]) -> str:
-    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to
-    a new checkpoint of `run` under `checkpoint_root`; return its path. WriteError if the disk
-    has no room for it (checked first: HDF5 can crash the process when the disk fills during its
-    write) or a write fails."""
+    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to a
+    new checkpoint of `run`; its path. WriteError if the disk has no room (checked first: HDF5
+    can crash the process when the disk fills during its write) or a write fails."""
     progress = json.dumps({
         "format": FORMAT,
         "run": {"id": run.run_id, "started": run.started, "flags": vars(config)},

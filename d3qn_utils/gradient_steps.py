@@ -1,7 +1,6 @@
 """What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
-`model.fit`: several gradient steps in one call, each on its own batch. The call itself,
-`GradientSteps`, is in the module `compiled_backend()` returns for Keras' backend, on the
-`CompiledSteps` they share.
+`model.fit`: several gradient steps in one call, each on its own batch. The call itself is the
+`GradientSteps` of the module `compiled_backend()` returns, on the `CompiledSteps` they share.
 """
 
 from __future__ import annotations
@@ -50,14 +49,11 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
 
 class CompiledSteps:
     """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call of
-    `compiled` (the backend's `compile`).
-
-    `loss(batch)` returns (the scalar loss, the TD errors) of one batch. Each step clips the
-    gradient's global norm to `grad_clip`, applies it, then calls `after_step` (or None);
-    `after_call` runs after each call. A step whose loss or gradient norm is not finite is not
-    applied, nor any after it, and the call raises NonFiniteError: a NaN would poison the
-    weights and, through the TD errors, the sum tree.
-    """
+    `compiled` (the backend's `compile`). `loss(batch)` returns (the scalar loss, the TD errors).
+    Each step clips the gradient's global norm to `grad_clip`, applies it, then calls
+    `after_step` (or None); `after_call` runs after each call. A step whose loss or gradient norm
+    is not finite is not applied, nor any after it, and the call raises NonFiniteError: a NaN
+    would poison the weights and, through the TD errors, the sum tree."""
 
     def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, target_model: Any,
                  optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,

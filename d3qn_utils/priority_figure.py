@@ -29,13 +29,11 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
 
 
 class ReplayStatistics:
-    """Who gets replayed, for the priority figure: counts per slot and replays by age.
-
-    Per age bin over all samples: `replays_by_age` (measured), `exposure_by_age` (transitions of
-    that age in the memory) and `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off
-    with a frame store, whose length counts slots without a transition). O(batch) per sample, O(1)
-    per store, no random numbers, so tracking does not change a run.
-    """
+    """Who gets replayed: counts per slot and, per age bin over all samples, `replays_by_age`
+    (measured), `exposure_by_age` (transitions of that age in the memory) and
+    `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off with a frame store, whose
+    length counts slots without a transition). O(batch) per sample, O(1) per store, no random
+    numbers, so tracking does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     SAVED = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",

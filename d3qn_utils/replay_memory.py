@@ -1,6 +1,5 @@
 """What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
-`RankBasedMemory`) share: their storage, random generator, n-step batches, saved state and the
-bytes a slot costs.
+`RankBasedMemory`) share: storage, random generator, n-step batches, saved state, bytes a slot.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ class ReplayMemory:
         self.set_beta_increment(beta_increment)
 
     def set_beta_increment(self, beta_increment: float) -> None:
-        """Set beta's growth per `sample` (uniform replay has no beta to grow); ValueError
-        unless it is in [0, 1]."""
+        """Set beta's growth per `sample` (none for uniform replay); ValueError unless in [0, 1]."""
         check_range("beta_increment", beta_increment, 0.0, 1.0)
         self.beta_increment = float(beta_increment)
 
@@ -97,13 +95,11 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The n-step transitions that start in `slots`, as the batch `sample` returns.
-
-        (states, actions, rewards, next_states, dones, discounts): discounted reward sums over
-        the k <= n_step transitions of the episode from slot t, the state after the k-th, whether
+        """The n-step transitions that start in `slots`, the batch `sample` returns: (states,
+        actions, rewards, next_states, dones, discounts), the discounted reward sum over the
+        k <= n_step transitions of the episode from each slot, the state after the k-th, whether
         it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
-        transition. Cost O(n_step * len(slots)), vectorized.
-        """
+        transition. O(n_step * len(slots)), vectorized."""
         if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),

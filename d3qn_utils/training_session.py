@@ -55,8 +55,7 @@ def on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[StopRequest]:
-    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest` instead of ending the
-    process."""
+    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest`, not ending the process."""
     request = StopRequest()
     with on_stop_signals(request):
         yield request
