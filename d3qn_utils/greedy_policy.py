@@ -1,4 +1,5 @@
 """The greedy policy argmax_a Q(s, a) of a Q-network, as cheap to call as the network allows.
+
 Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
 (docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
 weights, taken again after `weights_changed()` (on CartPole every 32 environment steps); the

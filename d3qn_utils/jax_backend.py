@@ -1,4 +1,5 @@
 """What is compiled on the JAX backend (KERAS_BACKEND=jax): tensorflow_backend.py's calls.
+
 A jitted JAX function must be pure, so each call takes the variables' values and returns the
 new ones (`keras.StatelessScope` maps the variables to them), assigned back after the call.
 """

@@ -100,8 +100,7 @@ class TransitionStorage:
         return self.fields[2][slots], self.fields[4][slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
-        O(len(slots) * state size)."""
+        """Whether slot+1 holds the transition after slot's, in its episode. O(n * state size)."""
         following = (slots + 1) % self.capacity
         states, next_states = self.fields[0], self.fields[3]
         same = states[following] == next_states[slots]

@@ -1,7 +1,6 @@
 """What a training run shows besides its algorithm: its log lines, TensorBoard and its plots.
 
-`DQNAgent` tells a `TrainingReport` what happened; it prints, writes TensorBoard scalars and
-draws the learning curve and priority figure. A `Forecast` (apex.py's too) gives the time left.
+`DQNAgent` tells a `TrainingReport` what happened; a `Forecast` (apex.py's too) the time left.
 """
 
 from __future__ import annotations
@@ -146,11 +145,9 @@ class TensorBoardWriter:
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run.
-
-    A context manager, so TensorBoard's events reach the disk however the loop ends. Its
-    `state_dict` is the priority figure's data. A few microseconds per gradient step.
-    """
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
+    gradient step. A context manager, so TensorBoard's events reach the disk however the loop
+    ends. Its `state_dict` is the priority figure's data."""
 
     def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
                  description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,

@@ -330,8 +330,7 @@ def no_training_warning(config: argparse.Namespace) -> str | None:
 def check_replay_memory(memory: Any, size: int, state_shape: tuple[int, ...], state_dtype: Any,
                         other_bytes_per_slot: int = 0) -> None:
     """ValueError, before a replay memory of class `memory` is allocated, if it cannot hold one
-    frame stack or would not fit in this machine's memory (`other_bytes_per_slot`: the caller's
-    own per slot)."""
+    frame stack or, with the caller's `other_bytes_per_slot`, not fit in this machine's memory."""
     if len(state_shape) == 3 and size <= state_shape[-1]:
         raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
                          f"images, got {size}")
@@ -412,8 +411,7 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
                                      epilog=epilog if presets else None)
     comments = flag_comments(script)
     for name, flag in table.items():
-        default = getattr(script, name.upper())
-        options: dict[str, Any] = {"dest": name, "default": default,
+        options: dict[str, Any] = {"dest": name, "default": getattr(script, name.upper()),
                                    "help": comments.get(name, "")}
         if isinstance(flag.shipped, bool):
             options["action"] = argparse.BooleanOptionalAction
@@ -438,8 +436,7 @@ def format_preset(preset: dict[str, Any]) -> str:
 
 
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
-    """d3qn_agent.py's parser: its modes (--test, --model, --record, --resume), then its flags;
-    --help lists every preset."""
+    """d3qn_agent.py's parser: its modes (--test, --model, --record, --resume), its flags."""
     presets = [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
                ("Pong on a CPU with AVX512_BF16 or AMX", PONG_NATIVE_BFLOAT16_PRESET),
                ("--rank-based", RANK_BASED_PRESET)]
@@ -460,9 +457,8 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
-    """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record). Raises
-    ValueError for --model or --record without --test, or a --record path that cannot be written.
-    """
+    """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
+    --model or --record without --test, or a --record path that cannot be written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
     for flag, value in (("--model", model), ("--record", record)):

@@ -1,7 +1,8 @@
 """What is compiled on the TensorFlow backend (Keras' default): the gradient steps behind
-`DQNAgent.replay`, the greedy forward pass, and reading the weights. `model.fit` has a large
-fixed cost in Keras 3; a concrete function looping (`tf.scan`) over the batches pays a small one
-once for all, and XLA fuses a step's ~400 ops (docs/benchmarks.md).
+`DQNAgent.replay`, the greedy forward pass, and reading the weights.
+
+`model.fit` has a large fixed cost in Keras 3; a concrete function looping (`tf.scan`) over the
+batches pays a small one once for all, and XLA fuses a step's ~400 ops (docs/benchmarks.md).
 """
 
 from __future__ import annotations
