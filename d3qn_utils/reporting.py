@@ -164,7 +164,7 @@ class TrainingReport:
         self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
-        self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, gradient steps since a write
+        self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
         self._start_clocks(0)
 
     def __enter__(self) -> TrainingReport:
@@ -234,21 +234,19 @@ class TrainingReport:
         for gradient_step, loss, errors, weights in zip(
                 range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
                 strict=True):
-            sums = self._interval_sums
-            sums[0] += float(loss)
-            sums[1] += float(errors.mean())
-            sums[2] += 1
+            self._interval_sums += (float(loss), float(errors.mean()), 1)
             if gradient_step % self.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
-            scalars = {"train/loss": sums[0] / sums[2],
-                       "train/mean_abs_td_error": sums[1] / sums[2], "train/epsilon": epsilon,
+            mean_loss, mean_error = self._interval_sums[:2] / self._interval_sums[2]
+            scalars = {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error,
+                       "train/epsilon": epsilon,
                        "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
             if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
-            self._interval_sums = [0.0, 0.0, 0]
+            self._interval_sums[:] = 0.0
             self._interval_start = (now, step)
 
     def episode(self, step: int, episode: int, score: float, epsilon: float,
