@@ -61,14 +61,11 @@ class GifRecorder:
         if self.wants(step, last):
             self.add(step, env.render())
 
-    @property
-    def full(self) -> bool:
-        """True once GIF_MAX_FRAMES frames are kept: later frames are ignored."""
-        return len(self.frames) >= GIF_MAX_FRAMES
-
     def wants(self, step: int, last: bool = False) -> bool:
-        """Whether to keep the screen after `step` steps: every `every`-th and the `last`."""
-        return not self.full and step != self.last_step and (step % self.every == 0 or last)
+        """Whether to keep the screen after `step` steps: every `every`-th and the `last`, until
+        GIF_MAX_FRAMES are kept."""
+        return (len(self.frames) < GIF_MAX_FRAMES and step != self.last_step
+                and (step % self.every == 0 or last))
 
     def add(self, step: int, frame: Any) -> None:
         """Keep `frame`, the uint8 RGB screen after `step` steps, shrunk to GIF_MAX_WIDTH, in
