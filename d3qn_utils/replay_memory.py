@@ -71,10 +71,9 @@ class ReplayMemory:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The memory as plain arrays (no pickle): kind, "storage.*" and the rng as JSON."""
-        arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
-        arrays["kind"] = np.array(self.kind)
-        arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
-        return arrays
+        return {**{f"storage.{key}": value for key, value in self.storage.state_dict().items()},
+                "kind": np.array(self.kind),
+                "rng": np.array(json.dumps(self.rng.bit_generator.state))}
 
     def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
         """ValueError unless `arrays` is a `state_dict` of this kind and capacity, with `keys`."""

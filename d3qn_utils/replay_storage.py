@@ -160,7 +160,7 @@ class FrameStackStorage:
     Writing slot w breaks the transitions of slots w .. w+S-1 (`add` reports them freed).
 
     Memory: 7,070 bytes a slot for 84x84 frames. Time: `add` ~60-90 us for 84x84x4; `get`
-    ~1.5 ms for 32 slots. `stack_axis` None: states of one frame each.
+    ~1.5 ms for 32 slots.
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
