@@ -33,12 +33,10 @@ class StopRequest:
     """Set by a stop signal: `requested` is True and `signal_name` says which ("SIGTERM")."""
 
     def __init__(self) -> None:
-        self.requested = False
-        self.signal_name = ""
+        self.requested, self.signal_name = False, ""
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        self.requested, self.signal_name = True, signal.Signals(signum).name
 
 
 @contextlib.contextmanager
