@@ -518,9 +518,8 @@ class DQNAgent:
         return lines
 
     def begin(self, resume: str | None = None) -> None:
-        """Take the lock of the run's files, so that no second run writes them (run_files.py);
-        with `resume` continue from a checkpoint. Say which run goes on, or what a new one
-        replaces."""
+        """Take the lock of the run's files, so that no second run writes them (run_files.py), or
+        with `resume` continue one from its checkpoint; say which goes on, or what it replaces."""
         lock = run_files.take_lock(self.Model_name, self.checkpoint_root, self.config.plot_dir)
         with lock.released_on_error():
             if resume:
