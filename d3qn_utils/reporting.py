@@ -28,19 +28,15 @@ ESTIMATE_AFTER_SECONDS = 30.0  # seconds of training measured before the estimat
 
 def describe(config: Namespace) -> str:
     """One line naming the flags that are on, for the plot title and the log."""
-    parts = ["double DQN" if config.ddqn else "DQN"]
-    if config.dueling:
-        parts.append("dueling")
     per = "rank-based PER" if config.per_rank_based else "proportional PER"
-    parts.append(per if config.use_per else "uniform replay")
-    if config.n_step > 1:
-        parts.append(f"{config.n_step}-step returns")
-    parts.append(f"soft target (tau={config.tau})" if config.soft_update
-                 else f"target copy every {config.target_update} steps")
-    parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
-    if config.bfloat16:
-        parts.append("bfloat16 convolutions")
-    return ", ".join(parts)
+    parts = ["double DQN" if config.ddqn else "DQN", "dueling" if config.dueling else "",
+             per if config.use_per else "uniform replay",
+             f"{config.n_step}-step returns" if config.n_step > 1 else "",
+             f"soft target (tau={config.tau})" if config.soft_update
+             else f"target copy every {config.target_update} steps",
+             "exponential epsilon" if config.epsilon_greedy else "linear epsilon",
+             "bfloat16 convolutions" if config.bfloat16 else ""]
+    return ", ".join(part for part in parts if part)
 
 
 def duration(seconds: float) -> str:
