@@ -166,7 +166,7 @@ class Memory(ReplayMemory):
     """
 
     kind = "proportional"
-    BYTES_PER_SLOT = 5 * 8  # the sum and min trees' two nodes a slot, and 8 bytes of headroom
+    BYTES_PER_SLOT = 5 * 8  # sum and min trees, two float64 nodes a slot each; 8 of headroom
 
     def __init__(
         self,
