@@ -83,9 +83,8 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
     """Continue a run from the checkpoint `where` (a `step-*` directory, or LATEST:
     `choose_checkpoint`): the weights into `networks` (online, target), the rest with its flags
     to `load_state` (`DQNAgent.load_state_dict`). Returns the run it continues and the lines that
-    say from where ("resuming from <checkpoint> at step <N>", which benchmarks/pong_logs.py
-    searches for) and which flags changed. ValueError naming the checkpoint and what is wrong
-    (none, other flags than MAY_CHANGE_ON_RESUME, does not fit, a file missing or corrupt)."""
+    say from where ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py) and which
+    flags changed. ValueError naming the checkpoint and what is wrong with it."""
     directory = choose_checkpoint(checkpoint_root, config) if where == LATEST else Path(where)
     saved, arrays = read_state(directory)
     run = saved["run"]

@@ -20,9 +20,8 @@ def output_size(size: int, kernel_size: int, strides: int) -> int:
 
 
 def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
-    """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order: view
-    (i, j) at (r, c) is images[r * strides + i, c * strides + j]. Slices only, so numpy arrays
-    and tensors alike."""
+    """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order, view
+    (i, j) at (r, c) being images[r * strides + i, c * strides + j]: slices, for numpy or Keras."""
     rows = output_size(images.shape[1], kernel_size, strides)
     cols = output_size(images.shape[2], kernel_size, strides)
     row_span, col_span = (rows - 1) * strides + 1, (cols - 1) * strides + 1

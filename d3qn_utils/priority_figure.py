@@ -87,9 +87,8 @@ RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 
 
 class PriorityFigure:
-    """What the priority figure shows, gathered during a run, and the figure itself: replay
-    statistics, the last RECENT_BATCHES batches' IS weights, and (step, beta, smallest and mean
-    IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
+    """The priority figure and its data: replay statistics, the last RECENT_BATCHES batches' IS
+    weights, (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
 
     def __init__(self, capacity: int, batch_size: int) -> None:
         self.statistics = ReplayStatistics(capacity)

@@ -71,9 +71,8 @@ def filtered(line: bytes) -> bytes:
 
 
 def forward(source: int, sink: int) -> None:
-    """Copy lines from `source` to `sink` through `filtered` until the input ends; a piece
-    without a newline after PARTIAL_LINE_SECONDS. Once `sink` fails the rest is read and dropped,
-    so that the writers never block on a full pipe."""
+    """Copy lines from `source` to `sink` through `filtered` until the input ends (a piece
+    without a newline after PARTIAL_LINE_SECONDS); once `sink` fails, read and drop the rest."""
     pending = b""
     sink_open = True
 

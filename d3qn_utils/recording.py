@@ -112,9 +112,8 @@ class GifRecorder:
 
 
 def record_episode(env: gym.Env, policy: Any, seed: int, path: str) -> float:
-    """Play one greedy episode of `policy` in `env` (made with render_mode="rgb_array"), reset
-    with `seed`, and write it to `path` as a GIF as soon as it ends; return its score (an Atari
-    env's unclipped one where it gives it)."""
+    """Play one greedy episode of `policy` in `env` (render_mode="rgb_array"), reset with `seed`,
+    written to `path` as a GIF as soon as it ends; its score (Atari's unclipped one)."""
     state, _ = env.reset(seed=seed)
     recorder = GifRecorder(env.metadata.get("render_fps") or GIF_MAX_FPS)
     recorder.capture(env, 0)

@@ -201,8 +201,7 @@ class FrameStackStorage:
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one transition of uint8 states, next_state being state shifted by one frame:
-        its slot and the slots that stopped holding a transition. ValueError for a malformed
-        experience, the storage unchanged."""
+        its slot and the slots that stopped holding one. ValueError, nothing stored, if bad."""
         state, action, reward, next_state, done = self._checked(experience)
         state_frames = self._as_frames(state)  # views, stacking axis first
         next_frames = self._as_frames(next_state)

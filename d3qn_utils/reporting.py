@@ -48,9 +48,8 @@ def duration(seconds: float) -> str:
 
 
 class Forecast:
-    """What the rest of a run will take, at its speed since `begin` (called after the first
-    gradient steps, so neither the steps before learning nor compilation count); times are
-    `time.perf_counter()` values."""
+    """What the rest of a run will take at its speed since `begin`, called after the first
+    gradient steps so that neither the steps before learning nor compilation count."""
 
     def __init__(self, total_steps: int, unit: str = "step") -> None:
         self.total_steps = total_steps
