@@ -292,11 +292,10 @@ class FrameStackStorage:
         allocate on the first experience."""
         state, action, reward, next_state, done = check_experience(experience)
         state, next_state = np.asarray(state), np.asarray(next_state)
+        shape = state.shape if self.state_shape is None else self.state_shape
         for name, value in (("state", state), ("next_state", next_state)):
             if value.dtype != np.uint8:
                 raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
-        shape = state.shape if self.state_shape is None else self.state_shape
-        for name, value in (("state", state), ("next_state", next_state)):
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
         if self.state_shape is None and self.stack_axis is not None:
