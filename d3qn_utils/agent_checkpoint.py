@@ -44,10 +44,9 @@ NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # and logs, where files go, and the fast path (the same gradient steps per env step, taken in
 # calls of another size, compiled with XLA or not). Any other difference from the checkpoint is
 # refused, naming each flag (docs/usage.md lists these).
-MAY_CHANGE_ON_RESUME = (
-    "total_steps", "eval_every", "eval_episodes", "test_episodes", "checkpoint_every",
-    "model_dir", "plot_dir", "tensorboard", "tensorboard_every", "gradient_steps_per_call", "xla",
-)
+MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_episodes",
+                        "checkpoint_every", "model_dir", "plot_dir", "tensorboard",
+                        "tensorboard_every", "gradient_steps_per_call", "xla")
 # Room for what a checkpoint's arrays do not count: HDF5 and .npz headers, progress.json.
 CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
@@ -57,14 +56,13 @@ def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[
     """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to a
     new checkpoint of `run`; its path. WriteError if the disk has no room (checked first: HDF5
     can crash the process when the disk fills during its write) or a write fails."""
-    progress = json.dumps({
-        "format": FORMAT,
-        "run": {"id": run.run_id, "started": run.started, "flags": vars(config)},
-        "progress": state["progress"],
-    }, indent=1)
+    run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
+    progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
+                          indent=1)
     arrays = [value for name in ARRAY_FILES for value in state[name].values()]
     weights = [weight for network in networks for weight in network.get_weights()]
-    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress)
+    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress) \
+        + CHECKPOINT_HEADROOM_BYTES
 
     def write(directory: Path) -> None:
         for name in ARRAY_FILES:
@@ -74,8 +72,7 @@ def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[
             network.save_weights(directory / file)
 
     root = Path(checkpoint_root) / run.run_id
-    return str(write_checkpoint(root, state["progress"]["step"], write,
-                                size=size + CHECKPOINT_HEADROOM_BYTES))
+    return str(write_checkpoint(root, state["progress"]["step"], write, size=size))
 
 
 def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any],
