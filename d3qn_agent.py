@@ -157,6 +157,7 @@ def huber(errors: Any, delta: float = 1.0) -> Any:
 def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, loss: str
                   ) -> tuple[Any, Any]:
     """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
+
     The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
     one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none)."""
     errors = td_errors(model, target_model, batch[:6], double, training=True)
