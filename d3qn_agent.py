@@ -519,8 +519,9 @@ class DQNAgent:
         return lines
 
     def begin(self, resume: str | None = None) -> None:
-        """Take the lock of the run's files, so that no second run writes them (run_files.py), or
-        with `resume` continue one from its checkpoint; say which goes on, or what it replaces."""
+        """Start the run holding the lock of its files, so that no second run writes them
+        (run_files.py), or with `resume` continue one from its checkpoint; say which run it
+        continues, or what of earlier runs a new one replaces."""
         lock = run_files.take_lock(self.Model_name, self.checkpoint_root, self.config.plot_dir)
         with lock.released_on_error():
             if resume:
