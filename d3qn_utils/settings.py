@@ -24,6 +24,7 @@ import numpy as np
 
 from d3qn_utils import games, recording
 from d3qn_utils.checks import is_integer
+from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -327,8 +328,8 @@ def no_training_warning(config: argparse.Namespace) -> str | None:
             "will not train, and the network it saves as best is the untrained one")
 
 
-def check_replay_memory(memory: Any, size: int, state_shape: tuple[int, ...], state_dtype: Any,
-                        other_bytes_per_slot: int = 0) -> None:
+def check_replay_memory(memory: type[ReplayMemory], size: int, state_shape: tuple[int, ...],
+                        state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
     """ValueError, before a replay memory of class `memory` is allocated, if it cannot hold one
     frame stack or, with the caller's `other_bytes_per_slot`, not fit in this machine's memory."""
     if len(state_shape) == 3 and size <= state_shape[-1]:
