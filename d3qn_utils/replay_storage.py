@@ -1,10 +1,11 @@
 """Replay storages: where a replay memory keeps the transitions themselves.
 
 A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
-slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, what `n_step_batch` reads
-(`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` / `load_state_dict`.
-`TransitionStorage` keeps one row per transition (vector states); `FrameStackStorage` each uint8
-image frame once (Atari's stacks, ~7 KB a transition instead of ~56 KB; MinAtar's single frames).
+slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, optionally `add_block`,
+what `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
+`load_state_dict`. `TransitionStorage` keeps one row per transition (vector states);
+`FrameStackStorage` each uint8 image frame once (Atari's stacks, ~7 KB a transition instead of
+~56 KB; MinAtar's single frames).
 """
 
 from __future__ import annotations
