@@ -48,8 +48,8 @@ def duration(seconds: float) -> str:
 
 
 class Forecast:
-    """What the rest of a run will take at its speed since `begin`, called after the first
-    gradient steps so that neither the steps before learning nor compilation count."""
+    """What the rest of a run will take at its speed since `begin` (called after the first
+    gradient steps, so neither warm-up nor compilation counts); `now`: time.perf_counter()."""
 
     def __init__(self, total_steps: int, unit: str = "step") -> None:
         self.total_steps = total_steps
