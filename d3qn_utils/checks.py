@@ -39,9 +39,10 @@ def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> No
         raise ValueError(f"saved {what} lacks {missing}")
 
 
-def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The saved `key` as a float64 array; ValueError unless it has `shape`."""
-    array = np.array(arrays[key], dtype=np.float64)
+def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...],
+                dtype: Any = np.float64) -> np.ndarray:
+    """The saved `key` as an array of `dtype`; ValueError unless it has `shape`."""
+    array = np.array(arrays[key], dtype=dtype)
     if array.shape != shape:
         raise ValueError(f"saved {key} has shape {array.shape}, expected {shape}")
     return array

@@ -71,15 +71,14 @@ class ReplayStatistics:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming a missing or misshapen array."""
-        require(arrays, list(self.state_dict()), "replay statistics")
-        for key, value in self.state_dict().items():
-            saved = np.asarray(arrays[key])
-            if saved.shape != value.shape:
-                raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
-        for key, value in self.state_dict().items():
+        current = self.state_dict()
+        require(arrays, list(current), "replay statistics")
+        saved = {key: saved_array(arrays, key, value.shape, value.dtype)
+                 for key, value in current.items()}
+        for key, value in current.items():
             if key != "stats.stores":
-                value[:] = arrays[key]
-        self.stores = int(arrays["stats.stores"])
+                value[:] = saved[key]
+        self.stores = int(saved["stats.stores"])
 
 
 PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
