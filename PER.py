@@ -166,6 +166,7 @@ class Memory(ReplayMemory):
     """
 
     kind = "proportional"
+    BYTES_PER_SLOT = 5 * 8  # sum and min trees, two float64 nodes a slot each; 8 of headroom
 
     def __init__(
         self,
@@ -179,7 +180,6 @@ class Memory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
-        action_count: int | None = None,
     ) -> None:
         """An empty memory of `capacity` slots; ValueError naming an argument out of range.
 
@@ -194,10 +194,8 @@ class Memory(ReplayMemory):
                 default a new `TransitionStorage`.
             rng: the random generator of the strata, or its seed.
             n_step, gamma: the sampled batch holds n-step returns (`n_step_batch`).
-            action_count: the actions are 0..action_count - 1; a store of another is refused
-                (None: any integer >= 0).
         """
-        super().__init__(capacity, storage, rng, n_step, gamma, action_count)
+        super().__init__(capacity, storage, rng, n_step, gamma)
         self.set_exponents(alpha, beta, beta_increment)
         if not epsilon > 0 or not np.isfinite(epsilon):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
@@ -216,10 +214,10 @@ class Memory(ReplayMemory):
         its slot. O(log N).
 
         A transition `check_transition` refuses (NaN or inf in a state or the reward, an action
-        that is not an integer in 0..action_count - 1, ...) raises ValueError naming the field
-        and its value, before anything is written: a full memory keeps its oldest transition.
+        that is not an integer >= 0, ...) raises ValueError naming the field and its value,
+        before anything is written: a full memory keeps its oldest transition.
         """
-        slot, freed = self.storage.add(check_transition(experience, self.action_count))
+        slot, freed = self.storage.add(check_transition(experience))
         if freed.size:  # a frame store overwrote the first frame of these transitions
             self.tree.update_batch(freed + (self.capacity - 1), 0.0)
         self.tree.update(slot + self.capacity - 1, self.max_priority)
@@ -310,14 +308,13 @@ class UniformMemory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
-        action_count: int | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, action_count)
+        super().__init__(capacity, storage, rng, n_step, gamma)
 
     def store(self, experience: tuple) -> int:
         """Add one (state, action, reward, next_state, done); return its slot. O(1). ValueError
         naming the field, and nothing written, for a transition `check_transition` refuses."""
-        slot, _ = self.storage.add(check_transition(experience, self.action_count))
+        slot, _ = self.storage.add(check_transition(experience))
         return slot
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:

@@ -264,7 +264,7 @@ class Actor:
     def _take_block(self, context: int) -> tuple:
         outbox = self.outbox
         size = len(outbox)
-        transitions = tuple(field[:size] for field in outbox.storage.fields)
+        transitions = outbox.storage.columns()
         abs_errors = self.abs_td_errors(outbox.n_step_batch(np.arange(size - context)))
         self.outbox = self._new_outbox()
         for row in zip(*(field[size - context:] for field in transitions), strict=True):
@@ -324,7 +324,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
     not its state shifted by a frame) raises after the ones before it were stored.
     """
     columns = check_block(transitions, memory.capacity)
-    check_block_values(columns, memory.action_count)
+    check_block_values(columns)
     k = len(columns[0])
     if not is_integer(context) or not 0 <= context < k:
         raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
@@ -580,8 +580,8 @@ class Learner:
             plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1, bfloat16=False,
             xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
-        settings.check_replay_memory(config, self.agent.state_shape, self.agent.state_dtype,
-                                     Replay.BYTES_PER_SLOT)
+        settings.check_replay_memory(Memory, config.memory_size, self.agent.state_shape,
+                                     self.agent.state_dtype, Replay.BYTES_PER_SLOT)
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.

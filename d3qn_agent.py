@@ -24,12 +24,13 @@ import numpy as np
 from keras import ops
 
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
+from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
 from d3qn_utils.priority_figure import ReplayStatistics
-from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
+from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, describe, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
@@ -86,12 +87,10 @@ TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars
 # ---- Network -------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="d3qn")
 class DuelingCombine(keras.layers.Layer):
-    """Combine the dueling streams: Q(s, a) = V(s) + A(s, a) - mean over a' of A(s, a').
-
-    Inputs [value (batch, 1), advantage (batch, n_actions)]. The mean is per sample, over the
-    actions (the tutorial's Lambda averaged over the batch too); it makes V and A identifiable.
-    A registered layer, not a `Lambda`, so `.keras` files load in Keras' safe mode.
-    """
+    """Combine the dueling streams [value (batch, 1), advantage (batch, n_actions)]: Q(s, a) =
+    V(s) + A(s, a) - mean over a' of A(s, a'), the mean per sample (the tutorial's Lambda averaged
+    over the batch too), which makes V and A identifiable. A registered layer, not a `Lambda`, so
+    `.keras` files load in Keras' safe mode."""
 
     def call(self, inputs: list) -> Any:
         value, advantage = inputs
@@ -100,12 +99,10 @@ class DuelingCombine(keras.layers.Layer):
 
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
              hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False) -> keras.Model:
-    """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself).
-
-    A vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
+    """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself). A
+    vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
     convolutional torso (games.py), its convolutions in bfloat16 if `bfloat16`. The head is one
-    linear layer, or the dueling pair V, A combined by `DuelingCombine`.
-    """
+    linear layer, or the dueling pair V, A combined by `DuelingCombine`."""
     if len(input_shape) == 3:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
         x = image_torso(inputs, bfloat16)
@@ -162,8 +159,7 @@ def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, l
     """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
 
     The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
-    one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none).
-    """
+    one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none)."""
     errors = td_errors(model, target_model, batch[:6], double, training=True)
     losses = huber(errors) if loss == "huber" else ops.square(errors)
     return ops.mean(batch.is_weights * losses), errors
@@ -202,21 +198,19 @@ class DQNAgent:
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
         # The replay memory: PER's Memory (or rank-based), or UniformMemory, one interface.
-        settings.check_replay_memory(config, self.state_shape, self.state_dtype,
-                                     ReplayStatistics.BYTES_PER_SLOT)  # before allocating it
+        memory_class = ((RankBasedMemory if config.per_rank_based else Memory) if config.use_per
+                        else UniformMemory)
+        settings.check_replay_memory(memory_class, config.memory_size, self.state_shape,
+                                     self.state_dtype, ReplayStatistics.BYTES_PER_SLOT)
         replay_options = dict(
             storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
-        if config.use_per:
-            prioritized = RankBasedMemory if config.per_rank_based else Memory
-            self.MEMORY = prioritized(config.memory_size, alpha=config.per_alpha,
-                                      beta=config.per_beta,
-                                      beta_increment=self.beta_increment(config.per_beta, 0),
-                                      **replay_options)
-        else:
-            self.MEMORY = UniformMemory(config.memory_size, **replay_options)
+        if config.use_per:  # the tutorial's PER_a, PER_b, PER_b_increment_per_sampling
+            replay_options.update(alpha=config.per_alpha, beta=config.per_beta,
+                                  beta_increment=self.beta_increment(config.per_beta, 0))
+        self.MEMORY = memory_class(config.memory_size, **replay_options)
 
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16)
@@ -247,7 +241,14 @@ class DQNAgent:
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
-        self.report = TrainingReport(config, self.name, self.Plot_name, self.Priority_plot_name)
+        self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
+            self.Plot_name, self.Priority_plot_name, env_name=config.env_name, seed=config.seed,
+            description=describe(config), total_steps=config.total_steps, xla=config.xla,
+            memory_size=config.memory_size, batch_size=config.batch_size, bfloat16=config.bfloat16,
+            train_frequency=config.train_frequency, eval_episodes=config.eval_episodes,
+            tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
+            tensorboard_every=config.tensorboard_every, prioritized=config.use_per,
+            image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(config))
 
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
@@ -311,12 +312,10 @@ class DQNAgent:
 
     def replay(self) -> np.ndarray:
         """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
-        priority; here for K = GRADIENT_STEPS_PER_CALL minibatches at once (returns their
-        losses), one compiled call taking an Adam step on `weighted_loss` for each in turn
-        (`GradientSteps`): a call's fixed cost is paid once. One stratified draw of K x
-        BATCH_SIZE is dealt round-robin, so minibatch k holds the k-th of every K neighbouring
-        strata: each spans the whole priority range, but only the K together are a draw by P(i).
-        Each keeps the IS weights it was drawn with, and misses the k - 1 updates before it."""
+        priority; here for K = GRADIENT_STEPS_PER_CALL minibatches in one compiled call, an Adam
+        step on `weighted_loss` each (returns their losses). One stratified draw of K x BATCH_SIZE
+        is dealt round-robin: minibatch k holds the k-th of every K neighbouring strata, so each
+        spans the priority range; it keeps its IS weights and misses the k - 1 updates before."""
         steps = self.config.gradient_steps_per_call
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
@@ -365,7 +364,7 @@ class DQNAgent:
             self.begin()  # as main() does: no second run may write this run's files
         if self.state is None:  # the first episode (a resumed run goes on with its open one)
             self.start_episode()
-        self.report.start(self.step, self.settings_notes, len(self.state_shape) == 3)
+        self.report.start(self.step, self.settings_notes)
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
@@ -473,11 +472,8 @@ class DQNAgent:
             "scores": self.scores, "average": self.average, "evaluations": self.evaluations,
             "best_evaluation": self.best_evaluation, "steps_to_solve": self.steps_to_solve,
             "rng": self.rng.bit_generator.state, "episode_actions": self.episode_actions,
-            "episode_score": self.episode_score,
-            "state_sha256": agent_checkpoint.state_digest(self.state),
-        }
-        optimizer = {str(i): variable.numpy()
-                     for i, variable in enumerate(self.optimizer.variables)}
+            "episode_score": self.episode_score, "state_sha256": state_digest(self.state)}
+        optimizer = {str(i): var.numpy() for i, var in enumerate(self.optimizer.variables)}
         return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
                 "priority_figure": self.report.state_dict()}
 
@@ -497,15 +493,14 @@ class DQNAgent:
         self.best_evaluation = float(progress["best_evaluation"])
         self.steps_to_solve = progress["steps_to_solve"]
         budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
-        if self.config.use_per and any(state["flags"][flag] != getattr(self.config, flag)
-                                       for flag in budget):
-            self.MEMORY.beta_increment = self.beta_increment(self.MEMORY.beta, self.step)
+        if any(state["flags"][flag] != getattr(self.config, flag) for flag in budget):
+            self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.start_episode()
         actions = [int(action) for action in progress["episode_actions"]]
         for action in actions:
             self.state, *_ = self.env.step(action)
         self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
-        if progress["state_sha256"] not in (None, agent_checkpoint.state_digest(self.state)):
+        if progress["state_sha256"] not in (None, state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
                              "observation (is the environment deterministic under a seed?)")
 
@@ -540,8 +535,8 @@ class DQNAgent:
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, or play a saved network with --test. Returns the exit code: 2
     after one `error:` line for bad input, `training_session.exit_code`'s for a training run."""
-    flags = settings.command_line_flags(sys.modules[__name__],
-                                        sys.argv[1:] if argv is None else argv)
+    flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv,
+                                    settings.d3qn_parser(sys.modules[__name__]))
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
         agent = DQNAgent(**flags)

@@ -26,6 +26,7 @@ class RankBasedMemory(ReplayMemory):
     weights w_i = (N * P(i))^-beta / max_j w_j; beta grows by `beta_increment` per `sample`."""
 
     kind = "rank-based"
+    BYTES_PER_SLOT = 4 * 8 + 1  # abs_errors, ranked_slots, ranked_keys, _rank_cdf; _stale
 
     def __init__(
         self,
@@ -37,9 +38,8 @@ class RankBasedMemory(ReplayMemory):
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
-        action_count: int | None = None,
     ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma, action_count)
+        super().__init__(capacity, storage, rng, n_step, gamma)
         self.set_exponents(alpha, beta, beta_increment)
         # |delta| per slot: +inf for unseen transitions (they rank first), -inf for empty slots.
         self.abs_errors = np.full(self.capacity, -np.inf)
@@ -55,7 +55,7 @@ class RankBasedMemory(ReplayMemory):
         """Add one (state, action, reward, next_state, done), ranked first; return its slot.
         ValueError naming the field, and nothing written, for a transition that
         `check_transition` refuses."""
-        slot, freed = self.storage.add(check_transition(experience, self.action_count))
+        slot, freed = self.storage.add(check_transition(experience))
         self.abs_errors[freed] = -np.inf
         self.abs_errors[slot] = np.inf
         self.mark_stale(np.append(freed, slot))

@@ -9,9 +9,8 @@ A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holdi
     optimizer.npz        the optimizer's variables, "0", "1", ... in Keras' order
     online.weights.h5, target.weights.h5   the two networks (Keras)
 
-The agent gives what goes in (`DQNAgent.state_dict`) and takes it back (`load_state_dict`);
-this module only writes and reads it. Format 1, written before checkpoints had a version,
-is converted on reading (`from_format_1`); any other format is refused, naming it.
+The agent gives what goes in (`DQNAgent.state_dict`) and takes it back (`load_state_dict`).
+Format 1 (before checkpoints had a version) is converted on reading; any other is refused.
 """
 
 from __future__ import annotations
@@ -45,29 +44,25 @@ NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # and logs, where files go, and the fast path (the same gradient steps per env step, taken in
 # calls of another size, compiled with XLA or not). Any other difference from the checkpoint is
 # refused, naming each flag (docs/usage.md lists these).
-MAY_CHANGE_ON_RESUME = (
-    "total_steps", "eval_every", "eval_episodes", "test_episodes", "checkpoint_every",
-    "model_dir", "plot_dir", "tensorboard", "tensorboard_every", "gradient_steps_per_call", "xla",
-)
+MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_episodes",
+                        "checkpoint_every", "model_dir", "plot_dir", "tensorboard",
+                        "tensorboard_every", "gradient_steps_per_call", "xla")
 # Room for what a checkpoint's arrays do not count: HDF5 and .npz headers, progress.json.
 CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
 
 def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[str, Any],
          networks: Sequence[Any]) -> str:
-    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to
-    a new checkpoint of `run` under `checkpoint_root`; return its path. WriteError if the disk
-    has no room for it (checked first: HDF5 can crash the process when the disk fills during its
-    write) or a write fails."""
-    progress = json.dumps({
-        "format": FORMAT,
-        "run": {"id": run.run_id, "started": run.started, "flags": vars(config)},
-        "progress": state["progress"],
-    }, indent=1)
+    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to a
+    new checkpoint of `run`; its path. WriteError if the disk has no room (checked first: HDF5
+    can crash the process when the disk fills during its write) or a write fails."""
+    run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
+    progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
+                          indent=1)
     arrays = [value for name in ARRAY_FILES for value in state[name].values()]
     weights = [weight for network in networks for weight in network.get_weights()]
-    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress) + \
-        CHECKPOINT_HEADROOM_BYTES
+    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress) \
+        + CHECKPOINT_HEADROOM_BYTES
 
     def write(directory: Path) -> None:
         for name in ARRAY_FILES:
@@ -82,17 +77,11 @@ def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[
 
 def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any],
          load_state: Callable[[dict[str, Any]], None]) -> tuple[TrainingRun, str]:
-    """Continue a run from a checkpoint: the newest of the run that wrote last among those whose
-    flags match `config` (`choose_checkpoint`), or with `where` the `step-*` directory given.
-    Loads the weights into `networks` (online, target) and gives the rest, with the flags it was
-    made with, to `load_state` (`DQNAgent.load_state_dict`). Returns the run it continues and
-    the lines that say from where and which flags changed; the first, "resuming from
-    <checkpoint> at step <N>", is the one logs are searched for (benchmarks/pong_logs.py).
-
-    ValueError naming the checkpoint and what is wrong if there is none, it was made with other
-    flags (but those of MAY_CHANGE_ON_RESUME), it does not fit, or a file is missing or corrupt.
-    Nothing on disk is written.
-    """
+    """Continue a run from the checkpoint `where` (a `step-*` directory, or LATEST:
+    `choose_checkpoint`): the weights into `networks` (online, target), the rest with its flags
+    to `load_state` (`DQNAgent.load_state_dict`). Returns the run it continues and the lines that
+    say from where ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py) and which
+    flags changed. ValueError naming the checkpoint and what is wrong with it."""
     directory = choose_checkpoint(checkpoint_root, config) if where == LATEST else Path(where)
     saved, arrays = read_state(directory)
     run = saved["run"]
@@ -120,8 +109,7 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
 
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
-    this FORMAT. ValueError naming the file if one is missing or corrupt, or the format is
-    unknown."""
+    this FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
     progress_file = directory / "progress.json"
     progress = read_json(progress_file)
     if format_of(directory, progress) == 1:
@@ -145,10 +133,9 @@ def format_of(directory: Path, progress: dict[str, Any]) -> int:
 
 def from_format_1(directory: Path, progress: dict[str, Any]
                   ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """Convert a checkpoint of format 1, written before checkpoints had a version: its counters
-    at the top of progress.json with a "fingerprint" (the flags say the same now) and the
-    priority figure's history and recent weights; its replay statistics ("stats.*") inside
-    memory.npz."""
+    """Convert a checkpoint of format 1: its counters at the top of progress.json with a
+    "fingerprint" (the flags say the same now) and the priority figure's history and recent
+    weights; its replay statistics ("stats.*") inside memory.npz."""
     memory = read_arrays(directory / "memory.npz")
     figure = {key: memory.pop(key) for key in list(memory) if key.startswith("stats.")}
     try:
@@ -167,8 +154,7 @@ def from_format_1(directory: Path, progress: dict[str, Any]
 
 
 def recorded_run(progress: dict[str, Any]) -> dict[str, Any] | None:
-    """The run record of a checkpoint's progress.json (id, start time, flags), or None if it
-    has no valid one."""
+    """The valid run record (id, start time, flags) of a checkpoint's progress.json, or None."""
     run = progress.get("run")
     valid = (isinstance(run, dict) and isinstance(run.get("id"), str)
              and re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
@@ -178,8 +164,7 @@ def recorded_run(progress: dict[str, Any]) -> dict[str, Any] | None:
 
 def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
     """For --resume without a path: the newest checkpoint of the run that wrote last among those
-    whose flags match `config`. ValueError if there is none, naming what differs in the run
-    closest to `config`."""
+    whose flags match `config`; if none, ValueError naming what differs in the closest run."""
     newest = newest_checkpoints(checkpoint_root)
     if not newest:
         raise ValueError(f"no checkpoint to resume from in {checkpoint_root}")
@@ -203,8 +188,8 @@ def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
 
 
 def flag_changes(saved: dict[str, Any], config: Namespace) -> tuple[list[str], list[str]]:
-    """The flags of `config` whose value differs from `saved` (a checkpoint's), each as
-    "name saved -> new": (those that may not change on resume, those that may)."""
+    """The flags of `config` that differ from `saved` (a checkpoint's) as "name saved -> new":
+    (those that may not change on resume, those that may)."""
     current = json.loads(json.dumps(vars(config)))  # as a checkpoint holds them: tuples as lists
     refused, changed = [], []
     for name, value in current.items():
@@ -240,9 +225,8 @@ def load_variables(variables: Sequence[Any], arrays: dict[str, np.ndarray], what
 
 
 def model_load_error(path: str, error: Exception) -> ValueError:
-    """The one-line error for a `.keras` file that Keras could not load (with `error`): there is
-    none, it cannot be read, or it is not a valid .keras file (for a file that is not a zip
-    archive Keras itself says "File not found")."""
+    """The one-line error for a `.keras` file Keras could not load (with `error`): none there,
+    unreadable, or not a valid .keras file (Keras says "File not found" for a non-zip file)."""
     if not os.path.exists(path):
         return ValueError(f"no saved model at {path!r}; train first (python d3qn_agent.py)")
     try:

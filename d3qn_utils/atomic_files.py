@@ -1,11 +1,9 @@
 """Files written whole or not at all, and the errors that say so.
 
-`atomic_file(path)` gives a temporary path beside `path` and renames it into place only once
-written and flushed; a rename within one file system is atomic, so a process killed at any
-moment leaves the old file or the new one, never half of one. A write that fails (disk full)
-removes what it wrote and raises `WriteError`, one line naming the path and the errno. The
-readers turn every way a file can be missing or damaged into one ValueError that names it.
-Nothing here unpickles: JSON, and `.npz` arrays read with `allow_pickle=False`.
+`atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
+flushed: a process killed at any moment leaves the old file or the new one, never half of one.
+A write that fails (disk full) removes what it wrote and raises `WriteError`. The readers turn
+every way a file can be missing or damaged into one ValueError that names it, and never unpickle.
 """
 
 from __future__ import annotations
@@ -73,7 +71,6 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write named arrays to an uncompressed `.npz` file."""
     with open(path, "wb") as file:
         np.savez(file, **arrays)
 
@@ -88,7 +85,6 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def fsync_file(path: Path) -> None:
-    """Flush a written file's contents to the disk."""
     with open(path, "rb") as file:
         os.fsync(file.fileno())
 

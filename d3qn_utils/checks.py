@@ -1,6 +1,5 @@
 """The checks on what enters a replay memory and on saved state: each returns the value or
-raises ValueError naming the bad value (a field of a transition, an index, a saved array).
-"""
+raises ValueError naming the bad value (a field of a transition, an index, a saved array)."""
 
 from __future__ import annotations
 
@@ -40,9 +39,10 @@ def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> No
         raise ValueError(f"saved {what} lacks {missing}")
 
 
-def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The saved `key` as a float64 array; ValueError unless it has `shape`."""
-    array = np.array(arrays[key], dtype=np.float64)
+def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...],
+                dtype: Any = np.float64) -> np.ndarray:
+    """The saved `key` as an array of `dtype`; ValueError unless it has `shape`."""
+    array = np.array(arrays[key], dtype=dtype)
     if array.shape != shape:
         raise ValueError(f"saved {key} has shape {array.shape}, expected {shape}")
     return array
@@ -74,21 +74,18 @@ def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
     return columns
 
 
-def check_transition(experience: Any, action_count: int | None = None) -> Sequence:
+def check_transition(experience: Any) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
-    field and its value (finite number states and reward, an action in range, a bool done).
-
-    A NaN or inf in the memory would poison every TD target it is drawn into, and through the
-    priorities the whole sum tree. ~1 us for a CartPole transition.
-    """
+    field and its value (finite states and reward, an action in range, a bool done): a NaN would
+    poison every TD target it is drawn into, and through the priorities the sum tree. ~1 us."""
     state, action, reward, next_state, done = check_experience(experience)
     if type(action) is not int and not isinstance(action, np.integer):
         value = np.asarray(action)  # a 0-d integer array is an action too; bools are not
         if value.ndim or value.dtype.kind not in "iu":
             raise ValueError(f"action must be an integer, got {action!r:.100}")
         action = value.item()
-    if action < 0 or (action_count is not None and action >= action_count):
-        raise ValueError(f"action must be {_action_range(action_count)}, got {action!r}")
+    if action < 0:
+        raise ValueError(f"action must be an integer >= 0, got {action!r}")
     if type(reward) is not float:
         value = np.asarray(reward)
         if value.ndim or value.dtype.kind not in "biuf":
@@ -107,16 +104,15 @@ def check_transition(experience: Any, action_count: int | None = None) -> Sequen
     return experience
 
 
-def check_block_values(columns: list[np.ndarray], action_count: int | None = None) -> None:
+def check_block_values(columns: list[np.ndarray]) -> None:
     """`check_transition` for a block's columns, vectorized; the message names the index."""
     states, actions, rewards, next_states, dones = columns
     if actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-    high = np.inf if action_count is None else action_count
-    bad = np.flatnonzero((actions < 0) | (actions >= high))
+    bad = np.flatnonzero(actions < 0)
     if bad.size:
-        raise ValueError(f"action must be {_action_range(action_count)}, got "
-                         f"{actions[bad[0]].item()!r} (transition {bad[0]} of the block)")
+        raise ValueError(f"action must be an integer >= 0, got {actions[bad[0]].item()!r} "
+                         f"(transition {bad[0]} of the block)")
     for name, column in (("reward", rewards), ("state", states), ("next_state", next_states)):
         _check_finite_array(name, column, per_transition=True)
     if dones.dtype.kind != "b":
@@ -124,11 +120,6 @@ def check_block_values(columns: list[np.ndarray], action_count: int | None = Non
         if bad.size:
             raise ValueError(f"done must be True or False, got {dones[bad[0]].item()!r} "
                              f"(transition {bad[0]} of the block)")
-
-
-def _action_range(action_count: int | None) -> str:
-    """What an action must be, for messages: "an integer in 0..5" or "an integer >= 0"."""
-    return "an integer >= 0" if action_count is None else f"an integer in 0..{action_count - 1}"
 
 
 @numba.njit(cache=True)
@@ -156,9 +147,7 @@ def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = Fa
     raise ValueError(f"{name} must be finite, got {values[tuple(first)].item()!r}{where}")
 
 
-
 def check_range(name: str, value: float, low: float, high: float) -> None:
-    """ValueError naming `name` unless low <= value <= high."""
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
 
@@ -181,8 +170,8 @@ def check_non_negative(name: str, values: np.ndarray) -> None:
 
 def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(tree indices, values) as flat int64 / float64 arrays, or ValueError naming the first
-    index that is not a leaf of a `capacity`-leaf tree or the first bad `name` value."""
+    """(tree indices, values) as flat int64 / float64 arrays; ValueError naming the first index
+    that is not a leaf of a `capacity`-leaf tree, or the first bad `name` value."""
     leaves = np.asarray(tree_indices)
     if leaves.dtype.kind not in "iu":
         raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")

@@ -1,7 +1,6 @@
 """What depends on the game, one call each, so that d3qn_agent.py reads the same for all of them:
-the environment (`make_env`), the convolutional torso for image observations (`image_torso`) and
-the replay storage (`replay_storage`). Atari's and MinAtar's modules are imported only when one
-of their games is asked for: a CartPole run loads neither ale_py nor minatar.
+the environment, the convolutional torso and the replay storage. Atari's and MinAtar's modules
+are imported only for one of their games: a CartPole run loads neither ale_py nor minatar.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import gymnasium as gym
 import keras
 
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage, storage_for
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so
 # The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
@@ -61,10 +60,8 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
 
 def image_torso(frames: Any, bfloat16: bool = False) -> Any:
     """The convolutional torso for uint8 (height, width, channels) frames: 1/255, then the Nature
-    DQN's, or the MinAtar paper's for an image too small for its strides.
-
-    `bfloat16`: the convolutions compute in bfloat16 (Keras' "mixed_bfloat16"). The dense layers
-    stay float32: in bfloat16 the XLA greedy call ran several times slower (docs/benchmarks.md)."""
+    DQN's, or the MinAtar paper's for an image too small for its strides. `bfloat16`: only the
+    convolutions (dense layers in bfloat16 slowed the XLA greedy call: docs/benchmarks.md)."""
     conv_dtype = "mixed_bfloat16" if bfloat16 else None  # None: Keras' float32
     x = keras.layers.Rescaling(1.0 / 255.0)(frames)
     if min(frames.shape[1:3]) < 36:  # too small for the Nature strides (MinAtar's 10x10)
@@ -82,5 +79,7 @@ def replay_storage(env_name: str, state_shape: tuple[int, ...], capacity: int
                    ) -> FrameStackStorage | None:
     """Where a replay memory keeps this game's transitions: each image frame once, as uint8
     (Atari's four stacked on the last axis), or None (a `TransitionStorage`) for vectors."""
-    return storage_for(state_shape, capacity, stacked=is_atari(env_name))
+    if storage_type(state_shape) is TransitionStorage:
+        return None
+    return FrameStackStorage(capacity, stack_axis=-1 if is_atari(env_name) else None)
 

@@ -1,11 +1,12 @@
 """What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
-`model.fit`: several gradient steps in one call, each on its own batch. The call itself,
-`GradientSteps`, is in the module `compiled_backend()` returns for Keras' backend.
+`model.fit`: several gradient steps in one call, each on its own batch. The call itself is the
+`GradientSteps` of the module `compiled_backend()` returns, on the `CompiledSteps` they share.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -46,11 +47,35 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
     return array.reshape(-1, steps, *array.shape[1:]).swapaxes(0, 1)
 
 
-def non_finite_error(env_step: int, losses: np.ndarray) -> NonFiniteError:
-    """The error of a compiled call whose step at `env_step` had a non-finite loss or gradient."""
-    return NonFiniteError(f"training at env step {env_step} gave a non-finite loss or gradient "
-                          f"(losses {losses.tolist()}); from there on the call's steps were not "
-                          "applied")
+class CompiledSteps:
+    """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call of
+    `compiled` (the backend's `compile`). `loss(batch)` returns (the scalar loss, the TD errors).
+    Each step clips the gradient's global norm to `grad_clip`, applies it, then calls
+    `after_step` (or None); `after_call` runs after each call. A step whose loss or gradient norm
+    is not finite is not applied, nor any after it, and the call raises NonFiniteError: a NaN
+    would poison the weights and, through the TD errors, the sum tree."""
+
+    def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, target_model: Any,
+                 optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,
+                 steps: int, state_shape: tuple[int, ...], state_dtype: Any, xla: bool,
+                 after_call: Callable[[], None] | None = None) -> None:
+        self.loss, self.model, self.target_model = loss, model, target_model
+        self.optimizer, self.grad_clip, self.steps = optimizer, grad_clip, steps
+        self.after_step, self.after_call = after_step, after_call
+        optimizer.build(model.trainable_variables)  # no variable may be created in a graph
+        self.compiled = self.compile(state_shape, state_dtype, xla)
+
+    def finish(self, env_step: int, applied: Any, abs_errors: Any, losses: Any
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """A call's end: `after_call`, then the |TD errors| (steps, batch size) and the losses,
+        each from before its step; NonFiniteError naming `env_step` if a step was not applied."""
+        if self.after_call is not None:
+            self.after_call()
+        if not applied:
+            raise NonFiniteError(f"training at env step {env_step} gave a non-finite loss or "
+                                 f"gradient (losses {np.asarray(losses).tolist()}); from there "
+                                 "on the call's steps were not applied")
+        return np.asarray(abs_errors), np.asarray(losses)
 
 
 def compiled_backend() -> ModuleType:

@@ -2,10 +2,8 @@
 
 Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
 (docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
-weights, taken again after `weights_changed()` (on CartPole once a training call, every
-TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL = 32 environment steps); the Nature torso stays in a
-compiled call. With the dueling head the greedy action is argmax A(s, .): V shifts every action's
-Q alike.
+weights, taken again after `weights_changed()` (on CartPole every 32 environment steps); the
+Nature torso stays compiled. With the dueling head the greedy action is argmax A(s, .).
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
     if isinstance(layer, keras.layers.Flatten):
         return x.reshape(len(x), -1)
     kernel, bias = weights
-    if isinstance(layer, PatchConv2D):
-        # As PatchConv2D computes it.
+    if isinstance(layer, PatchConv2D):  # as PatchConv2D computes it
         patches = np.concatenate(shifted_views(x, layer.kernel_size, layer.strides), axis=-1)
         x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
     else:
@@ -57,8 +54,7 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
 
 
 class GreedyPolicy:
-    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else a
-    compiled call of the backend's."""
+    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else compiled."""
 
     def __init__(self, model: keras.Model, state_dtype: Any) -> None:
         self.layers = numpy_layers(model)
@@ -79,10 +75,8 @@ class GreedyPolicy:
         if self.layers is None:
             return self._compiled(states)
         if self._weights is None:
-            flat = self._read_weights()
-            ends = np.cumsum(self._counts)
-            self._weights = [flat[end - count:end] for end, count in zip(ends, self._counts,
-                                                                          strict=True)]
+            flat = iter(self._read_weights())
+            self._weights = [[next(flat) for _ in range(count)] for count in self._counts]
         x = np.asarray(states, np.float32)
         for layer, weights in zip(self.layers, self._weights, strict=True):
             x = numpy_forward(layer, weights, x)
@@ -90,8 +84,8 @@ class GreedyPolicy:
 
 
 def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int]) -> np.ndarray:
-    """Returns of one greedy episode in each of `envs`, reset with `seeds` and played side by
-    side (one batched forward pass a step); an Atari env's unclipped score where it gives one."""
+    """Returns of one greedy episode in each of `envs`, reset with `seeds`, played side by side
+    (one forward pass a step); an Atari env's unclipped score where it gives one."""
     states = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds, strict=True)])
     returns = np.zeros(len(envs))
     running = np.ones(len(envs), dtype=bool)

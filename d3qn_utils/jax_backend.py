@@ -1,7 +1,7 @@
 """What is compiled on the JAX backend (KERAS_BACKEND=jax): tensorflow_backend.py's calls.
 
-A jitted JAX function must be pure, so each call takes the variables' values and returns the new
-ones (`keras.StatelessScope` maps the variables to them), assigned back after the call.
+A jitted JAX function must be pure, so each call takes the variables' values and returns the
+new ones (`keras.StatelessScope` maps the variables to them), assigned back after the call.
 """
 
 from __future__ import annotations
@@ -14,30 +14,17 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from d3qn_utils.gradient_steps import Batches, non_finite_error
+from d3qn_utils.gradient_steps import Batches, CompiledSteps
 
 
-class GradientSteps:
-    """`steps` gradient steps of `loss` in one jitted call; tensorflow_backend.GradientSteps on
-    JAX, with the same arguments and results (`xla` is moot: JAX always compiles with XLA)."""
+class GradientSteps(CompiledSteps):
+    """`CompiledSteps` as one jitted JAX call (`xla` is moot: JAX always compiles with XLA)."""
 
-    def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, target_model: Any,
-                 optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,
-                 steps: int, state_shape: tuple[int, ...], state_dtype: Any, xla: bool,
-                 after_call: Callable[[], None] | None = None) -> None:
-        self.loss = loss
-        self.model = model
-        self.target_model = target_model
-        self.optimizer = optimizer
-        self.grad_clip = grad_clip
-        self.after_step = after_step
-        self.after_call = after_call
-        optimizer.build(model.trainable_variables)
-        self.compiled = jax.jit(self.all_steps)
+    def compile(self, state_shape: tuple[int, ...], state_dtype: Any, xla: bool) -> Any:
+        return jax.jit(self.all_steps)
 
     def __call__(self, batches: Batches, env_step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Train on `batches`; return the |TD errors| (steps, batch size) and the losses, each
-        from before its step. `env_step` only names the moment in a NonFiniteError."""
+        """Train on `batches` (`finish` says what comes back)."""
         online, target, optimizer = (self.model.trainable_variables, self.target_model.variables,
                                      self.optimizer.variables)
         values = [[variable.value for variable in group] for group in (online, target, optimizer)]
@@ -46,11 +33,7 @@ class GradientSteps:
         for group, new_values in zip((online, target, optimizer), values, strict=True):
             for variable, value in zip(group, new_values, strict=True):
                 variable.assign(value)
-        if self.after_call is not None:
-            self.after_call()
-        if not applied:
-            raise non_finite_error(env_step, np.asarray(losses))
-        return np.asarray(abs_errors), np.asarray(losses)
+        return self.finish(env_step, applied, abs_errors, losses)
 
     def all_steps(self, online: list, target: list, optimizer: list, fixed: list,
                   batches: tuple) -> tuple:

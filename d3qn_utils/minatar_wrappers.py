@@ -20,7 +20,6 @@ FRAMES_PER_SECOND = 20  # --record: the game's own display shows a frame every 5
 
 
 def register() -> None:
-    """Register the MinAtar ids with gymnasium, once."""
     if f"{PREFIX}{GAMES[0]}-v1" not in gymnasium.registry:
         import minatar.gym  # imports matplotlib and seaborn, so only when a MinAtar id is used
 
@@ -28,11 +27,8 @@ def register() -> None:
 
 
 class BinaryFrame(gymnasium.ObservationWrapper):
-    """Boolean (10, 10, C) frames -> uint8 with True as 255, and a screen to record.
-
-    255: `OurModel` scales uint8 images by 1/255, so a set cell is 1.0 as in the MinAtar paper,
-    and the replay keeps one byte per cell.
-    """
+    """Boolean (10, 10, C) frames -> uint8 with True as 255 (`OurModel` scales uint8 images by
+    1/255: a set cell is 1.0 as in the MinAtar paper, one byte in the replay), and a screen."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
@@ -47,7 +43,6 @@ class BinaryFrame(gymnasium.ObservationWrapper):
         return super().reset(**kwargs)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        """The frame as uint8: 255 where a channel is set, else 0."""
         return np.asarray(observation, dtype=np.uint8) * np.uint8(255)
 
     def render(self) -> Any:

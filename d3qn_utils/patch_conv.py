@@ -16,14 +16,12 @@ from d3qn_utils.checks import check_integer
 
 
 def output_size(size: int, kernel_size: int, strides: int) -> int:
-    """Rows (or columns) of a "valid" convolution's output for `size` input rows."""
     return (size - kernel_size) // strides + 1
 
 
 def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
-    """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order: view
-    (i, j) at (r, c) is images[r * strides + i, c * strides + j]. Slices only, so numpy arrays
-    and tensors alike."""
+    """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order, view
+    (i, j) at (r, c) being images[r * strides + i, c * strides + j]: slices, for numpy or Keras."""
     rows = output_size(images.shape[1], kernel_size, strides)
     cols = output_size(images.shape[2], kernel_size, strides)
     row_span, col_span = (rows - 1) * strides + 1, (cols - 1) * strides + 1
@@ -34,8 +32,7 @@ def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
 @keras.saving.register_keras_serializable(package="d3qn")
 class PatchConv2D(keras.layers.Layer):
     """Conv2D(filters, kernel_size, strides, padding="valid") on channels-last images: the
-    shifted views concatenated along the channels, times the kernel as (k*k*channels, filters).
-    """
+    shifted views concatenated along the channels, times the kernel as (k*k*channels, filters)."""
 
     def __init__(self, filters: int, kernel_size: int, strides: int = 1, activation: Any = None,
                  **kwargs: Any) -> None:

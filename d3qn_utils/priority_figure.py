@@ -29,15 +29,15 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
 
 
 class ReplayStatistics:
-    """Who gets replayed, for the priority figure: counts per slot and replays by age.
-
-    Per age bin over all samples: `replays_by_age` (measured), `exposure_by_age` (transitions of
-    that age in the memory) and `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off
-    with a frame store, whose length counts slots without a transition). O(batch) per sample, O(1)
-    per store, no random numbers, so tracking does not change a run.
-    """
+    """Who gets replayed: counts per slot and, per age bin over all samples, `replays_by_age`
+    (measured), `exposure_by_age` (transitions of that age in the memory) and
+    `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off with a frame store, whose
+    length counts slots without a transition). O(batch) per sample, O(1) per store, no random
+    numbers, so tracking does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
+    SAVED = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
+             "uniform_replays_by_age")
 
     def __init__(self, capacity: int) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
@@ -48,7 +48,6 @@ class ReplayStatistics:
         self.uniform_replays_by_age = np.zeros(AGE_BINS)
 
     def note_store(self, slot: int) -> None:
-        """A new transition went into `slot`. O(1)."""
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1
@@ -67,27 +66,19 @@ class ReplayStatistics:
         return self.stores - 1 - self.stored_at[slots]
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The counters as plain arrays, keys prefixed "stats."."""
-        return {
-            "stats.replay_counts": self.replay_counts,
-            "stats.stored_at": self.stored_at,
-            "stats.stores": np.array(self.stores),
-            "stats.replays_by_age": self.replays_by_age,
-            "stats.exposure_by_age": self.exposure_by_age,
-            "stats.uniform_replays_by_age": self.uniform_replays_by_age,
-        }
+        """The counters as plain arrays (the arrays themselves), keys prefixed "stats."."""
+        return {f"stats.{name}": np.asarray(getattr(self, name)) for name in self.SAVED}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming a missing or misshapen array."""
-        require(arrays, list(self.state_dict()), "replay statistics")
-        for key, value in self.state_dict().items():
-            saved = np.asarray(arrays[key])
-            if saved.shape != value.shape:
-                raise ValueError(f"saved {key} has shape {saved.shape}, expected {value.shape}")
-        for key, value in self.state_dict().items():
+        current = self.state_dict()
+        require(arrays, list(current), "replay statistics")
+        saved = {key: saved_array(arrays, key, value.shape, value.dtype)
+                 for key, value in current.items()}
+        for key, value in current.items():
             if key != "stats.stores":
-                value[:] = arrays[key]
-        self.stores = int(arrays["stats.stores"])
+                value[:] = saved[key]
+        self.stores = int(saved["stats.stores"])
 
 
 PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
@@ -95,9 +86,8 @@ RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 
 
 class PriorityFigure:
-    """What the priority figure shows, gathered during a run, and the figure itself: replay
-    statistics, the last RECENT_BATCHES batches' IS weights, and (step, beta, smallest and mean
-    IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
+    """The priority figure and its data: replay statistics, the last RECENT_BATCHES batches' IS
+    weights, (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
 
     def __init__(self, capacity: int, batch_size: int) -> None:
         self.statistics = ReplayStatistics(capacity)
@@ -106,7 +96,6 @@ class PriorityFigure:
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
     def note_store(self, slot: int) -> None:
-        """A new transition went into `slot`. O(1)."""
         self.statistics.note_store(slot)
 
     def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,
@@ -117,15 +106,10 @@ class PriorityFigure:
         self.statistics.note_sample(tree_idx - (capacity - 1), size)
         first = last_gradient_step - len(is_weights) + 1
         for gradient_step, weights in enumerate(is_weights, start=first):
-            self.note_batch(step, gradient_step, beta, weights)
-
-    def note_batch(self, step: int, gradient_step: int, beta: float,
-                   is_weights: np.ndarray) -> None:
-        """Keep a sampled batch's IS weights (taken at env step `step`). O(batch)."""
-        self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = is_weights
-        self.recent_batches += 1
-        if gradient_step % PRIORITY_HISTORY_EVERY == 0:
-            self.history.append((step, beta, float(is_weights.min()), float(is_weights.mean())))
+            self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = weights
+            self.recent_batches += 1
+            if gradient_step % PRIORITY_HISTORY_EVERY == 0:
+                self.history.append((step, beta, float(weights.min()), float(weights.mean())))
 
     def draw(self, path: str, memory: Any, title: str) -> bool:
         """Save the figure of `memory` to `path` (~0.3 s); False before the first batch."""
@@ -156,33 +140,22 @@ class PriorityFigure:
 
 def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
     """What the priority figure shows about `memory`, observed by `stats`: N * P(i) of each
-    transition, the |delta| = 0 floor (proportional PER), and replay rates by age bin, measured
-    and uniform. Cost O(capacity).
-    """
+    transition, the |delta| = 0 floor (proportional PER), replay rates by age bin. O(capacity)."""
     _, probabilities = memory.sampling_probabilities()
     size = len(probabilities)
     floor = epsilon = None
     if (zero_error := memory.zero_error_floor()) is not None:
         floor, epsilon = zero_error[0] * size, zero_error[1]
     seen = stats.exposure_by_age > 0
-    return {
-        "relative_probabilities": probabilities * size,
-        "floor": floor,
-        "epsilon": epsilon,
-        "age_low": AGE_BIN_LOW[seen],
-        "age_high": AGE_BIN_HIGH[seen],
-        "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
-        "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen],
-    }
+    return {"relative_probabilities": probabilities * size, "floor": floor, "epsilon": epsilon,
+            "age_low": AGE_BIN_LOW[seen], "age_high": AGE_BIN_HIGH[seen],
+            "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
+            "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen]}
 
 
-def draw_priority_figure(
-    path: str,
-    data: dict[str, Any],
-    history: list[tuple[int, float, float, float]],
-    recent_is_weights: np.ndarray,
-    title: str,
-) -> None:
+def draw_priority_figure(path: str, data: dict[str, Any],
+                         history: list[tuple[int, float, float, float]],
+                         recent_is_weights: np.ndarray, title: str) -> None:
     """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s)."""
     figure = Figure(figsize=(13, 8.5), layout="constrained")
     figure.suptitle(title, fontsize=11)

@@ -1,20 +1,13 @@
 """The first line a script prints is its own: TensorFlow's harmless start-up lines are filtered.
 
-Importing TensorFlow 2.21 on a machine without a GPU writes, before any line of ours,
-
-    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-    I0000 00:00:1795603320.601570   13363 port.cc:153] oneDNN custom operations are on. ...
-    I0000 00:00:1795603320.601873   13363 cudart_stub.cc:31] Could not find cuda drivers on ...
-    E0000 00:00:1795603324.059660   13363 cuda_platform.cc:52] failed call to cuInit: ...
-
-(the first three twice), from C++ before absl is initialised, straight to descriptor 2:
-TF_CPP_MIN_LOG_LEVEL does not reach them (tensorflow/tensorflow PR #102212, abseil-cpp #1957).
-
-Imported before TensorFlow, this sets TF_CPP_MIN_LOG_LEVEL=2 and, in a script of this repository
-only (not pytest, Ray workers, notebooks), points descriptor 2 at a forwarding process (this file
-run as a script) that drops the `HARMLESS` lines, turns the GPU line into ours (`gpu_line`) and
-passes the rest on at once. A process, not a thread, so that what a crash writes last still gets
-out; at exit the script waits for it (at most FINISH_SECONDS) so that no line follows the prompt.
+Importing TensorFlow 2.21 without a GPU writes the `HARMLESS` lines below (some twice) from C++
+before absl is initialised, straight to descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach
+them (tensorflow/tensorflow PR #102212, abseil-cpp #1957). Imported before TensorFlow, this sets
+TF_CPP_MIN_LOG_LEVEL=2 and, in a script of this repository only (not pytest, Ray workers,
+notebooks), points descriptor 2 at a forwarding process (this file run as a script) that drops
+those lines, turns the GPU line into ours (`gpu_line`) and passes the rest on at once. A process,
+not a thread, so that what a crash writes last still gets out; at exit the script waits for it
+(at most FINISH_SECONDS) so that no line follows the prompt.
 """
 
 from __future__ import annotations
@@ -78,9 +71,8 @@ def filtered(line: bytes) -> bytes:
 
 
 def forward(source: int, sink: int) -> None:
-    """Copy lines from `source` to `sink` through `filtered` until the input ends; a piece
-    without a newline after PARTIAL_LINE_SECONDS. Once `sink` fails the rest is read and dropped,
-    so that the writers never block on a full pipe."""
+    """Copy lines from `source` to `sink` through `filtered` until the input ends (a piece
+    without a newline after PARTIAL_LINE_SECONDS); once `sink` fails, read and drop the rest."""
     pending = b""
     sink_open = True
 

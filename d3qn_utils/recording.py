@@ -1,7 +1,5 @@
-"""Recording a greedy episode as an animated GIF (`python d3qn_agent.py --test --record FILE.gif`).
-
-`GifRecorder` keeps the screens of one episode, shrunk as they come in, and writes them as one
-GIF small enough for a README; the GIF_* limits below set how small.
+"""Recording a greedy episode as an animated GIF (`python d3qn_agent.py --test --record FILE.gif`),
+small enough for a README: the GIF_* limits below set how small.
 """
 
 from __future__ import annotations
@@ -48,9 +46,7 @@ def check_gif_path(path: str) -> Path:
 
 class GifRecorder:
     """The screens of one episode, shrunk as they come in, written as one animated GIF that
-    plays in real time at `steps_per_second` (the env's `render_fps`). One byte per pixel of
-    each kept frame (68 KB for CartPole).
-    """
+    plays in real time at `steps_per_second` (the env's `render_fps`). 68 KB a CartPole frame."""
 
     def __init__(self, steps_per_second: float) -> None:
         if not steps_per_second > 0:
@@ -65,20 +61,16 @@ class GifRecorder:
         if self.wants(step, last):
             self.add(step, env.render())
 
-    @property
-    def full(self) -> bool:
-        """True once GIF_MAX_FRAMES frames are kept: later frames are ignored."""
-        return len(self.frames) >= GIF_MAX_FRAMES
-
     def wants(self, step: int, last: bool = False) -> bool:
-        """Whether to keep the screen after `step` steps: every `every`-th and the `last`."""
-        return not self.full and step != self.last_step and (step % self.every == 0 or last)
+        """Whether to keep the screen after `step` steps: every `every`-th and the `last`, until
+        GIF_MAX_FRAMES are kept."""
+        return (len(self.frames) < GIF_MAX_FRAMES and step != self.last_step
+                and (step % self.every == 0 or last))
 
     def add(self, step: int, frame: Any) -> None:
         """Keep `frame`, the uint8 RGB screen after `step` steps, shrunk to GIF_MAX_WIDTH, in
         the first frame's palette without dithering (flat colours compress well and do not
-        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame.
-        """
+        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame."""
         frame = None if frame is None else np.asarray(frame)
         if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
             got = None if frame is None else f"{frame.dtype} {frame.shape}"
@@ -120,9 +112,8 @@ class GifRecorder:
 
 
 def record_episode(env: gym.Env, policy: Any, seed: int, path: str) -> float:
-    """Play one greedy episode of `policy` in `env` (made with render_mode="rgb_array"), reset
-    with `seed`, and write it to `path` as a GIF as soon as it ends; return its score (an Atari
-    env's unclipped one where it gives it)."""
+    """Play one greedy episode of `policy` in `env` (render_mode="rgb_array"), reset with `seed`,
+    written to `path` as a GIF as soon as it ends; its score (Atari's unclipped one)."""
     state, _ = env.reset(seed=seed)
     recorder = GifRecorder(env.metadata.get("render_fps") or GIF_MAX_FPS)
     recorder.capture(env, 0)

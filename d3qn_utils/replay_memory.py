@@ -1,50 +1,29 @@
 """What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
-`RankBasedMemory`) share: their storage, random generator, n-step batches and saved state, and
-the bytes a slot of each costs.
+`RankBasedMemory`) share: storage, random generator, n-step batches, saved state, bytes a slot.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from d3qn_utils.checks import (
-    check_capacity,
-    check_integer,
-    check_range,
-    check_saved_value,
-    require,
-)
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
-
-
-def replay_bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, kind: str) -> int:
-    """Bytes per slot of a full replay memory as the agents build it (storage plus the
-    priorities of `kind`), to refuse a size that cannot fit before allocating it. The
-    proportional trees' extra 8 bytes are headroom. tests/test_per.py measures it."""
-    state_bytes = math.prod(state_shape) * np.dtype(state_dtype).itemsize
-    if len(state_shape) == 3:
-        transition = state_bytes // state_shape[-1] + 8 + 4 + 1 + 1
-    else:
-        transition = 2 * state_bytes + 8 + 8 + 1 + 1
-    return transition + {"uniform": 0, "proportional": 5 * 8, "rank-based": 4 * 8 + 1}[kind]
+from d3qn_utils.checks import check_capacity, check_integer, check_range, check_saved_value, require
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 
 class ReplayMemory:
     """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+    BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
 
     def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
-                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99,
-                 action_count: int | None = None) -> None:
+                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99
+                 ) -> None:
         self.capacity = check_capacity(capacity)
-        self.action_count = (None if action_count is None
-                             else check_integer("action_count", action_count, 1))
         self.n_step = check_integer("n_step", n_step, 1)
         check_range("gamma", gamma, 0.0, 1.0)
         self.gamma = float(gamma)
@@ -57,12 +36,23 @@ class ReplayMemory:
     def __len__(self) -> int:
         return len(self.storage)
 
+    @classmethod
+    def bytes_per_slot(cls, state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes per slot of a full memory of this class, its storage's included, to refuse a
+        size that cannot fit before allocating it. tests/test_per.py measures it."""
+        return storage_type(state_shape).bytes_per_slot(state_shape, state_dtype) + \
+            cls.BYTES_PER_SLOT
+
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
         check_range("alpha", alpha, 0.0, np.inf)
         check_range("beta", beta, 0.0, 1.0)
-        check_range("beta_increment", beta_increment, 0.0, 1.0)
         self.alpha, self.beta = float(alpha), float(beta)
+        self.set_beta_increment(beta_increment)
+
+    def set_beta_increment(self, beta_increment: float) -> None:
+        """Set beta's growth per `sample` (none for uniform replay); ValueError unless in [0, 1]."""
+        check_range("beta_increment", beta_increment, 0.0, 1.0)
         self.beta_increment = float(beta_increment)
 
     def check_sample_size(self, n: Any) -> None:
@@ -81,10 +71,9 @@ class ReplayMemory:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The memory as plain arrays (no pickle): kind, "storage.*" and the rng as JSON."""
-        arrays = {f"storage.{key}": value for key, value in self.storage.state_dict().items()}
-        arrays["kind"] = np.array(self.kind)
-        arrays["rng"] = np.array(json.dumps(self.rng.bit_generator.state))
-        return arrays
+        return {**{f"storage.{key}": value for key, value in self.storage.state_dict().items()},
+                "kind": np.array(self.kind),
+                "rng": np.array(json.dumps(self.rng.bit_generator.state))}
 
     def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
         """ValueError unless `arrays` is a `state_dict` of this kind and capacity, with `keys`."""
@@ -105,13 +94,11 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The n-step transitions that start in `slots`, as the batch `sample` returns.
-
-        (states, actions, rewards, next_states, dones, discounts): discounted reward sums over
-        the k <= n_step transitions of the episode from slot t, the state after the k-th, whether
+        """The n-step transitions that start in `slots`, the batch `sample` returns: (states,
+        actions, rewards, next_states, dones, discounts), the discounted reward sum over the
+        k <= n_step transitions of the episode from each slot, the state after the k-th, whether
         it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
-        transition. Cost O(n_step * len(slots)), vectorized.
-        """
+        transition. O(n_step * len(slots)), vectorized."""
         if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),

@@ -2,14 +2,15 @@
 
 A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
 slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, optionally `add_block`,
-what `ReplayMemory.n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and
-`state_dict` / `load_state_dict`. `TransitionStorage` keeps one row per transition (vector
-states, the default); `FrameStackStorage` keeps each uint8 image frame once (Atari's stacks,
-~7 KB a transition instead of ~56 KB, or MinAtar's single frames).
+what `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
+`load_state_dict`. `TransitionStorage` keeps one row per transition (vector states);
+`FrameStackStorage` each uint8 image frame once (Atari's stacks, ~7 KB a transition instead of
+~56 KB; MinAtar's single frames).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,16 @@ class TransitionStorage:
     def __len__(self) -> int:
         return self.written
 
+    @staticmethod
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes a full storage of these states holds per slot: two states, an int64 action, a
+        float64 reward, the done and holds_transition flags."""
+        return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The five fields of the written rows, in slot order: a block as `add_block` takes it."""
+        return tuple(field[: self.written] for field in self.fields)
+
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one (state, action, reward, next_state, done); return its slot, none freed."""
         experience = check_experience(experience)
@@ -51,11 +62,8 @@ class TransitionStorage:
         return slot, NO_SLOTS
 
     def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Store k transitions at once, as `add` would one after the other. O(k), no Python loop.
-
-        `transitions` is the five columns, each of length k. Returns their k slots and no freed
-        ones. A malformed block raises ValueError and leaves the storage unchanged.
-        """
+        """Store k transitions, the five columns of length k, as `add` would one by one: their
+        slots, none freed. O(k). ValueError for a malformed block, the storage unchanged."""
         columns = check_block(transitions, self.capacity)
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
@@ -81,9 +89,8 @@ class TransitionStorage:
                 raise ValueError(f"{name} has shape {shape}, but the memory holds "
                                  f"{field.shape[1:]}")
 
-    def get(
-        self, slots: np.ndarray, last_slots: np.ndarray | None = None
-    ) -> tuple[np.ndarray, ...]:
+    def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
+            ) -> tuple[np.ndarray, ...]:
         """(states, actions, rewards, next_states, dones) of `slots`; with `last_slots`, the
         next_states of those (the end of an n-step chain)."""
         states, actions, rewards, next_states, dones = self.fields
@@ -91,12 +98,10 @@ class TransitionStorage:
         return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rewards and done flags stored in `slots`."""
         return self.fields[2][slots], self.fields[4][slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Bool mask: slot+1 holds the transition that came right after slot's, in its episode.
-        O(len(slots) * state size)."""
+        """Whether slot+1 holds the transition after slot's, in its episode. O(n * state size)."""
         following = (slots + 1) % self.capacity
         states, next_states = self.fields[0], self.fields[3]
         same = states[following] == next_states[slots]
@@ -105,14 +110,9 @@ class TransitionStorage:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only)."""
-        arrays = {
-            "capacity": np.array(self.capacity),
-            "written": np.array(self.written),
-            "write_pointer": np.array(self.write_pointer),
-        }
-        for name, field in zip(FIELDS, self.fields or (), strict=False):
-            arrays[name] = field[: self.written]
-        return arrays
+        return {"capacity": np.array(self.capacity), "written": np.array(self.written),
+                "write_pointer": np.array(self.write_pointer),
+                **dict(zip(FIELDS, self.columns() if self.fields else (), strict=False))}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
@@ -127,9 +127,7 @@ class TransitionStorage:
             rows = [np.asarray(arrays[name]) for name in FIELDS]
             if any(len(row) != written for row in rows):
                 raise ValueError(f"saved fields do not all have {written} rows")
-            self.fields = tuple(
-                np.zeros((self.capacity, *row.shape[1:]), dtype=row.dtype) for row in rows
-            )
+            self._check_shapes([(row.shape[1:], row.dtype) for row in rows])  # allocates
             for field, row in zip(self.fields, rows, strict=True):
                 field[:written] = row
         self.written = written
@@ -137,13 +135,9 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
-def storage_for(state_shape: tuple[int, ...], capacity: int, stacked: bool
-                ) -> FrameStackStorage | None:
-    """None (a TransitionStorage) for vector states, else a `FrameStackStorage`, stacked along
-    the last axis when `stacked` (Atari)."""
-    if len(state_shape) != 3:
-        return None
-    return FrameStackStorage(capacity, stack_axis=-1 if stacked else None)
+def storage_type(state_shape: tuple[int, ...]) -> type[TransitionStorage | FrameStackStorage]:
+    """The storage of these states: `FrameStackStorage` for images, else `TransitionStorage`."""
+    return FrameStackStorage if len(state_shape) == 3 else TransitionStorage
 
 
 class FrameStackStorage:
@@ -171,7 +165,6 @@ class FrameStackStorage:
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
-        """An empty storage; `stack_axis` None for states of one frame each."""
         self.capacity = check_capacity(capacity, minimum=2)
         if stack_axis is not None and not is_integer(stack_axis):
             raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
@@ -193,6 +186,13 @@ class FrameStackStorage:
     def __len__(self) -> int:
         return self._count
 
+    @staticmethod
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes a full storage of these states holds per slot: one frame, an int64 action, a
+        float32 reward, the done and holds_transition flags."""
+        frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // state_shape[-1]
+        return frame + 8 + 4 + 1 + 1
+
     @property
     def stack_size(self) -> int:
         """Frames per stacked state (0 before the first add)."""
@@ -201,11 +201,8 @@ class FrameStackStorage:
         return 1 if self.stack_axis is None else self.state_shape[self.stack_axis]
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one transition of uint8 states, next_state being state shifted by one frame.
-
-        Returns its slot and the slots that stopped holding a transition. Raises ValueError for a
-        malformed experience, leaving the storage as it was.
-        """
+        """Store one transition of uint8 states, next_state being state shifted by one frame:
+        its slot and the slots that stopped holding one. ValueError, nothing stored, if bad."""
         state, action, reward, next_state, done = self._checked(experience)
         state_frames = self._as_frames(state)  # views, stacking axis first
         next_frames = self._as_frames(next_state)
@@ -224,24 +221,17 @@ class FrameStackStorage:
         self._pending_stack = next_state.copy()
         return slot, freed[freed != slot]
 
-    def get(
-        self, slots: np.ndarray, last_slots: np.ndarray | None = None
-    ) -> tuple[np.ndarray, ...]:
+    def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
+            ) -> tuple[np.ndarray, ...]:
         """As `TransitionStorage.get`; a slot that holds no transition raises ValueError."""
         slots = self._checked_slots(slots)
         ends = slots if last_slots is None else self._checked_slots(last_slots)
         if ends.shape != slots.shape:
             raise ValueError(f"last_slots has shape {ends.shape}, slots {slots.shape}")
-        return (
-            self._stacks(slots),
-            self.actions[slots],
-            self.rewards[slots],
-            self._stacks((ends + 1) % self.capacity),
-            self.dones[slots],
-        )
+        return (self._stacks(slots), self.actions[slots], self.rewards[slots],
+                self._stacks((ends + 1) % self.capacity), self.dones[slots])
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rewards and done flags stored in `slots`."""
         return self.rewards[slots], self.dones[slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
@@ -266,16 +256,12 @@ class FrameStackStorage:
         """This storage as plain arrays (the written slots' frames only)."""
         shape = () if self.state_shape is None else self.state_shape
         frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
-        return {
-            "capacity": np.array(self.capacity),
-            "stack_axis": np.array([] if self.stack_axis is None else [self.stack_axis], np.int64),
-            "state_shape": np.array(shape, dtype=np.int64),
-            "next_slot": np.array(self._next_slot),
-            "pending_slot": np.array(self._pending_slot),
-            "written": np.array(self.written),
-            "frames": frames,
-            **{name: getattr(self, name).copy() for name in SLOT_ARRAYS},
-        }
+        axis = [] if self.stack_axis is None else [self.stack_axis]
+        return {"capacity": np.array(self.capacity), "stack_axis": np.array(axis, np.int64),
+                "state_shape": np.array(shape, dtype=np.int64), "written": np.array(self.written),
+                "next_slot": np.array(self._next_slot), "frames": frames,
+                "pending_slot": np.array(self._pending_slot),
+                **{name: getattr(self, name).copy() for name in SLOT_ARRAYS}}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned; the capacity must match this storage's."""
@@ -307,26 +293,21 @@ class FrameStackStorage:
         allocate on the first experience."""
         state, action, reward, next_state, done = check_experience(experience)
         state, next_state = np.asarray(state), np.asarray(next_state)
+        shape = state.shape if self.state_shape is None else self.state_shape
         for name, value in (("state", state), ("next_state", next_state)):
             if value.dtype != np.uint8:
                 raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
-        shape = state.shape if self.state_shape is None else self.state_shape
-        for name, value in (("state", state), ("next_state", next_state)):
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
         if self.state_shape is None and self.stack_axis is not None:
             if state.ndim < 2 or not -state.ndim <= self.stack_axis < state.ndim:
                 raise ValueError(f"state shape {shape} has no stacking axis {self.stack_axis}")
             if self.capacity < shape[self.stack_axis] + 1:
-                raise ValueError(
-                    f"capacity {self.capacity} cannot hold one stack of "
-                    f"{shape[self.stack_axis]} frames plus its next frame"
-                )
+                raise ValueError(f"capacity {self.capacity} cannot hold one stack of "
+                                 f"{shape[self.stack_axis]} frames plus its next frame")
         if not self._is_shifted(state, next_state):
-            raise ValueError(
-                "next_state must be state shifted by one frame along the stacking axis "
-                f"{self.stack_axis} (as frame stacking produces)"
-            )
+            raise ValueError("next_state must be state shifted by one frame along the stacking "
+                             f"axis {self.stack_axis} (as frame stacking produces)")
         if self.state_shape is None:
             self._allocate(shape)
         return state, int(action), float(reward), next_state, bool(done)
@@ -342,7 +323,6 @@ class FrameStackStorage:
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
 
     def _stack_axis_first(self, ndim: int) -> tuple[int, ...]:
-        """Axis order that puts the stacking axis of an `ndim`-dim state first."""
         axis = self.stack_axis % ndim
         return (axis, *(i for i in range(ndim) if i != axis))
 

@@ -1,7 +1,6 @@
 """What a training run shows besides its algorithm: its log lines, TensorBoard and its plots.
 
-`DQNAgent` tells a `TrainingReport` what happened; it prints, writes TensorBoard scalars and
-draws the learning curve and priority figure. A `Forecast` (apex.py's too) gives the time left.
+`DQNAgent` tells a `TrainingReport` what happened; a `Forecast` (apex.py's too) the time left.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import keras
 import numpy as np
 from matplotlib.figure import Figure
 
-from d3qn_utils import settings
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.priority_figure import PriorityFigure
 
@@ -30,21 +28,15 @@ ESTIMATE_AFTER_SECONDS = 30.0  # seconds of training measured before the estimat
 
 def describe(config: Namespace) -> str:
     """One line naming the flags that are on, for the plot title and the log."""
-    parts = ["double DQN" if config.ddqn else "DQN"]
-    if config.dueling:
-        parts.append("dueling")
-    if config.use_per:
-        parts.append("rank-based PER" if config.per_rank_based else "proportional PER")
-    else:
-        parts.append("uniform replay")
-    if config.n_step > 1:
-        parts.append(f"{config.n_step}-step returns")
-    parts.append(f"soft target (tau={config.tau})" if config.soft_update
-                 else f"target copy every {config.target_update} steps")
-    parts.append("exponential epsilon" if config.epsilon_greedy else "linear epsilon")
-    if config.bfloat16:
-        parts.append("bfloat16 convolutions")
-    return ", ".join(parts)
+    per = "rank-based PER" if config.per_rank_based else "proportional PER"
+    parts = ["double DQN" if config.ddqn else "DQN", "dueling" if config.dueling else "",
+             per if config.use_per else "uniform replay",
+             f"{config.n_step}-step returns" if config.n_step > 1 else "",
+             f"soft target (tau={config.tau})" if config.soft_update
+             else f"target copy every {config.target_update} steps",
+             "exponential epsilon" if config.epsilon_greedy else "linear epsilon",
+             "bfloat16 convolutions" if config.bfloat16 else ""]
+    return ", ".join(part for part in parts if part)
 
 
 def duration(seconds: float) -> str:
@@ -56,10 +48,8 @@ def duration(seconds: float) -> str:
 
 
 class Forecast:
-    """What the rest of a run will take, at its speed since `begin` (called after the first
-    gradient steps, so neither the steps before learning nor compilation count). Times are
-    `time.perf_counter()` values, passed in.
-    """
+    """What the rest of a run will take at its speed since `begin` (called after the first
+    gradient steps, so neither warm-up nor compilation counts); `now`: time.perf_counter()."""
 
     def __init__(self, total_steps: int, unit: str = "step") -> None:
         self.total_steps = total_steps
@@ -114,11 +104,8 @@ def tensorboard_dir(flag: Any, name: str) -> str | None:
 
 
 class TensorBoardWriter:
-    """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir`.
-
-    The directory is checked at once (ValueError naming it if it cannot be written). A scalar
-    costs ~0.8 ms, so write every few steps, not every step.
-    """
+    """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir` (checked at
+    once: ValueError naming it if it cannot be written). ~0.8 ms a scalar: not every step."""
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
@@ -142,7 +129,6 @@ class TensorBoardWriter:
                 tf.summary.scalar(tag, float(value))
 
     def flush(self) -> None:
-        """Write buffered events to disk now."""
         if self._writer is not None:
             self._writer.flush()
 
@@ -153,49 +139,28 @@ class TensorBoardWriter:
             self._writer = None
 
 
-def draw_learning_curve(path: str, scores: list[float], average: list[float],
-                        evaluations: list[tuple[int, int, float]], eval_episodes: int,
-                        title: str) -> None:
-    """Raw episode scores, their moving average and the greedy evaluations, saved to `path`."""
-    figure = Figure(figsize=(10, 5), layout="constrained")  # Agg canvas, no GUI, no pyplot
-    axes = figure.add_subplot()
-    episodes = np.arange(1, len(scores) + 1)
-    axes.plot(episodes, scores, color="tab:blue", alpha=0.45, label="episode score")
-    axes.plot(episodes, average, color="tab:red", label=f"{AVERAGE_WINDOW}-episode average")
-    if evaluations:
-        _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
-        axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
-                  label=f"greedy evaluation ({eval_episodes} episodes)")
-    axes.set_xlabel("Episode")
-    axes.set_ylabel("Score")
-    axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="upper left")
-    with atomic_file(path) as temporary:
-        figure.savefig(temporary, dpi=100)
-
-
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run.
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
+    gradient step. A context manager, so TensorBoard's events reach the disk however the loop
+    ends. Its `state_dict` is the priority figure's data."""
 
-    A context manager, so TensorBoard's events reach the disk however the loop ends. Its
-    `state_dict` is the priority figure's data. A few microseconds per gradient step.
-    """
-
-    def __init__(self, config: Namespace, name: str, plot_path: str,
-                 priority_plot_path: str) -> None:
-        self.config = config
+    def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
+                 description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
+                 train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
+                 tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
+                 xla: bool, warning: str | None) -> None:
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
-        self.tensorboard_dir = tensorboard_dir(config.tensorboard, name)
-        self.tensorboard = (TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir
-                            else None)
+        self.env_name, self.description, self.seed = env_name, description, seed
+        self.total_steps, self.train_frequency = total_steps, train_frequency
+        self.eval_episodes, self.prioritized = eval_episodes, prioritized
+        self.image_states, self.bfloat16, self.xla = image_states, bfloat16, xla
+        self.warning = warning
+        self.priority_figure = PriorityFigure(memory_size, batch_size)
+        self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
+        self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
-        self._last_plot_time = time.perf_counter()
-        self._start = (time.perf_counter(), 0)  # (time, env step) where this process began
-        self._interval_sums = [0.0, 0.0, 0]  # loss, mean |TD error|, gradient steps since a write
-        self._interval_start = (time.perf_counter(), 0)  # (time, env step) of the last write
-        self.forecast = Forecast(config.total_steps)
+        self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
+        self._start_clocks(0)
 
     def __enter__(self) -> TrainingReport:
         return self
@@ -209,37 +174,39 @@ class TrainingReport:
         return self.priority_figure.state_dict()
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take back what `state_dict` gave."""
         self.priority_figure.load_state_dict(arrays)
 
-    def start(self, step: int, settings_notes: list[str], image_states: bool) -> None:
-        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place."""
-        config = self.config
-        print(f"training on {config.env_name} until step {config.total_steps:,}: "
-              f"{describe(config)}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
+    def start(self, step: int, settings_notes: list[str]) -> None:
+        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place;
+        the clocks start at `step`."""
+        print(f"training on {self.env_name} until step {self.total_steps:,}: "
+              f"{self.description}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
               flush=True)
         if settings_notes:
             print(f"settings: {', '.join(settings_notes)}", flush=True)
-        if warning := settings.no_training_warning(config):
-            print(warning, file=sys.stderr, flush=True)
+        if self.warning:
+            print(self.warning, file=sys.stderr, flush=True)
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
-        if config.bfloat16 and not image_states:
+        if self.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
-        if (image_states and not config.xla and keras.backend.backend() == "tensorflow"
+        if (self.image_states and not self.xla and keras.backend.backend() == "tensorflow"
                 and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
                   "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
                   "choice (docs/atari.md)", flush=True)
+        self._start_clocks(step)
+
+    def _start_clocks(self, step: int) -> None:
+        """Measure the speed, the time left and the time since the last plot from now on."""
         now = time.perf_counter()
         self._last_plot_time = now
-        self._start = self._interval_start = (now, step)
-        self.forecast = Forecast(config.total_steps)
+        self._start = self._interval_start = (now, step)  # (time, env step) of this process
+        self.forecast = Forecast(self.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
-        """Write `scalars` to TensorBoard at env step `step` (nothing without TensorBoard)."""
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 
@@ -254,7 +221,7 @@ class TrainingReport:
         steps their averaged scalars go to TensorBoard."""
         # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
         # TensorBoard's points fall on the same steps in every run, learning started or not.
-        last = step // self.config.train_frequency
+        last = step // self.train_frequency
         self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
@@ -262,24 +229,19 @@ class TrainingReport:
         for gradient_step, loss, errors, weights in zip(
                 range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
                 strict=True):
-            sums = self._interval_sums
-            sums[0] += float(loss)
-            sums[1] += float(errors.mean())
-            sums[2] += 1
-            if gradient_step % self.config.tensorboard_every:
+            self._interval_sums += (float(loss), float(errors.mean()), 1)
+            if gradient_step % self.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
-            scalars = {
-                "train/loss": sums[0] / sums[2],
-                "train/mean_abs_td_error": sums[1] / sums[2],
-                "train/epsilon": epsilon,
-                "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9),
-            }
-            if self.config.use_per:
+            mean_loss, mean_error = self._interval_sums[:2] / self._interval_sums[2]
+            scalars = {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error,
+                       "train/epsilon": epsilon,
+                       "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
+            if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
-            self._interval_sums = [0.0, 0.0, 0]
+            self._interval_sums[:] = 0.0
             self._interval_start = (now, step)
 
     def episode(self, step: int, episode: int, score: float, epsilon: float,
@@ -290,7 +252,7 @@ class TrainingReport:
         if estimate := self.forecast.estimate(step, now):
             print(estimate, flush=True)
         left = self.forecast.time_left(step, now)
-        print(f"episode: {episode}, step: {step}/{self.config.total_steps}, "
+        print(f"episode: {episode}, step: {step}/{self.total_steps}, "
               f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
               f"{(step - start_step) / (now - then):.0f} steps/s"
               + (f", {left} left" if left else ""), flush=True)
@@ -310,23 +272,33 @@ class TrainingReport:
 
     def draw_learning_curve(self, step: int, scores: list[float], average: list[float],
                             evaluations: list[tuple[int, int, float]]) -> None:
-        """Draw the learning curve (episode scores, their average, evaluations) to `plot_path`."""
-        config = self.config
-        draw_learning_curve(self.plot_path, scores, average, evaluations, config.eval_episodes,
-                            f"{config.env_name}: {describe(config)}\nseed {config.seed}, "
-                            f"{step:,} environment steps")
+        """Raw episode scores, their moving average and the greedy evaluations, to `plot_path`."""
+        figure = Figure(figsize=(10, 5), layout="constrained")  # Agg canvas, no GUI, no pyplot
+        axes = figure.add_subplot()
+        episodes = np.arange(1, len(scores) + 1)
+        axes.plot(episodes, scores, color="tab:blue", alpha=0.45, label="episode score")
+        axes.plot(episodes, average, color="tab:red", label=f"{AVERAGE_WINDOW}-episode average")
+        if evaluations:
+            _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
+            axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
+                      label=f"greedy evaluation ({self.eval_episodes} episodes)")
+        axes.set(xlabel="Episode", ylabel="Score")
+        axes.set_title(f"{self.env_name}: {self.description}\nseed {self.seed}, {step:,} "
+                       "environment steps", fontsize=10)
+        axes.grid(alpha=0.3)
+        axes.legend(loc="upper left")
+        with atomic_file(self.plot_path) as temporary:
+            figure.savefig(temporary, dpi=100)
         self._last_plot_time = time.perf_counter()
 
     def draw(self, step: int, scores: list[float], average: list[float],
              evaluations: list[tuple[int, int, float]], memory: Any) -> str:
-        """Draw the learning curve and priority figure (~0.4 s); return "plots A and B" (or
-        "plot A" before the first gradient step)."""
+        """Draw the learning curve and the priority figure of `memory` (~0.4 s); return "plots A
+        and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
-        config = self.config
-        kind = "rank-based" if config.per_rank_based else "proportional"
-        title = (f"{config.env_name}: what {kind} replay did (alpha {config.per_alpha:g}), "
-                 f"step {step:,}" if config.use_per else
-                 f"{config.env_name}: uniform replay, step {step:,}")
+        title = (f"{self.env_name}: uniform replay, step {step:,}" if memory.kind == "uniform" else
+                 f"{self.env_name}: what {memory.kind} replay did (alpha {memory.alpha:g}), "
+                 f"step {step:,}")
         if self.priority_figure.draw(self.priority_plot_path, memory, title):
             return f"plots {self.plot_path} and {self.priority_plot_path}"
         return f"plot {self.plot_path}"
@@ -340,13 +312,10 @@ class TrainingReport:
     def finish(self, step: int, final_evaluation: float, best_evaluation: float,
                steps_to_solve: int | None, model_path: str, plots: str) -> None:
         """The run's summary line (`plots`: what `draw` drew)."""
-        elapsed = time.perf_counter() - self._start[0]
-        steps = step - self._start[1]
-        solved = (f"solved at step {steps_to_solve}" if steps_to_solve is not None
-                  else "not solved")
+        elapsed, steps = time.perf_counter() - self._start[0], step - self._start[1]
+        solved = "not solved" if steps_to_solve is None else f"solved at step {steps_to_solve}"
         training = elapsed - self.evaluation_seconds
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
-              f"final evaluation {final_evaluation:.1f}, best "
-              f"{best_evaluation:.1f}; {solved}; model {model_path}, {plots}",
-              flush=True)
+              f"final evaluation {final_evaluation:.1f}, best {best_evaluation:.1f}; {solved}; "
+              f"model {model_path}, {plots}", flush=True)

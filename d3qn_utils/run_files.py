@@ -1,11 +1,10 @@
 """The files a training run owns: its lock, its id, its checkpoint directories, and what writers
 killed mid-write left behind.
 
-A run owns what it writes. It holds the lock `models/<name>.lock` (`RunLock`) while it trains:
-a second run of the same name into the same model directory is refused with one line naming the
-first. Every run has an id, its start time (`run-20250101-120000`), and its checkpoints go to a
-directory of their own, `models/<name>.checkpoints/<run id>/step-<N>`, the last two kept, each
-written as `.tmp-<pid>-step-<N>` and renamed into place once on disk (`write_checkpoint`).
+A run holds the lock `models/<name>.lock` (`RunLock`) while it trains: a second run of the same
+name into the same model directory is refused, naming the first. Its id is its start time
+(`run-20250101-120000`); its checkpoints, `models/<name>.checkpoints/<run id>/step-<N>`, the
+last two kept, are written as `.tmp-<pid>-step-<N>` and renamed into place once on disk.
 """
 
 from __future__ import annotations
@@ -36,12 +35,9 @@ LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
 
 
 class RunLock:
-    """The lock of a run's files: `path`, locked with flock and naming its holder inside.
-
-    One process at a time holds it, and the OS lets go of it when that process dies, so a killed
-    run leaves nothing stuck (its lock file is simply taken over). ValueError naming the holder
-    if another process holds it; `release` removes the file.
-    """
+    """The lock of a run's files: `path`, locked with flock and naming its holder inside; the OS
+    lets go of it when its process dies, so a killed run leaves nothing stuck. ValueError naming
+    the holder if another process holds it; `release` removes the file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -75,14 +71,12 @@ class RunLock:
             raise WriteError(path, error, "no run was started") from error
 
     def release(self) -> None:
-        """Remove the lock file and let go of the lock."""
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         os.close(self.descriptor)
 
     @contextlib.contextmanager
     def released_on_error(self) -> Iterator[None]:
-        """Let go of the lock if the block raises (and raise again)."""
         try:
             yield
         except BaseException:
@@ -92,8 +86,8 @@ class RunLock:
 
 @dataclass
 class TrainingRun:
-    """The run a checkpoint belongs to: one run from its fresh start through every resumption.
-    As a context manager it lets go of its lock on exit, however the block ends."""
+    """The run a checkpoint belongs to, from its fresh start through every resumption; as a
+    context manager it lets go of its lock on exit."""
 
     run_id: str  # the directory of its checkpoints under the checkpoint root: run-20250101-120000
     started: str  # local time of its fresh start: 2025-01-01 12:00:00
@@ -121,8 +115,7 @@ def new_run(checkpoint_root: str | Path) -> TrainingRun:
 
 def take_lock(model_path: str, checkpoint_root: str, plot_dir: str) -> RunLock:
     """The lock of the files of the run whose best network is `model_path` (ValueError naming
-    the run that holds it), with what killed writers left of those files removed
-    (`remove_leftovers`)."""
+    its holder), with what killed writers left of them removed (`remove_leftovers`)."""
     lock = RunLock(Path(model_path).with_suffix(".lock"))
     with lock.released_on_error():
         remove_leftovers(model_path, checkpoint_root, plot_dir)
@@ -147,10 +140,8 @@ def earlier_runs(model_path: str, checkpoint_root: str) -> list[str]:
 
 
 def remove_leftovers(model_path: str, checkpoint_root: str, plot_dir: str) -> None:
-    """Remove the temporary files and directories (`.tmp-*`) that writers killed mid-write left
-    of a run's files: its networks and plots (named after `model_path`'s stem), its checkpoints.
-    Those a live process is writing stay, and so does every other file of the model and plot
-    directories."""
+    """Remove what writers killed mid-write left (`.tmp-*`) of a run's networks and plots (named
+    after `model_path`'s stem) and checkpoints; not those a live process is writing."""
     root = Path(checkpoint_root)
     ours = f"{TEMPORARY_PREFIX}*{Path(model_path).stem}*"
     everything = f"{TEMPORARY_PREFIX}*"  # only runs of this name write under `root`
@@ -176,22 +167,16 @@ def being_written(path: Path) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, as another user's
-        return True
+        pass
     return True
 
 
-def write_checkpoint(
-    root: str | Path, step: int, write_files: Callable[[Path], None], keep: int = 2,
-    size: int = 0,
-) -> Path:
-    """Write checkpoint `step` under `root` atomically and keep only the newest `keep`.
-
-    `write_files(directory)` fills a fresh temporary directory; it is renamed into place only
-    after it returned and its files reached the disk. A checkpoint of the same step that exists
-    already is kept as it is: nothing can have changed without a step. If the disk has less
-    than `size` bytes free or a write fails, raises WriteError with nothing of the new checkpoint
-    left and the earlier ones untouched.
-    """
+def write_checkpoint(root: str | Path, step: int, write_files: Callable[[Path], None],
+                     keep: int = 2, size: int = 0) -> Path:
+    """Write checkpoint `step` under `root` atomically (`write_files` fills a fresh temporary
+    directory, renamed into place once on disk) and keep only the newest `keep`. One of the same
+    step is kept as it is: nothing changes without a step. WriteError if the disk has less than
+    `size` bytes free or a write fails, nothing of the new checkpoint left, the others intact."""
     root = Path(root)
     final = root / f"{PREFIX}{step:010d}"
     temporary = temporary_path(final)
@@ -222,16 +207,11 @@ def write_checkpoint(
 
 def list_checkpoints(root: str | Path) -> list[Path]:
     """Complete checkpoints right under `root`, oldest first (empty if there is none)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = [path for path in root.iterdir() if path.is_dir() and path.name.startswith(PREFIX)]
-    return sorted(found, key=lambda path: path.name)
+    return sorted(path for path in Path(root).glob(PREFIX + "*") if path.is_dir())
 
 
 def newest_checkpoints(root: str | Path) -> list[Path]:
-    """The newest checkpoint of each run under the checkpoint root `root`, the most recently
-    written first."""
+    """The newest checkpoint of each run under the checkpoint root `root`, newest first."""
     root = Path(root)
     newest = [checkpoints[-1] for run in sorted(root.glob(RUN_PREFIX + "*"))
               if (checkpoints := list_checkpoints(run))]

@@ -24,7 +24,7 @@ import numpy as np
 
 from d3qn_utils import games, recording
 from d3qn_utils.checks import is_integer
-from d3qn_utils.replay_memory import replay_bytes_per_slot
+from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -32,12 +32,9 @@ Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 
 @dataclass(frozen=True)
 class Flag:
-    """A flag of a script's flag block: its value as shipped and what a value must satisfy.
-
-    `rule` is (description, test); `kind` the command-line type when `shipped` is None or a
-    tuple; `cli` the command-line name if not the constant's; `alone`: may be given without a
-    value, meaning True.
-    """
+    """A flag of a script's flag block: its value as shipped and what a value must satisfy:
+    `rule` (description, test); `kind`, the command-line type when `shipped` is None or a tuple;
+    `cli`, the command-line name if not the constant's; `alone`: given without a value, True."""
 
     shipped: Any
     rule: tuple[str, Callable[[Any], bool]] | None = None
@@ -273,17 +270,12 @@ def apex_presets(values: dict[str, Any]) -> list[Preset]:
     return []
 
 
-def resolve(
-    script: ModuleType,
-    table: dict[str, Flag],
-    presets: Callable[[dict[str, Any]], list[Preset]],
-    given: dict[str, Any],
-) -> tuple[argparse.Namespace, list[str]]:
-    """The settings of a run of `script`, and one note per value a preset decided or lost.
-
-    `given`: the flags given on the command line (or as `DQNAgent` keywords). Raises ValueError
-    naming the first unknown flag or value out of its range.
-    """
+def resolve(script: ModuleType, table: dict[str, Flag],
+            presets: Callable[[dict[str, Any]], list[Preset]], given: dict[str, Any]
+            ) -> tuple[argparse.Namespace, list[str]]:
+    """The settings of a run of `script`, and one note per value a preset decided or lost;
+    `given`: the flags of the command line (or `DQNAgent`'s keywords). ValueError naming the
+    first unknown flag or value out of its range."""
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
@@ -323,10 +315,8 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
 
 
 def no_training_warning(config: argparse.Namespace) -> str | None:
-    """A warning line for a run whose budget ends before its first gradient step, or None.
-
-    Not refused: some runs only collect experience on purpose (benchmarks/bench_checkpoint.py).
-    """
+    """A warning line for a run whose budget ends before its first gradient step, or None (not
+    refused: some runs only collect experience on purpose, benchmarks/bench_checkpoint.py)."""
     first = max(config.learning_starts, 1) + 1  # apex.py
     if "train_frequency" in config:  # d3qn_agent.py
         period = config.train_frequency * config.gradient_steps_per_call
@@ -338,23 +328,21 @@ def no_training_warning(config: argparse.Namespace) -> str | None:
             "will not train, and the network it saves as best is the untrained one")
 
 
-def check_replay_memory(config: argparse.Namespace, state_shape: tuple[int, ...],
+def check_replay_memory(memory: type[ReplayMemory], size: int, state_shape: tuple[int, ...],
                         state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
-    """ValueError, before the replay memory is allocated, if it cannot hold one frame stack or
-    would not fit in this machine's memory (`other_bytes_per_slot`: the caller's own per slot)."""
-    size = config.memory_size
+    """ValueError, before a replay memory of class `memory` is allocated, if it cannot hold one
+    frame stack or, with the caller's `other_bytes_per_slot`, not fit in this machine's memory."""
     if len(state_shape) == 3 and size <= state_shape[-1]:
         raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
                          f"images, got {size}")
-    kind = ("uniform" if not getattr(config, "use_per", True) else
-            "rank-based" if getattr(config, "per_rank_based", False) else "proportional")
-    per_slot = replay_bytes_per_slot(state_shape, state_dtype, kind) + other_bytes_per_slot
+    per_slot = memory.bytes_per_slot(state_shape, state_dtype) + other_bytes_per_slot
     machine = machine_memory_bytes()
     if machine and size * per_slot > machine:
         raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
                          f"{size * per_slot / 2**30:,.1f} GiB ({per_slot} bytes per transition "
-                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, {kind} "
-                         f"replay), more than this machine's {machine / 2**30:,.1f} GiB")
+                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, "
+                         f"{memory.kind} replay), more than this machine's "
+                         f"{machine / 2**30:,.1f} GiB")
 
 
 def machine_memory_bytes() -> int | None:
@@ -411,9 +399,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Show defaults; keep the epilog's lines (argparse would split flags at their hyphens)."""
 
 
-def build_parser(
-    script: ModuleType, table: dict[str, Flag], description: str, presets: list[Preset]
-) -> argparse.ArgumentParser:
+def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
+                 presets: list[Preset]) -> argparse.ArgumentParser:
     """A parser with one flag per entry of `table` (default: the script's constant, help: its
     comment); the epilog lists the `presets`."""
     wrap = textwrap.TextWrapper(width=88, subsequent_indent="  ", break_on_hyphens=False)
@@ -425,8 +412,7 @@ def build_parser(
                                      epilog=epilog if presets else None)
     comments = flag_comments(script)
     for name, flag in table.items():
-        default = getattr(script, name.upper())
-        options: dict[str, Any] = {"dest": name, "default": default,
+        options: dict[str, Any] = {"dest": name, "default": getattr(script, name.upper()),
                                    "help": comments.get(name, "")}
         if isinstance(flag.shipped, bool):
             options["action"] = argparse.BooleanOptionalAction
@@ -445,24 +431,18 @@ def format_preset(preset: dict[str, Any]) -> str:
     flags = []
     for name, value in preset.items():
         flag = name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(f"--{flag}" if value else f"--no-{flag}")
-        else:
-            flags.append(f"--{flag} {value}")
+        flags.append((f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool)
+                     else f"--{flag} {value}")
     return ", ".join(flags)
 
 
-def all_d3qn_presets() -> list[Preset]:
-    """Every preset d3qn_agent.py knows, for --help."""
-    return [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
-            ("Pong on a CPU with AVX512_BF16 or AMX", PONG_NATIVE_BFLOAT16_PRESET),
-            ("--rank-based", RANK_BASED_PRESET)]
-
-
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
-    """d3qn_agent.py's parser: its modes (--test, --model, --record, --resume), then its flags."""
+    """d3qn_agent.py's parser: its modes (--test, --model, --record, --resume), its flags."""
+    presets = [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
+               ("Pong on a CPU with AVX512_BF16 or AMX", PONG_NATIVE_BFLOAT16_PRESET),
+               ("--rank-based", RANK_BASED_PRESET)]
     parser = build_parser(script, D3QN_FLAGS, "Train (default) or test a D3QN agent with "
-                          "prioritized experience replay.", all_d3qn_presets())
+                          "prioritized experience replay.", presets)
     modes = parser.add_argument_group("modes")
     modes.add_argument("--test", action="store_true",
                        help="play the saved model greedily instead of training")
@@ -478,9 +458,8 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
-    """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record). Raises
-    ValueError for --model or --record without --test, or a --record path that cannot be written.
-    """
+    """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
+    --model or --record without --test, or a --record path that cannot be written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
     for flag, value in (("--model", model), ("--record", record)):
@@ -500,11 +479,6 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
     not_given = object()
     given = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(names, not_given)))
     return {name: value for name, value in vars(given).items() if value is not not_given}
-
-
-def command_line_flags(script: ModuleType, argv: list[str]) -> dict[str, Any]:
-    """`explicit_flags` of d3qn_agent.py's parser: its flags and modes given in `argv`."""
-    return explicit_flags(argv, d3qn_parser(script))
 
 
 def run_name(config: argparse.Namespace) -> str:

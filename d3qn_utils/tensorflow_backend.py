@@ -13,48 +13,26 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from d3qn_utils.gradient_steps import Batches, non_finite_error
+from d3qn_utils.gradient_steps import Batches, CompiledSteps
 
 
-class GradientSteps:
-    """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call.
+class GradientSteps(CompiledSteps):
+    """`CompiledSteps` as one traced TensorFlow call, XLA-compiled if `xla`."""
 
-    `loss(batch)` returns (the scalar loss, the TD errors) of one batch. Each step clips the
-    gradient's global norm to `grad_clip`, applies it, then calls `after_step` (or None);
-    `after_call` runs after each call. A step whose loss or gradient norm is not finite is not
-    applied, nor any after it, and the call raises NonFiniteError: a NaN would poison the
-    weights and, through the TD errors, the sum tree.
-    """
-
-    def __init__(self, loss: Callable[[Any], tuple[Any, Any]], model: Any, target_model: Any,
-                 optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,
-                 steps: int, state_shape: tuple[int, ...], state_dtype: Any, xla: bool,
-                 after_call: Callable[[], None] | None = None) -> None:
-        self.loss = loss
-        self.model = model
-        self.optimizer = optimizer
-        self.grad_clip = grad_clip
-        self.after_step = after_step
-        self.steps = steps
-        self.after_call = after_call
-        optimizer.build(model.trainable_variables)  # no variable may be created in a graph
-        states = tf.TensorSpec((steps, None, *state_shape), tf.as_dtype(state_dtype))
-        per_sample = tf.TensorSpec((steps, None), tf.float32)
-        signature = Batches(states=states, actions=tf.TensorSpec((steps, None), tf.int32),
+    def compile(self, state_shape: tuple[int, ...], state_dtype: Any, xla: bool) -> Any:
+        """`all_steps` traced for batches of these states."""
+        states = tf.TensorSpec((self.steps, None, *state_shape), tf.as_dtype(state_dtype))
+        per_sample = tf.TensorSpec((self.steps, None), tf.float32)
+        signature = Batches(states=states, actions=tf.TensorSpec((self.steps, None), tf.int32),
                             rewards=per_sample, next_states=states, dones=per_sample,
                             discounts=per_sample, is_weights=per_sample)
-        self.compiled = tf.function(self.all_steps, autograph=False, jit_compile=xla
-                                    ).get_concrete_function(signature)
+        return tf.function(self.all_steps, autograph=False, jit_compile=xla
+                           ).get_concrete_function(signature)
 
     def __call__(self, batches: Any, env_step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Train on `batches`; return the |TD errors| (steps, batch size) and the losses, each
-        from before its step. `env_step` only names the moment in a NonFiniteError."""
+        """Train on `batches` (`finish` says what comes back)."""
         abs_errors, losses, applied = self.compiled(batches)
-        if self.after_call is not None:
-            self.after_call()
-        if not applied:
-            raise non_finite_error(env_step, losses.numpy())
-        return abs_errors.numpy(), losses.numpy()
+        return self.finish(env_step, applied, abs_errors, losses)
 
     def all_steps(self, batches: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The traced call: `one_step` on each batch in turn; (|TD errors|, losses, applied)."""

@@ -1,10 +1,9 @@
 """Stopping a training run cleanly: on Ctrl-C, SIGTERM, or NaN or inf from the environment.
 
-`stop_requests()` turns Ctrl-C (SIGINT) and SIGTERM (`kill`, `docker stop`, a cluster scheduler
-before preemption) into a request the training loop sees after its current step, so the run can
-save a checkpoint and exit cleanly. `FiniteSteps` wraps the training environment and raises
-`NonFiniteError` as soon as it returns NaN or inf, before the transition is stored; `saved_on`
-then saves the last good state. `exit_code` turns how a run ended into the script's exit code.
+`stop_requests()` turns Ctrl-C and SIGTERM (`kill`, `docker stop`, a scheduler before
+preemption) into a request the training loop sees after its step, so the run can save a
+checkpoint and exit. `FiniteSteps` raises `NonFiniteError` as soon as the environment returns
+NaN or inf, before the transition is stored; `saved_on` then saves the last good state.
 """
 
 from __future__ import annotations
@@ -34,12 +33,10 @@ class StopRequest:
     """Set by a stop signal: `requested` is True and `signal_name` says which ("SIGTERM")."""
 
     def __init__(self) -> None:
-        self.requested = False
-        self.signal_name = ""
+        self.requested, self.signal_name = False, ""
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        self.requested, self.signal_name = True, signal.Signals(signum).name
 
 
 @contextlib.contextmanager
@@ -56,8 +53,7 @@ def on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[StopRequest]:
-    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest` instead of ending the
-    process, so a training loop can finish its step and save."""
+    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest`, not ending the process."""
     request = StopRequest()
     with on_stop_signals(request):
         yield request
@@ -87,8 +83,7 @@ def exit_code(run: Callable[[], None]) -> int:
 
 class FiniteSteps(gym.Wrapper):
     """An environment that raises NonFiniteError (`check_environment_step`) as soon as a reward
-    or an observation holds NaN or inf. `steps_taken()` gives the env steps taken before the
-    step at hand, for the message."""
+    or an observation holds NaN or inf; `steps_taken()`: env steps before this one."""
 
     def __init__(self, env: gym.Env, steps_taken: Callable[[], int]) -> None:
         super().__init__(env)
@@ -108,9 +103,7 @@ class FiniteSteps(gym.Wrapper):
 def check_environment_step(step: int, reward: Any, observation: Any, reset: bool = False
                            ) -> None:
     """NonFiniteError naming env step `step` and the value if the environment returned a reward
-    or an observation holding NaN or inf (`reset`: the observation of a reset after that step),
-    so the run stops before the transition is stored and its last good state (`saved_on`) is
-    the one before. ~0.5 us for CartPole."""
+    or an observation holding NaN or inf (`reset`: of a reset after that step). ~0.5 us."""
     if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
             np.asarray(reward, dtype=np.float64)).all():
         raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")

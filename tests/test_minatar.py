@@ -16,8 +16,9 @@ import pytest
 import d3qn_agent
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
 from d3qn_utils import minatar_wrappers, settings
+from d3qn_utils.games import replay_storage
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage, storage_for
+from d3qn_utils.replay_storage import FrameStackStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 BREAKOUT = "MinAtar/Breakout-v1"
@@ -139,9 +140,9 @@ def test_single_frames_come_back_exactly_and_each_is_stored_once():
 
 
 def test_each_kind_of_state_gets_its_storage():
-    assert storage_for((4,), 10, stacked=False) is None
-    assert storage_for((84, 84, 4), 10, stacked=True).stack_axis == -1
-    assert storage_for((10, 10, 4), 10, stacked=False).stack_axis is None
+    assert replay_storage("CartPole-v1", (4,), 10) is None
+    assert replay_storage("PongNoFrameskip-v4", (84, 84, 4), 10).stack_axis == -1
+    assert replay_storage(BREAKOUT, (10, 10, 4), 10).stack_axis is None
 
 
 # --- the agent -----------------------------------------------------------------------------

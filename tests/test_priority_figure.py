@@ -130,7 +130,9 @@ def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_pa
     path = tmp_path / "priorities.png"
     assert figure.draw(str(path), Memory(8, rng=0), "t") is False
     assert not path.exists()
-    figure.note_batch(step=1, gradient_step=0, beta=0.4, is_weights=np.ones(4, np.float32))
+    figure.note_store(0)
+    figure.note_replay(np.array([7]), 1, step=1, last_gradient_step=0, beta=0.4,
+                       is_weights=np.ones((1, 4), np.float32))
     memory = Memory(8, rng=0)
     memory.store((np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False))
     assert figure.draw(str(path), memory, "t") is True

@@ -160,7 +160,7 @@ def test_memory_bad_input_raises_and_changes_nothing():
         with pytest.raises(ValueError, match="batch size must be an integer >= 1"):
             memory.sample(n)
     for name, value in (("alpha", -1.0), ("beta", 1.5), ("beta_increment", -0.1),
-                        ("gamma", 1.5), ("action_count", 0), ("n_step", 0), ("capacity", 0)):
+                        ("gamma", 1.5), ("n_step", 0), ("capacity", 0)):
         arguments = {"capacity": 4, name: value}
         with pytest.raises(ValueError, match=f"{name} must .*got {value!r}"):
             RankBasedMemory(**arguments)
@@ -169,7 +169,7 @@ def test_memory_bad_input_raises_and_changes_nothing():
 
 
 def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_writes_nothing():
-    memory = RankBasedMemory(4, rng=0, action_count=2)
+    memory = RankBasedMemory(4, rng=0)
     for i in range(6):  # full, wrapped around: the next store overwrites the oldest, slot 2
         memory.store(experience(i))
     before = snapshot(memory)
@@ -179,7 +179,7 @@ def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_w
         ((state, 0, None, state, False), "reward must be a finite number, got None"),
         ((nan_state, 0, 1.0, state, False), "^state must be finite, got nan"),
         ((state, 0, 1.0, state * np.inf, False), "next_state must be finite, got inf"),
-        ((state, 2, 1.0, state, False), r"action must be an integer in 0\.\.1, got 2"),
+        ((state, -1, 1.0, state, False), "action must be an integer >= 0, got -1"),
         ((state, True, 1.0, state, False), "action must be an integer, got True"),
         ((state, 1, 1.0, state, 0.5), "done must be True or False, got 0.5"),
     ]

@@ -8,7 +8,6 @@ module); one test edits a copy of d3qn_agent.py itself and reads what the run pr
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent, main
 from d3qn_utils import reporting, settings
+from PER import Memory, UniformMemory
+from rank_based import RankBasedMemory
 
 native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
 
@@ -154,7 +155,7 @@ def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
     agent = DQNAgent(memory_size=100, model_dir=str(tmp_path), plot_dir=str(tmp_path))
     for onednn, noted in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(reporting, "onednn_enabled", lambda onednn=onednn: onednn)
-        agent.report.start(agent.step, agent.settings_notes, len(agent.state_shape) == 3)
+        agent.report.start(agent.step, agent.settings_notes)
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].startswith("training on PongNoFrameskip-v4 until step 500,000: ")
         assert lines[1].startswith("settings: total_steps 500000 (PongNoFrameskip-v4 preset), ")
@@ -167,7 +168,7 @@ def test_the_pong_run_announces_its_preset_and_names_onednn_where_it_is_off(
 def test_bfloat16_on_vector_states_says_that_it_changes_nothing(tmp_path, capsys):
     agent = DQNAgent("CartPole-v1", bfloat16=True, model_dir=str(tmp_path),
                      plot_dir=str(tmp_path))
-    agent.report.start(agent.step, agent.settings_notes, len(agent.state_shape) == 3)
+    agent.report.start(agent.step, agent.settings_notes)
     note = "note: BFLOAT16 changes only the convolutions of an image torso"
     assert note in capsys.readouterr().out
     assert {layer.compute_dtype for layer in agent.model.layers} == {"float32"}
@@ -306,26 +307,24 @@ def test_an_apex_run_that_cannot_train_is_warned_of():
 def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
         monkeypatch, size, state_shape, dtype, kind, needs):
     monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)
-    config = argparse.Namespace(memory_size=size, use_per=kind != "uniform",
-                                per_rank_based=kind == "rank-based")
+    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[kind]
     if needs is None:
-        settings.check_replay_memory(config, state_shape, dtype, 16)
+        settings.check_replay_memory(memory, size, state_shape, dtype, 16)
         return
     with pytest.raises(ValueError) as refused:
-        settings.check_replay_memory(config, state_shape, dtype, 16)
+        settings.check_replay_memory(memory, size, state_shape, dtype, 16)
     assert str(refused.value) == (
         f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of {needs} per transition "
         f"of {state_shape} {np.dtype(dtype)} states, {kind} replay), more than this machine's "
         "1.0 GiB")
     monkeypatch.setattr(settings, "machine_memory_bytes", lambda: None)  # the system won't say
-    settings.check_replay_memory(config, state_shape, dtype, 16)
+    settings.check_replay_memory(memory, size, state_shape, dtype, 16)
 
 
 def test_an_image_memory_must_hold_a_frame_stack():
-    config = argparse.Namespace(memory_size=4, use_per=True, per_rank_based=False)
     with pytest.raises(ValueError, match=re.escape(
             "MEMORY_SIZE must exceed the frame stack (4) for images, got 4")):
-        settings.check_replay_memory(config, (84, 84, 4), np.uint8)
+        settings.check_replay_memory(Memory, 4, (84, 84, 4), np.uint8)
 
 
 # --- the promise end to end: edit the file, run it ------------------------------------------
