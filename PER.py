@@ -20,8 +20,8 @@ time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a
 (d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
 the slot's leaf its priority with `update`.
 
-The walks up and down the tree are the tutorial's loops, compiled by numba (`_update_leaf`,
-`_get_leaves`): what you read is what runs, a whole batch per call.
+The walks up and down the tree are the tutorial's loops, fixed and compiled by numba
+(`_update_leaf`, `_get_leaves`): what you read is what runs, a whole batch per call.
 """
 
 from __future__ import annotations
@@ -117,8 +117,9 @@ class SumTree:
 
 @numba.njit(cache=True)
 def _update_leaf(tree, mins, node, priority):  # pragma: no cover (compiled)
-    """The tutorial's `update` loop: write the leaf, then walk up to the root, recomputing each
-    node from its two children."""
+    """The tutorial's `update` walk to the root, as fixed: each node recomputed from its two
+    children (the tutorial adds the change to each parent, which lets rounding drift) and its
+    minimum kept beside it."""
     tree[node] = priority
     mins[node] = priority if priority > 0 else np.inf
     while node > 0:
@@ -136,8 +137,9 @@ def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compile
 
 @numba.njit(cache=True)
 def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
-    """The tutorial's `get_leaf` loop, for each value in turn: walk down from the root, left
-    while v falls in the left subtree, else right with the left subtree's sum taken off v."""
+    """The tutorial's `get_leaf` walk down from the root, for each value in turn, as fixed: left
+    while v falls in the left subtree, else right with the left subtree's sum taken off v; a v
+    on the border goes right (the tutorial's `v <= tree[left]` went left, into empty leaves)."""
     leaves = np.empty(values.size, dtype=np.int64)
     for k in range(values.size):
         v = values[k]

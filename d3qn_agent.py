@@ -1,11 +1,12 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 (TensorFlow or JAX).
 
 `python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
-`plots/`); `--test` plays the saved network. A flag edited below and the same flag on the command
-line (`--help`) do the same. The pylessons tutorial "D3QN Agent with Prioritized Experience
-Replay" reads alongside: its names, in its order (README: Reading along). The replay memories
-come from PER.py and rank_based.py; what the tutorial lacks (flags and presets, games, compiled
-gradient steps, reports and plots, checkpoints) from d3qn_utils/, one module a job (README: Files).
+`plots/`); `--test` plays the saved network. A flag edited below (a value other than the shipped
+one) and the same flag on the command line (`--help`) do the same. The pylessons tutorial "D3QN
+Agent with Prioritized Experience Replay" reads alongside: its names, in its order (README:
+Reading along). The replay memories come from PER.py and rank_based.py; what the tutorial lacks
+(flags and presets, games, compiled gradient steps, reports and plots, checkpoints) from
+d3qn_utils/, one module a job (README: Files).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
 # ---- Hyperparameters -----------------------------------------------------------------------------
-# Each is also a command-line flag (ENV_NAME -> --env-name); an edit here wins over the presets
-# for other games (d3qn_utils/settings.py), as the command line does.
+# Each is also a command-line flag (ENV_NAME -> --env-name; USE_PER -> --per/--no-per,
+# PER_RANK_BASED -> --rank-based); an edit here (a value other than the shipped one) wins over the
+# presets for other games (d3qn_utils/settings.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
 TUTORIAL = False  # True: the tutorial's own values for the flags below left as shipped
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
@@ -61,14 +63,14 @@ GAMMA = 0.99  # discount factor
 N_STEP = 3  # rewards summed per TD target: r_t + ... + gamma^(n-1) r_t+n-1 + gamma^n Q(s_t+n)
 OPTIMIZER = "adam"  # or "rmsprop", the tutorial's (rho 0.95, epsilon 0.01)
 LOSS = "huber"  # of each TD error: Huber, or "mse", the tutorial's squared error
-LEARNING_RATE = 1e-3  # Adam step size
+LEARNING_RATE = 1e-3  # the optimizer's step size
 ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling (Keras' default)
 LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
-GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, traced into one TensorFlow call
-XLA = True  # compile replay()'s gradient steps with XLA, which fuses their ~400 small ops
+GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, traced into one compiled call
+XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on AVX512_BF16, AMX
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
@@ -77,7 +79,7 @@ EVAL_EVERY = 1_000  # environment steps between greedy evaluations (they pick th
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
 TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
-CHECKPOINT_EVERY = 0  # env steps between checkpoints for --resume (0: only on Ctrl-C, SIGTERM)
+CHECKPOINT_EVERY = 0  # env steps between checkpoints for --resume (0: on Ctrl-C, SIGTERM, NaN)
 MODEL_DIR = "models"  # where the .keras files and the checkpoints go
 PLOT_DIR = "plots"  # where the learning curve and the priority figure go
 TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
@@ -156,7 +158,8 @@ def huber(errors: Any, delta: float = 1.0) -> Any:
 
 def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, loss: str
                   ) -> tuple[Any, Any]:
-    """The loss replay() minimises, L = mean_i w_i * huber(delta_i), and the TD errors delta_i.
+    """The loss replay() minimises, L = mean_i w_i * huber(delta_i) (LOSS "mse": delta_i^2),
+    and the TD errors delta_i.
 
     The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
     one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none)."""
@@ -312,10 +315,12 @@ class DQNAgent:
 
     def replay(self) -> np.ndarray:
         """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
-        priority; here for K = GRADIENT_STEPS_PER_CALL minibatches in one compiled call, an Adam
-        step on `weighted_loss` each (returns their losses). One stratified draw of K x BATCH_SIZE
-        is dealt round-robin: minibatch k holds the k-th of every K neighbouring strata, so each
-        spans the priority range; it keeps its IS weights and misses the k - 1 updates before."""
+        priority, the error from before its step (the tutorial's `target_old`); here for
+        K = GRADIENT_STEPS_PER_CALL minibatches in one compiled call, an optimizer step on
+        `weighted_loss` (-> `td_errors`) each, `self.learn` from `compile()` (returns the losses).
+        One stratified draw of K x BATCH_SIZE is dealt round-robin: minibatch k holds the k-th of
+        every K neighbouring strata, so each spans the priority range; it keeps its IS weights and
+        misses the k - 1 updates before."""
         steps = self.config.gradient_steps_per_call
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
