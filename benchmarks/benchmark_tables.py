@@ -16,6 +16,7 @@ from typing import Any
 
 import provenance
 
+ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
          "CartPole-v1": "CartPole"}  # a game's name in a table
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -29,8 +30,10 @@ def newest_results(results: Path, script: str, **settings: Any) -> dict[str, Any
         if all(run["results"].get(name) == value for name, value in settings.items()):
             return run
     wanted = ", ".join(f"{name} {value}" for name, value in settings.items())
+    where = results.resolve()
+    where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     raise ValueError(f"no results of benchmarks/{script}.py{' with ' + wanted if wanted else ''}"
-                     f" in {results}")
+                     f" in {where.as_posix()}")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
