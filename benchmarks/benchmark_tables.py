@@ -47,6 +47,7 @@ def stamp_line(run: dict[str, Any], *facts: str) -> str:
     """The line under a table from one results file: what else it measured (`facts`), then the
     command, machine, commit and date that its stamp gives."""
     measured = "; ".join(facts) + ". " if facts else ""
+    measured = measured[:1].upper() + measured[1:]
     return (f"\n{measured}`{run['command']}` on {provenance.machine_label(run)}, commit "
             f"{provenance.commit_label(run)}, {run['date'][:10]}.\n")
 

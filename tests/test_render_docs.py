@@ -191,7 +191,7 @@ def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_
         "|---|---|---|---|---|---|\n"
         f"| store | 5.0 | 200.0 | 40.0{X} | 20.0 | 0.25{X} |\n"
         f"| sample(32) | 40.0 | 400.0 | 10.0{X} | 20.0 | 2.00{X} |\n"
-        "\ncapacity 1,024, median of 3 timed runs each; cpprb 11.0.0. "
+        "\nCapacity 1,024, median of 3 timed runs each; cpprb 11.0.0. "
         "`python benchmarks/bench_per.py` on Some CPU, 2 cores (AVX2), commit abc1234, "
         "2026-11-28.\n")
 
