@@ -161,22 +161,26 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
     """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
     run = newest_results(results, "bench_vs_sb3", env_name=env_name)
     found = run["results"]
-    medians = {agent: statistics.median(speeds)
-               for agent, speeds in found["env_steps_per_second"].items()}
+    speeds = found["env_steps_per_second"]
+    medians = {agent: statistics.median(rounds) for agent, rounds in speeds.items()}
+    several = found["rounds"] > 1  # a column of the rounds only where there are several
     rows = [[agent, f"{medians[agent]:,.0f}",
-             ", ".join(f"{speed:,.0f}" for speed in found["env_steps_per_second"][agent])]
+             *([", ".join(f"{speed:,.0f}" for speed in speeds[agent])] if several else [])]
             for agent in medians]
     sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
     if sb3:
-        rows += [[f"**{agent} / SB3's faster**", f"**{speed / max(sb3):.2f}{TIMES}**", ""]
+        rows += [[f"**{agent} / SB3's faster**", f"**{speed / max(sb3):.2f}{TIMES}**",
+                  *([""] if several else [])]
                  for agent, speed in medians.items() if not agent.startswith("SB3")]
     installed = found["versions"]
     facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
-             f"{found['warmup']:,} untimed", load(run),
+             f"{found['warmup']:,} untimed", *([f"{found['rounds']} alternating rounds"]
+                                               if several else []), load(run),
              *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
                 f"{installed['torch']}"] if sb3 else [])]
-    return markdown_table(["agent", "env steps/s (median of the rounds)", "rounds"],
-                          rows) + stamp_line(run, *facts)
+    header = ["agent", "env steps/s (median of the rounds)", "rounds"] if several else [
+        "agent", "env steps/s"]
+    return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
 def bench_tensorboard(results: Path) -> str:
