@@ -263,8 +263,9 @@ def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_
                          "| SB3 DQN, 2 threads | 80 | 80, 90, 70 |",
                          f"| **ours, float32 / SB3's faster** | **2.50{X}** |  |"]
     assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
-                              "3 alternating rounds; load average 1.0 before, 2.0 after; Stable-Baselines3 2.9.2 on "
-                              "torch 2.14.1. `python benchmarks/bench_vs_sb3.py` on Some CPU")
+                              "3 alternating rounds; load average 1.0 before, 2.0 after; "
+                              "Stable-Baselines3 2.9.2 on torch 2.14.1. "
+                              "`python benchmarks/bench_vs_sb3.py` on Some CPU")
 
 
 def test_a_number_typed_into_a_speed_table_fails_the_check_naming_its_block(tmp_path, capsys):
