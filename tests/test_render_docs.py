@@ -280,3 +280,11 @@ def test_a_number_typed_into_a_speed_table_fails_the_check_naming_its_block(tmp_
     assert render_docs.main(["--check", "--root", str(tmp_path)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         "docs/benchmarks.md: block bench_per differs from what its files render"]
+
+
+@pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
+                                  if name.startswith("bench_")])
+def test_a_speed_table_without_its_results_file_is_an_error_naming_the_script(name, tmp_path):
+    script = "bench_" + name.removeprefix("bench_").split("_")[0]
+    with pytest.raises(ValueError, match=f"no results of benchmarks/{script}"):
+        render_docs.RENDERERS[name](tmp_path)
