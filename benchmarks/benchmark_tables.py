@@ -157,6 +157,11 @@ def bench_pong_kernels(results: Path) -> str:
     return steps + "\n" + actions + stamp_line(run, *facts)
 
 
+def rate(per_second: float) -> str:
+    """A speed with three significant figures or more: 31.0, 1,772."""
+    return f"{per_second:,.1f}" if per_second < 100 else f"{per_second:,.0f}"
+
+
 def bench_vs_sb3(env_name: str, results: Path) -> str:
     """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
     run = newest_results(results, "bench_vs_sb3", env_name=env_name)
@@ -164,8 +169,8 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
     speeds = found["env_steps_per_second"]
     medians = {agent: statistics.median(rounds) for agent, rounds in speeds.items()}
     several = found["rounds"] > 1  # a column of the rounds only where there are several
-    rows = [[agent, f"{medians[agent]:,.0f}",
-             *([", ".join(f"{speed:,.0f}" for speed in speeds[agent])] if several else [])]
+    rows = [[agent, rate(medians[agent]),
+             *([", ".join(rate(speed) for speed in speeds[agent])] if several else [])]
             for agent in medians]
     sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
     if sb3:

@@ -259,8 +259,8 @@ def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_
         "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
     rows = render_docs.RENDERERS["bench_vs_sb3_minatar"](tmp_path).splitlines()
     assert rows[2:6] == ["| ours, float32 | 200 | 300, 100, 200 |",
-                         "| SB3 DQN, 1 thread | 50 | 50, 50, 50 |",
-                         "| SB3 DQN, 2 threads | 80 | 80, 90, 70 |",
+                         "| SB3 DQN, 1 thread | 50.0 | 50.0, 50.0, 50.0 |",
+                         "| SB3 DQN, 2 threads | 80.0 | 80.0, 90.0, 70.0 |",
                          f"| **ours, float32 / SB3's faster** | **2.50{X}** |  |"]
     assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
                               "3 alternating rounds; load average 1.0 before, 2.0 after; "
