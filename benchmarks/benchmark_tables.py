@@ -299,9 +299,10 @@ def bench_apex_projection(results: Path) -> str:
               f"{row['updates']:,.0f}", f"{100 * row['replay_busy']:.0f}%",
               f"{row['store_mb']:.1f}", row["bottleneck"]] for row in rows])
         last = rows[-1]
-        text.append(f"{title}:\n\n{table}\nAt {last['actors']} actors: "
-                    f"{math.ceil(last['demand'] / last['replay_limit'])} replay actors' and "
-                    f"{math.ceil(last['demand'] / last['learner_limit'])} learners' worth of work "
+        text.append(f"At {title}:\n\n{table}\nAt {last['actors']} actors: "
+                    f"{math.ceil(last['demand'] / last['replay_limit']):,} replay actors' and "
+                    f"{math.ceil(last['demand'] / last['learner_limit']):,} learners' worth of "
+                    "work "
                     f"would keep up (one replay actor serves {last['replay_limit']:,.0f} env "
                     f"steps/s, one learner {last['learner_limit']:,.0f}).\n")
     return "\n".join(text) + stamp_line(run, "arithmetic from the costs above")
