@@ -278,8 +278,9 @@ def test_a_number_typed_into_a_speed_table_fails_the_check_naming_its_block(tmp_
     cell = text.index(" | ", row + len("| store | ")) + 3  # the tutorial loop's microseconds
     page.write_text(text[:cell] + "1" + text[cell:])
     assert render_docs.main(["--check", "--root", str(tmp_path)]) == 1
-    assert capsys.readouterr().out.splitlines() == [
-        "docs/benchmarks.md: block bench_per differs from what its files render"]
+    differs = capsys.readouterr().out.splitlines()
+    assert len(differs) == 1 and differs[0].endswith(
+        "docs/benchmarks.md: block bench_per differs from what its files render")
 
 
 @pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
