@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import provenance
+from markdown_table import format_row
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
@@ -38,8 +39,7 @@ def newest_results(results: Path, script: str, **settings: Any) -> dict[str, Any
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table, each line ending in a newline."""
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
-             *("| " + " | ".join(row) + " |" for row in rows)]
+    lines = [format_row(header), "|---" * len(header) + "|", *map(format_row, rows)]
     return "\n".join(lines) + "\n"
 
 
