@@ -87,7 +87,7 @@ def bench_atari(env_name: str, results: Path) -> str:
     run = newest_results(results, "bench_atari", env_name=env_name)
     found = run["results"]
     variants = [name for name in ("before", "now") if name in found]
-    commits = {"before": f"{found['before_commit']} (before the fast path)",
+    commits = {"before": f"{found.get('before_commit')} (before the fast path)",
                "now": provenance.commit_label(run)}
     header = ["part", *(f"µs per agent step, {commits[name]}" for name in variants),
               f"share of the time, {run['commit']}"]
@@ -115,6 +115,10 @@ def bench_atari(env_name: str, results: Path) -> str:
     if "before" in found:
         ratio = now["steps_per_second"] / found["before"]["steps_per_second"]
         facts.insert(1, f"now / before {ratio:.2f}{TIMES}")
+    if "replay_memory" in now:  # an image game's: measured from the memory's own arrays
+        memory = now["replay_memory"]
+        facts.append(f"the replay memory {memory['bytes_per_transition']:,.0f} bytes per "
+                     f"transition ({memory['slots_per_transition']:.4f} slots per transition)")
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 

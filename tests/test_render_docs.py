@@ -208,7 +208,7 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
         "now": bench_atari(1.0), "load_average_before": [0.5, 0, 0],
         "load_average_after": [1.5, 0, 0]}, command="python benchmarks/bench_atari.py --x")
     write_bench(tmp_path, "bench_atari", "20261128T010000Z", {  # newer, but Pong
-        "env_name": "PongNoFrameskip-v4", "now": bench_atari(9.0),
+        "env_name": "PongNoFrameskip-v4", "before_commit": "none", "now": bench_atari(9.0),
         "load_average_before": [0, 0, 0], "load_average_after": [0, 0, 0]})
     assert render_docs.RENDERERS["bench_atari_cartpole"](tmp_path) == (
         "| part | µs per agent step, 538808e (before the fast path) | µs per agent step, abc1234 "
@@ -222,6 +222,9 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
         "1.5 "
         "after. `python benchmarks/bench_atari.py --x` on Some CPU, 2 cores (AVX2), commit "
         "abc1234, 2026-11-28.\n")
+    pong = benchmark_tables.bench_atari("PongNoFrameskip-v4", tmp_path).splitlines()
+    assert pong[0] == "| part | µs per agent step, abc1234 | share of the time, abc1234 |"
+    assert pong[-1].startswith("Pong, 1,000 timed agent steps; load average 0.0 before")
     with pytest.raises(ValueError, match=r"no results of benchmarks/bench_atari\.py with env_name "
                                          "MinAtar/Breakout-v1"):
         benchmark_tables.bench_atari("MinAtar/Breakout-v1", tmp_path)
