@@ -70,7 +70,8 @@ def device_name(backend: str) -> str:
         import jax
 
         device = jax.devices()[0]
-        return f"{device.platform}: {device.device_kind}"
+        kind = device.device_kind  # "cpu" again on a CPU, the model on a GPU
+        return device.platform if kind == device.platform else f"{device.platform}: {kind}"
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

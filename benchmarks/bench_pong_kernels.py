@@ -11,10 +11,16 @@ weights rounded to bfloat16, fast on CPUs with AVX512_BF16 or AMX; the dense lay
 loss stay float32) and `PatchConv2D` (patch_conv.py: the strided views of each layer's input
 side by side, times the kernel, one matrix product), each with the gradient step compiled by XLA
 and without. Each agent is d3qn_agent.py's Pong network and gradient step (`DQNAgent.learn` on
-one random batch of 32, as bench_pong_ceiling.py), built once; then every round times 10 calls
-of each candidate in turn, so a drift of the machine hits them all, and the median of the
-rounds' medians counts. The rate is the step's arithmetic (bench_pong_ceiling.py's count) over
-its time, also as a share of this CPU's float32 matmul rate.
+one random batch of 32), built once; then every round times 10 calls of each candidate in turn,
+so a drift of the machine hits them all, and the median of the rounds' medians counts. The rate
+is the step's arithmetic over its time, also as a share of the rate this CPU multiplies float32
+matrices at (a 2048 x 2048 matmul).
+
+The arithmetic is counted from the network's layer shapes, a multiply-add as 2: the online
+network forward and backward on the states, and forward on the next states twice (the online
+network picks a', the target network evaluates it). The backward pass costs twice the forward
+one (gradients of the inputs and of the weights), except for the first convolution, whose input
+(the frames) needs no gradient.
 
 Then the greedy action for one state (timed before the gradient steps), the acting cost of
 every env step: the call that acting uses (`GreedyPolicy` with the Conv2D torso, traced and
@@ -38,11 +44,12 @@ from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: befo
 import keras
 import numpy as np
 import provenance
-from bench_pong_ceiling import gradient_step_flops, matmul_speed, random_gradient_step
+import tensorflow as tf
 from timing import median_seconds
 
 from d3qn_agent import DQNAgent
 from d3qn_utils import games, tensorflow_backend
+from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.patch_conv import PatchConv2D
 
 ENV_NAME = "PongNoFrameskip-v4"  # whose network and preset are timed
@@ -51,6 +58,57 @@ CALLS = 10
 # Each torso: (its convolution layer, whether it computes in bfloat16).
 TORSOS = {"Conv2D": (keras.layers.Conv2D, False), "Conv2D bfloat16": (keras.layers.Conv2D, True),
           "PatchConv2D": (PatchConv2D, False)}
+MATMUL_SIZE = 2048  # n of the n x n x n matmul that gives this CPU's float32 rate
+
+
+def forward_flops(model: keras.Model) -> tuple[int, int]:
+    """(all layers, the first convolution): floating-point operations of one sample's forward
+    pass through the model's Conv2D (or PatchConv2D) and Dense layers; the rest (ReLU, scaling,
+    the dueling mean) is a few thousand operations and left out."""
+    total = first_conv = 0
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.Conv2D, PatchConv2D)):
+            _, height, width, filters = layer.output.shape
+            kernel_height, kernel_width, channels, _ = layer.kernel.shape
+            flops = 2 * height * width * filters * kernel_height * kernel_width * channels
+            first_conv = first_conv or flops
+        elif isinstance(layer, keras.layers.Dense):
+            inputs, units = layer.kernel.shape
+            flops = 2 * inputs * units
+        else:
+            continue
+        total += flops
+    return total, first_conv
+
+
+def gradient_step_flops(model: keras.Model, batch_size: int) -> int:
+    """Floating-point operations of one gradient step: the online network forward and backward
+    on the states, then the online and the target network forward on the next states."""
+    forward, first_conv = forward_flops(model)
+    return batch_size * ((3 * forward - first_conv) + 2 * forward)
+
+
+def random_gradient_step(agent: DQNAgent) -> Callable[[], object]:
+    """A call of `agent.learn` on one random batch of the agent's shapes (one gradient step)."""
+    rng = np.random.default_rng(0)
+    batch_size = agent.config.batch_size
+    shape = (1, batch_size, *agent.state_shape)  # one gradient step per call (the Atari preset)
+    states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
+    next_states = rng.integers(0, 256, shape, dtype=agent.state_dtype)
+    per_sample = np.ones((1, batch_size), np.float32)
+    actions = rng.integers(0, agent.action_size, (1, batch_size), dtype=np.int32)
+    batches = Batches(states, actions, per_sample, next_states, np.zeros_like(per_sample),
+                      0.99 * per_sample, per_sample)
+    return lambda: agent.learn(batches, agent.step)
+
+
+def matmul_speed() -> tuple[float, float]:
+    """(seconds, FLOP/s) of a square float32 matmul of MATMUL_SIZE, median of 10."""
+    matrix = tf.constant(np.random.default_rng(0).standard_normal(
+        (MATMUL_SIZE, MATMUL_SIZE), dtype=np.float32))
+    matmul = tf.function(lambda: tf.linalg.matmul(matrix, matrix))
+    seconds = median_seconds(lambda: matmul().numpy(), 10)
+    return seconds, 2 * MATMUL_SIZE**3 / seconds
 
 
 def build_agent(convolution: type, bfloat16: bool, xla: bool, work_dir: str) -> DQNAgent:

@@ -6,7 +6,9 @@
 Costs: short CartPole runs with d3qn_agent.py's defaults (TOTAL_STEPS 3,000: 1,000 steps of
 random play, then 2,000 steps with 1,000 gradient steps), without TensorBoard, with it (a write
 every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradient step, one
-after the other, the order repeated; prints the median seconds per env step. Then
+after the other, the order repeated; each run in a process of its own, so that no run inherits
+what an earlier one left behind (in one process the runs after a TensorBoard run were up to
+twice as slow); prints the median seconds per env step. Then
 `Memory.sample` on a full 50,000-slot memory with and without `priority_figure.ReplayStatistics`
 counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
 scalars of the event files in DIR (e.g. the default run with --tensorboard) to
@@ -19,8 +21,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +65,13 @@ def seconds_per_step(flags: dict, total_steps: int, work_dir: Path) -> float:
         start = time.perf_counter()
         agent.run()
     return (time.perf_counter() - start) / total_steps
+
+
+def seconds_per_step_alone(label: str, total_steps: int) -> float:
+    """`seconds_per_step` of the variant `label`, in a fresh process of this script."""
+    result = subprocess.run([sys.executable, __file__, f"--child={label}", "--total-steps",
+                             str(total_steps)], capture_output=True, text=True, check=True)
+    return float(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
 def sample_cost(observed: bool, repeats: int = 2_000) -> float:
@@ -111,18 +122,23 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=3_000, help="env steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant")
     parser.add_argument("--draw", metavar="DIR", help="draw this run's event files instead")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)  # one run, alone
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.draw:
         print(f"figure: {draw(args.draw)}")
         return
+    if args.child:
+        with tempfile.TemporaryDirectory() as work_dir:
+            print(json.dumps(seconds_per_step(VARIANTS[args.child], args.total_steps,
+                                              Path(work_dir))))
+        return
     timings: dict[str, list[float]] = {label: [] for label in VARIANTS}
-    with tempfile.TemporaryDirectory() as work_dir:
-        for repeat in range(args.repeats):
-            for label, flags in VARIANTS.items():
-                timings[label].append(seconds_per_step(flags, args.total_steps, Path(work_dir)))
-                print(f"repeat {repeat + 1}, {label}: {1e3 * timings[label][-1]:.3f} ms per env "
-                      "step", file=sys.stderr, flush=True)
+    for repeat in range(args.repeats):
+        for label in VARIANTS:
+            timings[label].append(seconds_per_step_alone(label, args.total_steps))
+            print(f"repeat {repeat + 1}, {label}: {1e3 * timings[label][-1]:.3f} ms per env "
+                  "step", file=sys.stderr, flush=True)
     base = statistics.median(timings["no TensorBoard"])
     print(f"| variant | ms per env step (median of {args.repeats}) | vs no TensorBoard |")
     print("| --- | --- | --- |")

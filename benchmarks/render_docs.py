@@ -19,7 +19,6 @@ computed from (`study.IntervalCache`): a changed result file is computed afresh,
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import benchmark_tables as tables
 import learning_tables
 import numpy as np
 import provenance
@@ -138,10 +138,7 @@ MINATAR_SECOND_SCREENS = [
 # Block name -> its text from the results root.
 def default_run(results: Path) -> str:
     """The default run's table, from the newest file of benchmarks/default_run.py."""
-    files = sorted((results / "default_run").glob("*.json"))
-    if not files:
-        raise ValueError(f"no results of benchmarks/default_run.py in {shown(results)}")
-    run = json.loads(files[-1].read_text())
+    run = tables.newest_results(results, "default_run")
     found = run["results"]
     solved = (f"at step {found['solved_at_step']:,}" if found["solved_at_step"] is not None
               else "not solved")
@@ -176,6 +173,22 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "pretrained": learning_tables.pretrained,
     "pong_runs": learning_tables.pong_runs,
     "pong_means": learning_tables.pong_means,
+    # The speed and size benchmarks (benchmark_tables.py).
+    "bench_per": tables.bench_per,
+    "bench_atari_cartpole": partial(tables.bench_atari, "CartPole-v1"),
+    "bench_atari_pong": partial(tables.bench_atari, "PongNoFrameskip-v4"),
+    "bench_backends": partial(tables.bench_backends, list(tables.GAMES)),
+    "bench_backends_minatar": partial(tables.bench_backends, ["MinAtar/Breakout-v1"]),
+    "bench_pong_kernels": tables.bench_pong_kernels,
+    "bench_vs_sb3_minatar": partial(tables.bench_vs_sb3, "MinAtar/Breakout-v1"),
+    "bench_vs_sb3_pong": partial(tables.bench_vs_sb3, "PongNoFrameskip-v4"),
+    "bench_tensorboard": tables.bench_tensorboard,
+    "bench_replay_memory_bytes": tables.bench_replay_memory_bytes,
+    "bench_checkpoint": tables.bench_checkpoint,
+    "bench_apex_solved": tables.bench_apex_solved,
+    "bench_apex_throughput": tables.bench_apex_throughput,
+    "bench_apex_costs": tables.bench_apex_costs,
+    "bench_apex_projection": tables.bench_apex_projection,
 }
 
 

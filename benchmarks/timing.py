@@ -1,4 +1,4 @@
-"""The stopwatch the benchmarks share (`bench_apex.py`, `bench_pong_ceiling.py`)."""
+"""The stopwatch the benchmarks share (`bench_apex.py`, `bench_backends.py` and others)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import benchmark_tables
 import learning_tables
 import provenance
 import render_docs
@@ -233,3 +234,134 @@ def test_the_pong_logs_render_a_row_per_run_and_a_column_per_run(tmp_path):
         "| at step (100- / 50-episode means) | preset | short |\n|---|---|---|\n"
         "| 100,000 | \N{MINUS SIGN}18.0 / \N{MINUS SIGN}17.1 | \N{MINUS SIGN}18.0 / "
         "\N{MINUS SIGN}17.1 |\n| 600,000 | — / — | — / — |\n")
+X = benchmark_tables.TIMES
+MACHINE = {"cpu": "Some CPU", "architecture": "x86_64", "cores": 2, "cpu_features": ["AVX2"],
+           "gpus": []}
+
+
+def write_bench(results: Path, script: str, when: str, measured: dict, command: str = "",
+                commit: str = "abc1234") -> None:
+    """A benchmark's results file with made-up numbers and a stamp, named by its UTC time."""
+    path = results / script / f"{when}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "command": command or f"python benchmarks/{script}.py", "commit": commit,
+        "uncommitted_changes": False, "date": "2026-11-28T06:00:00+00:00", "machine": MACHINE,
+        "backend": "tensorflow", "versions": {}, "results": measured}))
+
+
+def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_path):
+    times = {"PER.py": 10.0, "tutorial loop": 200.0, "cpprb": 20.0}
+    write_bench(tmp_path, "bench_per", "20261127T000000Z", {
+        "capacity": 1024, "repeats": 5, "cpprb": "11.0.0", "microseconds": {"store": times}},
+        commit="old0000")
+    write_bench(tmp_path, "bench_per", "20261128T000000Z", {
+        "capacity": 1024, "repeats": 3, "cpprb": "11.0.0",
+        "microseconds": {"store": {**times, "PER.py": 5.0},
+                         "sample(32)": {"PER.py": 40.0, "tutorial loop": 400.0, "cpprb": 20.0}}})
+    assert render_docs.RENDERERS["bench_per"](tmp_path) == (
+        "| operation | PER.py µs | tutorial loop µs | speed-up | cpprb µs | PER.py / cpprb |\n"
+        "|---|---|---|---|---|---|\n"
+        f"| store | 5.0 | 200.0 | 40.0{X} | 20.0 | 0.25{X} |\n"
+        f"| sample(32) | 40.0 | 400.0 | 10.0{X} | 20.0 | 2.00{X} |\n"
+        "\nCapacity 1,024, median of 3 timed runs each; cpprb 11.0.0. "
+        "`python benchmarks/bench_per.py` on Some CPU, 2 cores (AVX2), commit abc1234, "
+        "2026-11-28.\n")
+
+
+def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
+    def bench_atari(seconds: float) -> dict:
+        parts = {"act": {"seconds": seconds, "calls": 1000}, "train": {"seconds": 2 * seconds,
+                                                                       "calls": 500}}
+        return {"steps_per_second": 1000 / (4 * seconds), "steps": 1000,
+                "wall_seconds": 4 * seconds, "parts": parts}
+
+    write_bench(tmp_path, "bench_atari", "20261128T000000Z", {
+        "env_name": "CartPole-v1", "before_commit": "538808e", "before": bench_atari(2.0),
+        "now": bench_atari(1.0), "load_average_before": [0.5, 0, 0],
+        "load_average_after": [1.5, 0, 0]}, command="python benchmarks/bench_atari.py --x")
+    write_bench(tmp_path, "bench_atari", "20261128T010000Z", {  # newer, but Pong
+        "env_name": "PongNoFrameskip-v4", "before_commit": "none", "now": bench_atari(9.0),
+        "load_average_before": [0, 0, 0], "load_average_after": [0, 0, 0]})
+    assert render_docs.RENDERERS["bench_atari_cartpole"](tmp_path) == (
+        "| part | µs per agent step, 538808e (before the fast path) | µs per agent step, abc1234 "
+        "| share of the time, abc1234 |\n|---|---|---|---|\n"
+        "| act | 2,000 | 1,000 | 25% |\n"
+        "| train | 4,000 | 2,000 | 50% |\n"
+        "| the rest (loop, episode lines) | 2,000 | 1,000 | 25% |\n"
+        "| **total** | **8,000** | **4,000** | 100% |\n"
+        "| agent steps/s | 125.0 | 250.0 |  |\n"
+        f"\nCartPole, 1,000 timed agent steps; now / before 2.00{X}; load average 0.5 before, "
+        "1.5 "
+        "after. `python benchmarks/bench_atari.py --x` on Some CPU, 2 cores (AVX2), commit "
+        "abc1234, 2026-11-28.\n")
+    pong = benchmark_tables.bench_atari("PongNoFrameskip-v4", tmp_path).splitlines()
+    assert pong[0] == "| part | µs per agent step, abc1234 | share of the time, abc1234 |"
+    assert pong[-1].startswith("Pong, 1,000 timed agent steps; load average 0.0 before")
+    with pytest.raises(ValueError, match=r"no results of benchmarks/bench_atari\.py with env_name "
+                                         "MinAtar/Breakout-v1"):
+        benchmark_tables.bench_atari("MinAtar/Breakout-v1", tmp_path)
+
+
+def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(tmp_path):
+    write_bench(tmp_path, "bench_backends", "20261128T000000Z", {
+        "env_name": "PongNoFrameskip-v4", "backends": {
+            "tensorflow": {"device": "cpu", "step_ms": {"1": 10.0, "16": 9.0}, "act_ms": 0.5},
+            "jax": {"failed": "ImportError: no jax"}}})
+    write_bench(tmp_path, "bench_backends", "20261128T010000Z", {
+        "env_name": "CartPole-v1", "backends": {
+            "tensorflow": {"device": "cpu", "step_ms": {"1": 1.0, "16": 0.5}, "act_ms": 0.01}}},
+        command="python benchmarks/bench_backends.py --env-name CartPole-v1", commit="def5678")
+    table = benchmark_tables.bench_backends(["PongNoFrameskip-v4", "CartPole-v1"], tmp_path)
+    assert table.splitlines() == [
+        "| game | backend | device | ms per step, 1 per call | ms per step, 16 per call "
+        "| ms per greedy action | command | machine | commit |", "|---" * 9 + "|",
+        "| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | `python benchmarks/bench_backends.py` "
+        "| Some CPU, 2 cores (AVX2) | abc1234 |",
+        "| Pong | jax | failed: ImportError: no jax |  |  |  | "
+        "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
+        "| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | "
+        "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
+        "| Some CPU, 2 cores (AVX2) | def5678 |"]
+
+
+def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_path):
+    write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
+        "env_name": "MinAtar/Breakout-v1", "steps": 100, "warmup": 50, "rounds": 3,
+        "env_steps_per_second": {"ours, float32": [300.0, 100.0, 200.0],
+                                 "SB3 DQN, 1 thread": [50.0, 50.0, 50.0],
+                                 "SB3 DQN, 2 threads": [80.0, 90.0, 70.0]},
+        "load_average_before": [1.0, 0, 0], "load_average_after": [2.0, 0, 0],
+        "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
+    rows = render_docs.RENDERERS["bench_vs_sb3_minatar"](tmp_path).splitlines()
+    assert rows[2:6] == ["| ours, float32 | 200 | 300, 100, 200 |",
+                         "| SB3 DQN, 1 thread | 50.0 | 50.0, 50.0, 50.0 |",
+                         "| SB3 DQN, 2 threads | 80.0 | 80.0, 90.0, 70.0 |",
+                         f"| **ours, float32 / SB3's faster** | **2.50{X}** |  |"]
+    assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
+                              "3 alternating rounds; load average 1.0 before, 2.0 after; "
+                              "Stable-Baselines3 2.9.2 on torch 2.14.1. "
+                              "`python benchmarks/bench_vs_sb3.py` on Some CPU")
+
+
+def test_a_number_typed_into_a_speed_table_fails_the_check_naming_its_block(tmp_path, capsys):
+    shutil.copy(ROOT / "README.md", tmp_path)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    page = tmp_path / "docs" / "benchmarks.md"
+    text = page.read_text()
+    start = text.index("<!-- rendered: bench_per -->")
+    row = text.index("| store | ", start)
+    cell = text.index(" | ", row + len("| store | ")) + 3  # the tutorial loop's microseconds
+    page.write_text(text[:cell] + "1" + text[cell:])
+    assert render_docs.main(["--check", "--root", str(tmp_path)]) == 1
+    differs = capsys.readouterr().out.splitlines()
+    assert len(differs) == 1 and differs[0].endswith(
+        "docs/benchmarks.md: block bench_per differs from what its files render")
+
+
+@pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
+                                  if name.startswith("bench_")])
+def test_a_speed_table_without_its_results_file_is_an_error_naming_the_script(name, tmp_path):
+    script = "bench_" + name.removeprefix("bench_").split("_")[0]
+    with pytest.raises(ValueError, match=f"no results of benchmarks/{script}"):
+        render_docs.RENDERERS[name](tmp_path)

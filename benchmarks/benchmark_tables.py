@@ -1,0 +1,312 @@
+"""The benchmarks' tables, rendered from their results files (render_docs.py).
+
+Each renderer takes the results root and picks its script's newest file, or the newest whose
+settings match (`newest_results`): bench_atari.py's CartPole or Pong run, bench_backends.py's and
+bench_vs_sb3.py's per game. A table from one file gives its command, machine and commit in a
+line under it (`stamp_line`); a table from several files, in columns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import provenance
+from markdown_table import format_row
+
+ROOT = Path(__file__).resolve().parent.parent
+GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
+         "CartPole-v1": "CartPole"}  # a game's name in a table
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+def newest_results(results: Path, script: str, **settings: Any) -> dict[str, Any]:
+    """The newest results file of benchmarks/<script>.py under `results` (its files are named by
+    their UTC time) whose measured settings ("results" fields) equal `settings`."""
+    for path in sorted((results / script).glob("*.json"), reverse=True):
+        run = json.loads(path.read_text())
+        if all(run["results"].get(name) == value for name, value in settings.items()):
+            return run
+    wanted = ", ".join(f"{name} {value}" for name, value in settings.items())
+    where = results.resolve()
+    where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    raise ValueError(f"no results of benchmarks/{script}.py{' with ' + wanted if wanted else ''}"
+                     f" in {where.as_posix()}")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table, each line ending in a newline."""
+    lines = [format_row(header), "|---" * len(header) + "|", *map(format_row, rows)]
+    return "\n".join(lines) + "\n"
+
+
+def stamp_line(run: dict[str, Any], *facts: str) -> str:
+    """The line under a table from one results file: what else it measured (`facts`), then the
+    command, machine, commit and date that its stamp gives."""
+    measured = "; ".join(facts) + ". " if facts else ""
+    measured = measured[:1].upper() + measured[1:]
+    return (f"\n{measured}`{run['command']}` on {provenance.machine_label(run)}, commit "
+            f"{provenance.commit_label(run)}, {run['date'][:10]}.\n")
+
+
+def stamp_cells(run: dict[str, Any]) -> list[str]:
+    """A row's command, machine and commit columns."""
+    return [f"`{run['command']}`", provenance.machine_label(run), provenance.commit_label(run)]
+
+
+def load(run: dict[str, Any]) -> str:
+    """The 1-minute load average before and after the measurement."""
+    found = run["results"]
+    return (f"load average {found['load_average_before'][0]:.1f} before, "
+            f"{found['load_average_after'][0]:.1f} after")
+
+
+def bench_per(results: Path) -> str:
+    """Microseconds per replay-memory operation: PER.py, the tutorial's loops, cpprb."""
+    run = newest_results(results, "bench_per")
+    found = run["results"]
+    cpprb = found["cpprb"] is not None
+    header = ["operation", "PER.py µs", "tutorial loop µs", "speed-up",
+              *(["cpprb µs", "PER.py / cpprb"] if cpprb else [])]
+    rows = []
+    for operation, times in found["microseconds"].items():
+        ours, loop = times["PER.py"], times["tutorial loop"]
+        rows.append([operation, f"{ours:.1f}", f"{loop:.1f}", f"{loop / ours:.1f}{TIMES}",
+                     *([f"{times['cpprb']:.1f}", f"{ours / times['cpprb']:.2f}{TIMES}"] if cpprb
+                       else [])])
+    facts = [f"capacity {found['capacity']:,}, median of {found['repeats']} timed runs each",
+             *([f"cpprb {found['cpprb']}"] if cpprb else [])]
+    return markdown_table(header, rows) + stamp_line(run, *facts)
+
+
+def bench_atari(env_name: str, results: Path) -> str:
+    """Microseconds per agent step of each part of the loop, before the fast path and now."""
+    run = newest_results(results, "bench_atari", env_name=env_name)
+    found = run["results"]
+    variants = [name for name in ("before", "now") if name in found]
+    commits = {"before": f"{found.get('before_commit')} (before the fast path)",
+               "now": provenance.commit_label(run)}
+    header = ["part", *(f"µs per agent step, {commits[name]}" for name in variants),
+              f"share of the time, {run['commit']}"]
+    now = found["now"]
+    parts = list(now["parts"])
+
+    def per_step(name: str, seconds: float) -> str:
+        return f"{seconds / found[name]['steps'] * 1e6:,.0f}"
+
+    def other(name: str) -> float:
+        return found[name]["wall_seconds"] - sum(
+            part["seconds"] for part in found[name]["parts"].values())
+
+    rows = [[part, *(per_step(name, found[name]["parts"][part]["seconds"]) for name in variants),
+             f"{100 * now['parts'][part]['seconds'] / now['wall_seconds']:.0f}%"]
+            for part in parts]
+    rows.append(["the rest (loop, episode lines)", *(per_step(name, other(name))
+                                                     for name in variants),
+                 f"{100 * other('now') / now['wall_seconds']:.0f}%"])
+    rows.append(["**total**", *(f"**{per_step(name, found[name]['wall_seconds'])}**"
+                                for name in variants), "100%"])
+    rows.append(["agent steps/s", *(f"{found[name]['steps_per_second']:,.1f}"
+                                    for name in variants), ""])
+    facts = [f"{GAMES.get(env_name, env_name)}, {now['steps']:,} timed agent steps", load(run)]
+    if "before" in found:
+        ratio = now["steps_per_second"] / found["before"]["steps_per_second"]
+        facts.insert(1, f"now / before {ratio:.2f}{TIMES}")
+    if "replay_memory" in now:  # an image game's: measured from the memory's own arrays
+        memory = now["replay_memory"]
+        facts.append(f"the replay memory {memory['bytes_per_transition']:,.0f} bytes per "
+                     f"transition ({memory['slots_per_transition']:.4f} slots per transition)")
+    return markdown_table(header, rows) + stamp_line(run, *facts)
+
+
+def bench_backends(games: list[str], results: Path) -> str:
+    """Milliseconds per gradient step and greedy action, per game and backend."""
+    rows, steps_per_call = [], None
+    for game in games:
+        run = newest_results(results, "bench_backends", env_name=game)
+        for backend, found in run["results"]["backends"].items():
+            if "failed" in found:
+                rows.append([GAMES.get(game, game), backend, f"failed: {found['failed']}", "",
+                             "", "", *stamp_cells(run)])
+                continue
+            steps_per_call = steps_per_call or sorted(found["step_ms"], key=int)
+            rows.append([GAMES.get(game, game), backend, found["device"],
+                         *(f"{found['step_ms'][steps]:.2f}" for steps in steps_per_call),
+                         f"{found['act_ms']:.2f}", *stamp_cells(run)])
+    header = ["game", "backend", "device",
+              *(f"ms per step, {steps} per call" for steps in steps_per_call or ["1", "16"]),
+              "ms per greedy action", "command", "machine", "commit"]
+    return markdown_table(header, rows)
+
+
+def bench_pong_kernels(results: Path) -> str:
+    """Pong's gradient step per torso and XLA setting, and the greedy action per call."""
+    run = newest_results(results, "bench_pong_kernels")
+    found = run["results"]
+    flops, matmul = found["gradient_step_flops"], found["matmul_flops_per_second"]
+    steps = markdown_table(
+        ["torso", "ms per gradient step", "GFLOP/s", "share of the float32 matmul's rate"],
+        [[name, f"{seconds * 1e3:.2f}", f"{flops / seconds / 1e9:.0f}",
+          f"{flops / seconds / matmul:.0%}"]
+         for name, seconds in found["gradient_step_seconds"].items()])
+    actions = markdown_table(["greedy action, one state", "ms"],
+                             [[name, f"{seconds * 1e3:.3f}"]
+                              for name, seconds in found["greedy_action_seconds"].items()])
+    facts = [f"a gradient step (batch {found['batch_size']}) is {flops / 1e9:.2f} GFLOP",
+             f"float32 matmul {matmul / 1e9:.0f} GFLOP/s",
+             f"median of {found['rounds']} alternating rounds of {found['calls_per_round']} calls"]
+    return steps + "\n" + actions + stamp_line(run, *facts)
+
+
+def rate(per_second: float) -> str:
+    """A speed with three significant figures or more: 31.0, 1,772."""
+    return f"{per_second:,.1f}" if per_second < 100 else f"{per_second:,.0f}"
+
+
+def bench_vs_sb3(env_name: str, results: Path) -> str:
+    """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
+    run = newest_results(results, "bench_vs_sb3", env_name=env_name)
+    found = run["results"]
+    speeds = found["env_steps_per_second"]
+    medians = {agent: statistics.median(rounds) for agent, rounds in speeds.items()}
+    several = found["rounds"] > 1  # a column of the rounds only where there are several
+    rows = [[agent, rate(medians[agent]),
+             *([", ".join(rate(speed) for speed in speeds[agent])] if several else [])]
+            for agent in medians]
+    sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
+    if sb3:
+        rows += [[f"**{agent} / SB3's faster**", f"**{speed / max(sb3):.2f}{TIMES}**",
+                  *([""] if several else [])]
+                 for agent, speed in medians.items() if not agent.startswith("SB3")]
+    installed = found["versions"]
+    facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
+             f"{found['warmup']:,} untimed", *([f"{found['rounds']} alternating rounds"]
+                                               if several else []), load(run),
+             *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
+                f"{installed['torch']}"] if sb3 else [])]
+    header = ["agent", "env steps/s (median of the rounds)", "rounds"] if several else [
+        "agent", "env steps/s"]
+    return markdown_table(header, rows) + stamp_line(run, *facts)
+
+
+def bench_tensorboard(results: Path) -> str:
+    """Milliseconds per CartPole env step with and without TensorBoard, and what the replay
+    statistics add to a sample."""
+    run = newest_results(results, "bench_tensorboard")
+    found = run["results"]
+    medians = {label: statistics.median(values)
+               for label, values in found["seconds_per_env_step"].items()}
+    base = medians["no TensorBoard"]
+    rows = [[f"`{label}`" if label.startswith("--") else label, f"{1e3 * median:.3f}",
+             f"{100 * (median / base - 1):+.1f}%"] for label, median in medians.items()]
+    sample = found["sample_128_microseconds"]
+    facts = [f"{found['total_steps']:,}-step CartPole runs",
+             "`Memory.sample(128)` on a full 50,000-slot memory "
+             f"{sample['without replay statistics']:.1f} µs without the replay statistics, "
+             f"{sample['with replay statistics']:.1f} µs with them"]
+    return markdown_table(["variant", f"ms per env step (median of {found['repeats']})",
+                           "against no TensorBoard"], rows) + stamp_line(run, *facts)
+
+
+def bench_replay_memory_bytes(results: Path) -> str:
+    """Bytes per Pong transition of FrameStackStorage and of whole stacks."""
+    run = newest_results(results, "bench_replay_memory_bytes")
+    found = run["results"]
+    rows = [[storage, f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}"]
+            for storage, size in found["bytes_per_transition"].items()]
+    lengths = found["episode_lengths"]
+    facts = [f"{found['env_id']}, a {found['capacity']:,}-slot storage after {found['steps']:,} "
+             f"random-policy steps: {found['storage_bytes'] / found['capacity']:,.0f} bytes per "
+             f"slot, {found['slots_per_transition']:.4f} slots per transition (random-policy "
+             f"episodes of {statistics.mean(lengths) if lengths else math.nan:,.0f} steps on "
+             f"average); `PER.Memory`'s sum trees and bookkeeping add "
+             f"{found['sum_tree_bytes'] / found['capacity']:.0f} bytes per slot"]
+    return markdown_table(["storage", "bytes per transition",
+                           "a million transitions, GB (arithmetic)"], rows) + stamp_line(
+        run, *facts)
+
+
+def bench_checkpoint(results: Path) -> str:
+    """A checkpoint's files with a full Atari replay, and how long saving and loading took."""
+    run = newest_results(results, "bench_checkpoint")
+    found = run["results"]
+    sizes = found["file_bytes"]
+    rows = [[f"`{name}`", f"{size / 1e6:,.1f}"] for name, size in sizes.items()]
+    rows.append(["**total**", f"**{sum(sizes.values()) / 1e6:,.1f}**"])
+    facts = [f"{found['env_name']}, {found['transitions']:,} transitions in a "
+             f"{found['memory_size']:,}-slot replay", f"saved in {found['save_seconds']:.1f} s "
+             f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
+             f"loaded in {found['load_seconds']:.1f} s"]
+    return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
+
+
+def bench_apex_solved(results: Path) -> str:
+    """Seconds from launch to solving CartPole, apex.py against d3qn_agent.py."""
+    run = newest_results(results, "bench_apex")
+    if "solved_seconds" not in run["results"]:
+        raise ValueError("the newest bench_apex.py results file has no CartPole runs")
+
+    def seconds(value: float | None) -> str:
+        return "not solved" if value is None else f"{value:.0f}"
+
+    rows = [[str(seed["seed"]), seconds(seed["apex.py"]), seconds(seed["d3qn_agent.py"])]
+            for seed in run["results"]["solved_seconds"]]
+    return markdown_table(["seed", "`python apex.py` (2 actors), s", "`python d3qn_agent.py`, s"],
+                          rows) + stamp_line(run)
+
+
+def bench_apex_throughput(results: Path) -> str:
+    """Env steps/s collected and learner updates/s with 1 and 2 actors, paced and not."""
+    run = newest_results(results, "bench_apex")
+    found = run["results"]
+    rows = [[str(row["actors"]), f"{row['updates_per_step']:g} updates/step"
+             if row["updates_per_step"] else "none (flat out)",
+             f"{row['env_steps_per_second']:,.0f}", f"{row['updates_per_second']:,.0f}"]
+            for row in found["throughput"]]
+    return markdown_table(["actors", "pacing", "env steps/s collected", "learner updates/s"],
+                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run")
+
+
+def bench_apex_costs(results: Path) -> str:
+    """What each part of Ape-X costs, one operation at a time."""
+    run = newest_results(results, "bench_apex")
+    costs = run["results"]["costs_seconds"]
+    parts = [("actor: env step + greedy action, per transition", "actor_step", "ms"),
+             ("actor: TD errors of a block (priorities)", "actor_td_errors_per_block", "ms"),
+             ("learner: one update (`learn`)", "learner_update", "ms"),
+             (f"replay: `store_block` ({costs['block_transitions']:.0f} transitions + context)",
+              "replay_add_block", "µs"),
+             ("replay: sample a batch, full replay", "replay_sample", "µs"),
+             ("replay: priority update of a batch", "replay_update", "µs"),
+             ("Ray: remote call round trip", "remote_call", "µs"),
+             (f"Ray: a block to another process ({costs['block_bytes'] / 1e3:.1f} KB)",
+              "block_transfer", "µs"),
+             (f"Ray: weights published and pulled ({costs['weights_bytes'] / 1e6:.2f} MB)",
+              "weights_publish_and_pull", "ms")]
+    rows = [[name, f"{costs[key] * 1e3:.3f} ms" if unit == "ms" else f"{costs[key] * 1e6:.1f} µs"]
+            for name, key, unit in parts]
+    return markdown_table(["part", "cost (median)"], rows) + stamp_line(run)
+
+
+def bench_apex_projection(results: Path) -> str:
+    """The projection of the measured costs to more actors, at two replay ratios."""
+    run = newest_results(results, "bench_apex")
+    text = []
+    for title, rows in run["results"]["projections"].items():
+        table = markdown_table(
+            ["actors", "actors could collect (steps/s)", "achievable (steps/s)",
+             "learner updates/s", "replay actor busy", "object store MB/s", "bottleneck"],
+            [[str(row["actors"]), f"{row['demand']:,.0f}", f"{row['rate']:,.0f}",
+              f"{row['updates']:,.0f}", f"{100 * row['replay_busy']:.0f}%",
+              f"{row['store_mb']:.1f}", row["bottleneck"]] for row in rows])
+        last = rows[-1]
+        text.append(f"At {title}:\n\n{table}\nAt {last['actors']} actors: "
+                    f"{math.ceil(last['demand'] / last['replay_limit']):,} replay actors' and "
+                    f"{math.ceil(last['demand'] / last['learner_limit']):,} learners' worth of "
+                    "work "
+                    f"would keep up (one replay actor serves {last['replay_limit']:,.0f} env "
+                    f"steps/s, one learner {last['learner_limit']:,.0f}).\n")
+    return "\n".join(text) + stamp_line(run, "arithmetic from the costs above")
