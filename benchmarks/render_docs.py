@@ -177,6 +177,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_per": tables.bench_per,
     "bench_atari_cartpole": partial(tables.bench_atari, "CartPole-v1"),
     "bench_atari_pong": partial(tables.bench_atari, "PongNoFrameskip-v4"),
+    "bench_atari_minatar": partial(tables.bench_atari, "MinAtar/Breakout-v1"),
     "bench_backends": partial(tables.bench_backends, list(tables.GAMES)),
     "bench_backends_minatar": partial(tables.bench_backends, ["MinAtar/Breakout-v1"]),
     "bench_pong_kernels": tables.bench_pong_kernels,

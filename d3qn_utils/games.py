@@ -16,8 +16,8 @@ from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so
-# The Nature torso's convolution layer: TensorFlow's Conv2D took Pong's gradient step faster than
-# PatchConv2D on this project's CPUs (benchmarks/bench_pong_kernels.py sets it to time both).
+# The Nature torso's convolution layer: TensorFlow's Conv2D, oneDNN's kernels where TensorFlow
+# turns them on (benchmarks/bench_pong_kernels.py sets it to time PatchConv2D against it).
 NATURE_CONV = keras.layers.Conv2D
 
 
