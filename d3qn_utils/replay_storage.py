@@ -160,8 +160,7 @@ class FrameStackStorage:
     and no earlier episode's frame leaks into a stack. With `stack_axis=None` (MinAtar) S = 1.
     Writing slot w breaks the transitions of slots w .. w+S-1 (`add` reports them freed).
 
-    Memory: 7,070 bytes a slot for 84x84 frames. Time: `add` ~60-90 us for 84x84x4; `get`
-    ~1.5 ms for 32 slots.
+    Memory: 7,070 bytes a slot for 84x84 frames (`bytes_per_slot`).
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:

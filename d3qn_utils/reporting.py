@@ -105,7 +105,7 @@ def tensorboard_dir(flag: Any, name: str) -> str | None:
 
 class TensorBoardWriter:
     """Scalars for TensorBoard, written with `tf.summary` to event files in `log_dir` (checked at
-    once: ValueError naming it if it cannot be written). ~0.8 ms a scalar: not every step."""
+    once: ValueError naming it if it cannot be written). A scalar is costly: not every step."""
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
@@ -266,7 +266,7 @@ class TrainingReport:
 
     def redraw_if_due(self, step: int, scores: list[float], average: list[float],
                       evaluations: list[tuple[int, int, float]]) -> None:
-        """Redraw the learning curve if PLOT_REFRESH_SECONDS passed (a redraw costs ~0.1 s)."""
+        """Redraw the learning curve if PLOT_REFRESH_SECONDS passed (a redraw is slow)."""
         if time.perf_counter() - self._last_plot_time > PLOT_REFRESH_SECONDS:
             self.draw_learning_curve(step, scores, average, evaluations)
 
@@ -293,7 +293,7 @@ class TrainingReport:
 
     def draw(self, step: int, scores: list[float], average: list[float],
              evaluations: list[tuple[int, int, float]], memory: Any) -> str:
-        """Draw the learning curve and the priority figure of `memory` (~0.4 s); return "plots A
+        """Draw the learning curve and the priority figure of `memory`; return "plots A
         and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
         title = (f"{self.env_name}: uniform replay, step {step:,}" if memory.kind == "uniform" else
