@@ -27,11 +27,6 @@ def check_integer(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def check_capacity(capacity: Any, minimum: int = 1) -> int:
-    """Return `capacity` as an int, or raise ValueError unless it is an integer >= `minimum`."""
-    return check_integer("capacity", capacity, minimum)
-
-
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:
     """ValueError naming the keys of a saved `what` that `arrays` lacks."""
     missing = [key for key in keys if key not in arrays]

@@ -19,8 +19,8 @@ import numpy as np
 from d3qn_utils.checks import (
     FIELDS,
     check_block,
-    check_capacity,
     check_experience,
+    check_integer,
     check_saved_value,
     is_integer,
     require,
@@ -34,7 +34,7 @@ class TransitionStorage:
     """One row per transition in five numpy arrays, typed by the first `add`; a ring."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = check_capacity(capacity)
+        self.capacity = check_integer("capacity", capacity, 1)
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
         self.written = 0  # slots written at least once
         self.write_pointer = 0
@@ -164,7 +164,7 @@ class FrameStackStorage:
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
-        self.capacity = check_capacity(capacity, minimum=2)
+        self.capacity = check_integer("capacity", capacity, 2)
         if stack_axis is not None and not is_integer(stack_axis):
             raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
         self.stack_axis = None if stack_axis is None else int(stack_axis)
