@@ -475,14 +475,14 @@ class DQNAgent:
             "episode_score": self.episode_score, "state_sha256": state_digest(self.state)}
         optimizer = {str(i): var.numpy() for i, var in enumerate(self.optimizer.variables)}
         return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
-                "priority_figure": self.report.state_dict()}
+                "priority_figure": self.report.priority_figure.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what `state_dict` gave (ValueError for a part that does not fit), then
         replay the episode in progress: the same seed and actions give the same observation."""
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
-        self.report.load_state_dict(state["priority_figure"])
+        self.report.priority_figure.load_state_dict(state["priority_figure"])
         progress = state["progress"]  # JSON, its types checked here: a corrupt file says so
         self.step, self.episode = int(progress["step"]), int(progress["episode"])
         self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]

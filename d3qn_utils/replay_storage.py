@@ -225,8 +225,6 @@ class FrameStackStorage:
         """As `TransitionStorage.get`; a slot that holds no transition raises ValueError."""
         slots = self._checked_slots(slots)
         ends = slots if last_slots is None else self._checked_slots(last_slots)
-        if ends.shape != slots.shape:
-            raise ValueError(f"last_slots has shape {ends.shape}, slots {slots.shape}")
         return (self._stacks(slots), self.actions[slots], self.rewards[slots],
                 self._stacks((ends + 1) % self.capacity), self.dones[slots])
 

@@ -143,7 +143,7 @@ class TensorBoardWriter:
 class TrainingReport:
     """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of the flags `config`
     named `name`, a few microseconds per gradient step. A context manager, so TensorBoard's
-    events reach the disk however the loop ends. Its `state_dict` is the priority figure's data."""
+    events reach the disk however the loop ends. A checkpoint keeps its `priority_figure`."""
 
     def __init__(self, config: Namespace, name: str, plot_path: str, priority_plot_path: str,
                  image_states: bool) -> None:
@@ -163,13 +163,6 @@ class TrainingReport:
     def __exit__(self, *exception: object) -> None:
         if self.tensorboard is not None:
             self.tensorboard.flush()
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """What the report keeps across a checkpoint: the priority figure's data."""
-        return self.priority_figure.state_dict()
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        self.priority_figure.load_state_dict(arrays)
 
     def start(self, step: int, settings_notes: list[str]) -> None:
         """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place;
