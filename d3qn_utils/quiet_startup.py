@@ -48,23 +48,16 @@ READ_BYTES = 65536
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO and WARNING lines
 
 
-def gpu_line(line: str) -> str | None:
-    """Our one line for TensorFlow's "Created device ... GPU" log line, None for other lines."""
-    found = GPU_DEVICE.fullmatch(line)
-    if found is None:
-        return None
-    return (f"TensorFlow uses GPU {found['index']}: {found['name']} (compute capability "
-            f"{found['capability']}, {int(found['megabytes']):,} MB)")
-
-
 def filtered(line: bytes) -> bytes:
     """What the terminal gets for one stderr line (without its newline): nothing if HARMLESS,
-    our line for a GPU, else the line and its newline."""
+    our one line for TensorFlow's "Created device ... GPU" line, else the line and its newline."""
     text = line.decode("utf-8", "replace").removesuffix("\r")
     if HARMLESS.fullmatch(text):
         return b""
-    ours = gpu_line(text)
-    return line + b"\n" if ours is None else ours.encode() + b"\n"
+    if gpu := GPU_DEVICE.fullmatch(text):
+        line = (f"TensorFlow uses GPU {gpu['index']}: {gpu['name']} (compute capability "
+                f"{gpu['capability']}, {int(gpu['megabytes']):,} MB)").encode()
+    return line + b"\n"
 
 
 def forward(source: int, sink: int) -> None:
