@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from d3qn_utils.checks import (
-    check_capacity,
+    check_integer,
     check_leaves,
     check_non_negative,
     check_saved_value,
@@ -63,7 +63,7 @@ class SumTree:
     """
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = check_capacity(capacity)
+        self.capacity = check_integer("capacity", capacity, 1)
         self.tree = np.zeros(2 * self.capacity - 1)
         self.mins = np.full(2 * self.capacity - 1, np.inf)
 

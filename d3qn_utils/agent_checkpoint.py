@@ -110,14 +110,13 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
     this FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
-    progress_file = directory / "progress.json"
-    progress = read_json(progress_file)
+    progress = read_json(directory / "progress.json")
     if format_of(directory, progress) == 1:
         progress, arrays = from_format_1(directory, progress)
     else:
         arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
-    if not isinstance(progress.get("progress"), dict) or recorded_run(progress) is None:
-        raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
+    # Without its counters, progress.json is as corrupt as without its run record.
+    recorded_run(directory, progress if isinstance(progress.get("progress"), dict) else {})
     return progress, arrays
 
 
@@ -153,13 +152,16 @@ def from_format_1(directory: Path, progress: dict[str, Any]
     return {"format": FORMAT, "run": run, "progress": progress}, arrays
 
 
-def recorded_run(progress: dict[str, Any]) -> dict[str, Any] | None:
-    """The valid run record (id, start time, flags) of a checkpoint's progress.json, or None."""
+def recorded_run(directory: Path, progress: dict[str, Any]) -> dict[str, Any]:
+    """The run record (id, start time, flags) of the checkpoint in `directory` whose
+    progress.json holds `progress`; ValueError naming the file if it has no valid one."""
     run = progress.get("run")
-    valid = (isinstance(run, dict) and isinstance(run.get("id"), str)
-             and re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
-             and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict))
-    return run if valid else None
+    if not (isinstance(run, dict) and isinstance(run.get("id"), str)
+            and re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
+            and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)):
+        raise ValueError(f"checkpoint file {directory / 'progress.json'} is corrupt: no valid "
+                         "run record")
+    return run
 
 
 def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
@@ -170,12 +172,9 @@ def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
         raise ValueError(f"no checkpoint to resume from in {checkpoint_root}")
     refusals = []
     for directory in newest:
-        progress_file = directory / "progress.json"
-        progress = read_json(progress_file)
+        progress = read_json(directory / "progress.json")
         format_of(directory, progress)
-        run = recorded_run(progress)
-        if run is None:
-            raise ValueError(f"checkpoint file {progress_file} is corrupt: no valid run record")
+        run = recorded_run(directory, progress)
         refused = flag_changes(run["flags"], config)[0]
         if not refused:
             return directory

@@ -67,7 +67,7 @@ class GreedyPolicy:
             self._read_weights = compiled_backend().weights_reader(variables)
 
     def weights_changed(self) -> None:
-        """Note that the network's weights changed: the next call copies them (~0.2 ms)."""
+        """Note that the network's weights changed: the next call copies them."""
         self._weights = None
 
     def __call__(self, states: np.ndarray) -> np.ndarray:

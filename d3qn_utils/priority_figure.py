@@ -112,7 +112,7 @@ class PriorityFigure:
                 self.history.append((step, beta, float(weights.min()), float(weights.mean())))
 
     def draw(self, path: str, memory: Any, title: str) -> bool:
-        """Save the figure of `memory` to `path` (~0.3 s); False before the first batch."""
+        """Save the figure of `memory` to `path`; False before the first batch."""
         if not self.recent_batches:
             return False
         recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
@@ -156,7 +156,7 @@ def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]
 def draw_priority_figure(path: str, data: dict[str, Any],
                          history: list[tuple[int, float, float, float]],
                          recent_is_weights: np.ndarray, title: str) -> None:
-    """Four panels on what prioritized replay does, saved atomically to `path` (~0.3 s)."""
+    """Four panels on what prioritized replay does, saved atomically to `path`."""
     figure = Figure(figsize=(13, 8.5), layout="constrained")
     figure.suptitle(title, fontsize=11)
     (probability_axes, weight_axes), (beta_axes, age_axes) = figure.subplots(2, 2)

@@ -1,13 +1,10 @@
 """The first line a script prints is its own: TensorFlow's harmless start-up lines are filtered.
 
-Importing TensorFlow 2.21 without a GPU writes the `HARMLESS` lines below (some twice) from C++
-before absl is initialised, straight to descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach
-them (tensorflow/tensorflow PR #102212, abseil-cpp #1957). Imported before TensorFlow, this sets
-TF_CPP_MIN_LOG_LEVEL=2 and, in a script of this repository only (not pytest, Ray workers,
-notebooks), points descriptor 2 at a forwarding process (this file run as a script) that drops
-those lines, turns the GPU line into ours (`gpu_line`) and passes the rest on at once. A process,
-not a thread, so that what a crash writes last still gets out; at exit the script waits for it
-(at most FINISH_SECONDS) so that no line follows the prompt.
+TensorFlow 2.21 writes the `HARMLESS` lines from C++ before absl is initialised, straight to
+descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach them. In a script of this repository
+(not pytest, Ray workers, notebooks) descriptor 2 goes through a forwarding process (this file
+run as a script) that drops them, turns the GPU line into ours and passes the rest on at once; a
+process, so that what a crash writes last still gets out.
 """
 
 from __future__ import annotations
@@ -51,50 +48,37 @@ READ_BYTES = 65536
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO and WARNING lines
 
 
-def gpu_line(line: str) -> str | None:
-    """Our one line for TensorFlow's "Created device ... GPU" log line, None for other lines."""
-    found = GPU_DEVICE.fullmatch(line)
-    if found is None:
-        return None
-    return (f"TensorFlow uses GPU {found['index']}: {found['name']} (compute capability "
-            f"{found['capability']}, {int(found['megabytes']):,} MB)")
-
-
 def filtered(line: bytes) -> bytes:
     """What the terminal gets for one stderr line (without its newline): nothing if HARMLESS,
-    our line for a GPU, else the line and its newline."""
+    our one line for TensorFlow's "Created device ... GPU" line, else the line and its newline."""
     text = line.decode("utf-8", "replace").removesuffix("\r")
     if HARMLESS.fullmatch(text):
         return b""
-    ours = gpu_line(text)
-    return line + b"\n" if ours is None else ours.encode() + b"\n"
+    if gpu := GPU_DEVICE.fullmatch(text):
+        line = (f"TensorFlow uses GPU {gpu['index']}: {gpu['name']} (compute capability "
+                f"{gpu['capability']}, {int(gpu['megabytes']):,} MB)").encode()
+    return line + b"\n"
 
 
 def forward(source: int, sink: int) -> None:
     """Copy lines from `source` to `sink` through `filtered` until the input ends (a piece
     without a newline after PARTIAL_LINE_SECONDS); once `sink` fails, read and drop the rest."""
-    pending = b""
-    sink_open = True
-
-    def write(data: bytes) -> None:
-        nonlocal sink_open
-        while data and sink_open:
-            try:
-                data = data[os.write(sink, data):]
-            except OSError:
-                sink_open = False
-
+    pending, sink_open = b"", True
     while True:
         if pending and not select.select([source], [], [], PARTIAL_LINE_SECONDS)[0]:
-            write(pending)
-            pending = b""
-            continue
-        chunk = os.read(source, READ_BYTES)
-        if not chunk:
-            break
-        *lines, pending = (pending + chunk).split(b"\n")
-        write(b"".join(map(filtered, lines)))
-    write(pending)
+            out, pending = pending, b""
+        elif chunk := os.read(source, READ_BYTES):
+            *lines, pending = (pending + chunk).split(b"\n")
+            out = b"".join(map(filtered, lines))
+        else:
+            out, pending = pending, None
+        while out and sink_open:
+            try:
+                out = out[os.write(sink, out):]
+            except OSError:
+                sink_open = False
+        if pending is None:
+            return
 
 
 def is_repository_script() -> bool:
@@ -114,26 +98,23 @@ def install() -> None:
         real_stderr = os.dup(2)
     except OSError:
         return
-    read_end, write_end = os.pipe()
     # The forwarder inherits ignored SIGINT and SIGTERM: Ctrl-C or a kill of the process group
     # stops the script, whose last lines the forwarder still writes before it ends.
     handlers = {number: signal.signal(number, signal.SIG_IGN)
                 for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        forwarder = subprocess.Popen([sys.executable, "-I", "-S", __file__], stdin=read_end,
-                                     stdout=real_stderr, stderr=real_stderr)
+        forwarder = subprocess.Popen([sys.executable, "-I", "-S", __file__],
+                                     stdin=subprocess.PIPE, stdout=real_stderr, stderr=real_stderr)
     except OSError:
-        for descriptor in (real_stderr, read_end, write_end):
-            os.close(descriptor)
+        os.close(real_stderr)
         return
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
-    os.close(read_end)
     if sys.stderr is not None:
         sys.stderr.flush()
-    os.dup2(write_end, 2)
-    os.close(write_end)
+    os.dup2(forwarder.stdin.fileno(), 2)
+    forwarder.stdin.close()  # descriptor 2 is now the pipe's only write end
     atexit.register(finish, forwarder, real_stderr)
 
 

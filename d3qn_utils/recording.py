@@ -46,7 +46,7 @@ def check_gif_path(path: str) -> Path:
 
 class GifRecorder:
     """The screens of one episode, shrunk as they come in, written as one animated GIF that
-    plays in real time at `steps_per_second` (the env's `render_fps`). 68 KB a CartPole frame."""
+    plays in real time at `steps_per_second` (the env's `render_fps`)."""
 
     def __init__(self, steps_per_second: float) -> None:
         if not steps_per_second > 0:
@@ -70,7 +70,7 @@ class GifRecorder:
     def add(self, step: int, frame: Any) -> None:
         """Keep `frame`, the uint8 RGB screen after `step` steps, shrunk to GIF_MAX_WIDTH, in
         the first frame's palette without dithering (flat colours compress well and do not
-        flicker). ~2 ms for CartPole. ValueError if the environment gave no RGB frame."""
+        flicker). ValueError if the environment gave no RGB frame."""
         frame = None if frame is None else np.asarray(frame)
         if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
             got = None if frame is None else f"{frame.dtype} {frame.shape}"
@@ -79,7 +79,7 @@ class GifRecorder:
         image = Image.fromarray(frame)
         if image.width > GIF_MAX_WIDTH:
             height = round(image.height * GIF_MAX_WIDTH / image.width)
-            # Area averaging: sharp enough for shrinking, 4x faster than Lanczos here.
+            # Area averaging: sharp enough for shrinking, and faster than Lanczos.
             image = image.resize((GIF_MAX_WIDTH, height), Image.Resampling.BOX)
         palette = self.frames[0] if self.frames else image.quantize(GIF_COLORS,
                                                                      dither=Image.Dither.NONE)
@@ -88,7 +88,7 @@ class GifRecorder:
 
     def encode(self, max_bytes: int | None = None) -> tuple[bytes, int]:
         """The GIF's bytes and frame count; every 2nd frame dropped (each kept one lasting
-        twice as long) until it fits in `max_bytes` (GIF_MAX_BYTES). ~2 ms a CartPole frame."""
+        twice as long) until it fits in `max_bytes` (GIF_MAX_BYTES)."""
         if not self.frames:
             raise ValueError("no frame was recorded")
         max_bytes = GIF_MAX_BYTES if max_bytes is None else max_bytes

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from d3qn_utils.checks import check_capacity, check_integer, check_range, check_saved_value, require
+from d3qn_utils.checks import check_integer, check_range, check_saved_value, require
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 
@@ -23,7 +23,7 @@ class ReplayMemory:
     def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
                  rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99
                  ) -> None:
-        self.capacity = check_capacity(capacity)
+        self.capacity = check_integer("capacity", capacity, 1)
         self.n_step = check_integer("n_step", n_step, 1)
         check_range("gamma", gamma, 0.0, 1.0)
         self.gamma = float(gamma)

@@ -19,8 +19,8 @@ import numpy as np
 from d3qn_utils.checks import (
     FIELDS,
     check_block,
-    check_capacity,
     check_experience,
+    check_integer,
     check_saved_value,
     is_integer,
     require,
@@ -34,7 +34,7 @@ class TransitionStorage:
     """One row per transition in five numpy arrays, typed by the first `add`; a ring."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = check_capacity(capacity)
+        self.capacity = check_integer("capacity", capacity, 1)
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
         self.written = 0  # slots written at least once
         self.write_pointer = 0
@@ -160,12 +160,11 @@ class FrameStackStorage:
     and no earlier episode's frame leaks into a stack. With `stack_axis=None` (MinAtar) S = 1.
     Writing slot w breaks the transitions of slots w .. w+S-1 (`add` reports them freed).
 
-    Memory: 7,070 bytes a slot for 84x84 frames. Time: `add` ~60-90 us for 84x84x4; `get`
-    ~1.5 ms for 32 slots.
+    Memory: 7,070 bytes a slot for 84x84 frames (`bytes_per_slot`).
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
-        self.capacity = check_capacity(capacity, minimum=2)
+        self.capacity = check_integer("capacity", capacity, 2)
         if stack_axis is not None and not is_integer(stack_axis):
             raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
         self.stack_axis = None if stack_axis is None else int(stack_axis)
@@ -226,8 +225,6 @@ class FrameStackStorage:
         """As `TransitionStorage.get`; a slot that holds no transition raises ValueError."""
         slots = self._checked_slots(slots)
         ends = slots if last_slots is None else self._checked_slots(last_slots)
-        if ends.shape != slots.shape:
-            raise ValueError(f"last_slots has shape {ends.shape}, slots {slots.shape}")
         return (self._stacks(slots), self.actions[slots], self.rewards[slots],
                 self._stacks((ends + 1) % self.capacity), self.dones[slots])
 

@@ -115,21 +115,15 @@ MINATAR_PRESET: dict[str, Any] = {
     "memory_size": 100_000,  # both papers
     "batch_size": 32,  # both papers
     "learning_rate": 1e-4,  # Revisiting Rainbow's Rainbow (its DQN: 2.5e-4, which screened lower)
-    # Dopamine's Adam epsilon, as both of Revisiting Rainbow's agents: screened on seed 100 it
-    # lifted Asterix's last 100 training episodes from 12.9 to 19.8, Seaquest's from 11.6 to 19.5.
-    "adam_epsilon": 3.125e-4,
+    "adam_epsilon": 3.125e-4,  # Dopamine's, as both Revisiting Rainbow's (docs/minatar.md)
     "lr_decay": False,  # a constant step, as in both
     "learning_starts": 5_000,  # the paper's replay start size (Revisiting Rainbow: 1,000)
     "target_update": 1_000,  # both papers
     "train_frequency": 4,  # Revisiting Rainbow (the paper: a gradient step every frame)
     "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
     "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
-    # One-step targets, as both papers' DQN: with 3-step returns (and epsilon 0.1) Asterix did
-    # not learn on seed 100 (last 100 training episodes 0.7, with one step 12.9: minatar.md).
-    "n_step": 1,
-    # 64 gradient steps per XLA call: 0.78 ms a step against 0.87 ms with 16, measured side by
-    # side here; 500,000 steps make that a minute of a 2M run.
-    "gradient_steps_per_call": 64,
+    "n_step": 1,  # as both papers' DQN: with 3-step returns Asterix did not learn (docs/minatar.md)
+    "gradient_steps_per_call": 64,  # a faster gradient step than 16 per call (docs/minatar.md)
     "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
     "eval_episodes": 10,
 }
@@ -137,14 +131,13 @@ MINATAR_PRESET: dict[str, Any] = {
 # carry these sparse, delayed rewards back faster.
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
     "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
-    # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): screened on
-    # seeds 100-102 (docs/classic_control.md), it lands Acrobot's last networks at -79.5 on
-    # average against -82.7 with one per 4 steps, at ~3x the time.
+    # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): better last
+    # networks than one per 4 steps, at a few times the time (docs/classic_control.md).
     "train_frequency": 1,
     "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
 }
 # Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
-# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (~0.7 GB each, two kept).
+# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (two kept: docs/atari.md).
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
 }
@@ -154,7 +147,7 @@ PONG_NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
 GAME_PRESETS: dict[str, dict[str, Any]] = {
     "PongNoFrameskip-v4": PONG_PRESET,
     "ALE/Pong-v5": PONG_PRESET,
-    # Less exploration noise in Acrobot's 3-step returns: -75.0 on seeds 100-102 against -79.5.
+    # Less exploration noise in Acrobot's 3-step returns scored higher (classic_control.md).
     "Acrobot-v1": {**ACROBOT_LUNAR_LANDER_PRESET, "epsilon_min": 0.01},
     "LunarLander-v3": dict(ACROBOT_LUNAR_LANDER_PRESET),
     "MountainCar-v0": {
@@ -428,12 +421,9 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
 
 def format_preset(preset: dict[str, Any]) -> str:
     """`{"n_step": 3, "lr_decay": False}` as the command-line flags "--n-step 3, --no-lr-decay"."""
-    flags = []
-    for name, value in preset.items():
-        flag = name.replace("_", "-")
-        flags.append((f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool)
-                     else f"--{flag} {value}")
-    return ", ".join(flags)
+    return ", ".join((f"--{'' if value else 'no-'}{name.replace('_', '-')}"
+                      if isinstance(value, bool) else f"--{name.replace('_', '-')} {value}")
+                     for name, value in preset.items())
 
 
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
