@@ -31,7 +31,7 @@ from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
 from d3qn_utils.priority_figure import ReplayStatistics
-from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport
+from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, describe, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
@@ -245,8 +245,13 @@ class DQNAgent:
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
-            config, self.name, self.Plot_name, self.Priority_plot_name,
-            image_states=len(self.state_shape) == 3)
+            self.Plot_name, self.Priority_plot_name, env_name=config.env_name, seed=config.seed,
+            description=describe(config), total_steps=config.total_steps, xla=config.xla,
+            memory_size=config.memory_size, batch_size=config.batch_size, bfloat16=config.bfloat16,
+            train_frequency=config.train_frequency, eval_episodes=config.eval_episodes,
+            tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
+            tensorboard_every=config.tensorboard_every, prioritized=config.use_per,
+            image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(config))
 
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
@@ -475,14 +480,14 @@ class DQNAgent:
             "episode_score": self.episode_score, "state_sha256": state_digest(self.state)}
         optimizer = {str(i): var.numpy() for i, var in enumerate(self.optimizer.variables)}
         return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
-                "priority_figure": self.report.priority_figure.state_dict()}
+                "priority_figure": self.report.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what `state_dict` gave (ValueError for a part that does not fit), then
         replay the episode in progress: the same seed and actions give the same observation."""
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
-        self.report.priority_figure.load_state_dict(state["priority_figure"])
+        self.report.load_state_dict(state["priority_figure"])
         progress = state["progress"]  # JSON, its types checked here: a corrupt file says so
         self.step, self.episode = int(progress["step"]), int(progress["episode"])
         self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]

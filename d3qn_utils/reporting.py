@@ -16,7 +16,6 @@ import keras
 import numpy as np
 from matplotlib.figure import Figure
 
-from d3qn_utils import settings
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.priority_figure import PriorityFigure
 
@@ -141,18 +140,24 @@ class TensorBoardWriter:
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of the flags `config`
-    named `name`, a few microseconds per gradient step. A context manager, so TensorBoard's
-    events reach the disk however the loop ends. A checkpoint keeps its `priority_figure`."""
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
+    gradient step. A context manager, so TensorBoard's events reach the disk however the loop
+    ends. Its `state_dict` is the priority figure's data."""
 
-    def __init__(self, config: Namespace, name: str, plot_path: str, priority_plot_path: str,
-                 image_states: bool) -> None:
-        self.config, self.image_states = config, image_states
+    def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
+                 description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
+                 train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
+                 tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
+                 xla: bool, warning: str | None) -> None:
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
-        self.description, self.warning = describe(config), settings.no_training_warning(config)
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
-        self.tensorboard_dir = tensorboard_dir(config.tensorboard, name)
-        self.tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
+        self.env_name, self.description, self.seed = env_name, description, seed
+        self.total_steps, self.train_frequency = total_steps, train_frequency
+        self.eval_episodes, self.prioritized = eval_episodes, prioritized
+        self.image_states, self.bfloat16, self.xla = image_states, bfloat16, xla
+        self.warning = warning
+        self.priority_figure = PriorityFigure(memory_size, batch_size)
+        self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
+        self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
         self._start_clocks(0)
@@ -164,10 +169,17 @@ class TrainingReport:
         if self.tensorboard is not None:
             self.tensorboard.flush()
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What the report keeps across a checkpoint: the priority figure's data."""
+        return self.priority_figure.state_dict()
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        self.priority_figure.load_state_dict(arrays)
+
     def start(self, step: int, settings_notes: list[str]) -> None:
         """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place;
         the clocks start at `step`."""
-        print(f"training on {self.config.env_name} until step {self.config.total_steps:,}: "
+        print(f"training on {self.env_name} until step {self.total_steps:,}: "
               f"{self.description}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
               flush=True)
         if settings_notes:
@@ -177,10 +189,10 @@ class TrainingReport:
         if self.tensorboard_dir:
             print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
                   f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
-        if self.config.bfloat16 and not self.image_states:
+        if self.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
-        if (self.image_states and not self.config.xla and keras.backend.backend() == "tensorflow"
+        if (self.image_states and not self.xla and keras.backend.backend() == "tensorflow"
                 and onednn_enabled() is False):
             print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
                   "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
@@ -192,7 +204,7 @@ class TrainingReport:
         now = time.perf_counter()
         self._last_plot_time = now
         self._start = self._interval_start = (now, step)  # (time, env step) of this process
-        self.forecast = Forecast(self.config.total_steps)
+        self.forecast = Forecast(self.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         if self.tensorboard is not None:
@@ -209,7 +221,7 @@ class TrainingReport:
         steps their averaged scalars go to TensorBoard."""
         # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
         # TensorBoard's points fall on the same steps in every run, learning started or not.
-        last = step // self.config.train_frequency
+        last = step // self.train_frequency
         self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
@@ -218,14 +230,14 @@ class TrainingReport:
                 range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
                 strict=True):
             self._interval_sums += (float(loss), float(errors.mean()), 1)
-            if gradient_step % self.config.tensorboard_every:
+            if gradient_step % self.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
             mean_loss, mean_error = self._interval_sums[:2] / self._interval_sums[2]
             scalars = {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error,
                        "train/epsilon": epsilon,
                        "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
-            if self.config.use_per:
+            if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
@@ -240,7 +252,7 @@ class TrainingReport:
         if estimate := self.forecast.estimate(step, now):
             print(estimate, flush=True)
         left = self.forecast.time_left(step, now)
-        print(f"episode: {episode}, step: {step}/{self.config.total_steps}, "
+        print(f"episode: {episode}, step: {step}/{self.total_steps}, "
               f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
               f"{(step - start_step) / (now - then):.0f} steps/s"
               + (f", {left} left" if left else ""), flush=True)
@@ -269,10 +281,10 @@ class TrainingReport:
         if evaluations:
             _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
             axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
-                      label=f"greedy evaluation ({self.config.eval_episodes} episodes)")
+                      label=f"greedy evaluation ({self.eval_episodes} episodes)")
         axes.set(xlabel="Episode", ylabel="Score")
-        axes.set_title(f"{self.config.env_name}: {self.description}\nseed {self.config.seed}, "
-                       f"{step:,} environment steps", fontsize=10)
+        axes.set_title(f"{self.env_name}: {self.description}\nseed {self.seed}, {step:,} "
+                       "environment steps", fontsize=10)
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left")
         with atomic_file(self.plot_path) as temporary:
@@ -284,9 +296,9 @@ class TrainingReport:
         """Draw the learning curve and the priority figure of `memory`; return "plots A
         and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
-        title = f"{self.config.env_name}: " + (
-            "uniform replay" if memory.kind == "uniform"
-            else f"what {memory.kind} replay did (alpha {memory.alpha:g})") + f", step {step:,}"
+        title = (f"{self.env_name}: uniform replay, step {step:,}" if memory.kind == "uniform" else
+                 f"{self.env_name}: what {memory.kind} replay did (alpha {memory.alpha:g}), "
+                 f"step {step:,}")
         if self.priority_figure.draw(self.priority_plot_path, memory, title):
             return f"plots {self.plot_path} and {self.priority_plot_path}"
         return f"plot {self.plot_path}"
