@@ -301,6 +301,7 @@ class UniformMemory(ReplayMemory):
     """
 
     kind = "uniform"
+    alpha = 0.0  # P(i) = p_i^0 / sum_k p_k^0 = 1 / N: uniform, as with alpha = 0
     beta = 0.0  # every importance-sampling weight is 1, as with beta = 0
 
     def __init__(

@@ -422,7 +422,7 @@ class Replay:
         """(tree_idx, stamps, batch, is_weights, env steps collected) of n prioritized draws."""
         start = time.perf_counter()
         tree_idx, batch, is_weights = self.memory.sample(n)
-        stamps = self.stamps[tree_idx - (self.memory.capacity - 1)]
+        stamps = self.stamps[self.memory.slots_of(tree_idx)]
         self._timed("sample", start)
         return tree_idx, stamps, batch, is_weights, int(self.env_steps.sum())
 
@@ -430,7 +430,7 @@ class Replay:
                           abs_errors: np.ndarray) -> None:
         """New priorities from the learner, for the sampled transitions still in the memory."""
         start = time.perf_counter()
-        current = self.stamps[tree_idx - (self.memory.capacity - 1)] == stamps
+        current = self.stamps[self.memory.slots_of(tree_idx)] == stamps
         self.memory.batch_update(tree_idx[current], abs_errors[current])
         self.updates += 1
         self._timed("update", start)

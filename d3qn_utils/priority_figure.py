@@ -98,12 +98,11 @@ class PriorityFigure:
     def note_store(self, slot: int) -> None:
         self.statistics.note_store(slot)
 
-    def note_replay(self, tree_idx: np.ndarray, size: int, step: int, last_gradient_step: int,
+    def note_replay(self, slots: np.ndarray, size: int, step: int, last_gradient_step: int,
                     beta: float, is_weights: np.ndarray) -> None:
-        """Note one `replay` call: leaves `tree_idx` drawn from `size` transitions, one row of
-        `is_weights` per gradient step up to `last_gradient_step`. O(len(tree_idx))."""
-        capacity = len(self.statistics.replay_counts)
-        self.statistics.note_sample(tree_idx - (capacity - 1), size)
+        """Note one `replay` call: `slots` drawn from `size` transitions, one row of
+        `is_weights` per gradient step up to `last_gradient_step`. O(len(slots))."""
+        self.statistics.note_sample(slots, size)
         first = last_gradient_step - len(is_weights) + 1
         for gradient_step, weights in enumerate(is_weights, start=first):
             self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = weights

@@ -65,6 +65,14 @@ class ReplayMemory:
         """The slots that hold a transition. O(capacity)."""
         return np.flatnonzero(self.storage.holds_transition)
 
+    def slots_of(self, tree_idx: np.ndarray) -> np.ndarray:
+        """The storage slots of the leaves `sample` returned (a leaf's index less capacity - 1)."""
+        return np.asarray(tree_idx) - (self.capacity - 1)
+
+    def describe(self) -> str:
+        """The memory in a figure's title: "proportional replay (alpha 0.6)"."""
+        return f"{self.kind} replay (alpha {self.alpha:g})"
+
     def zero_error_floor(self) -> tuple[float, float] | None:
         """(P(i) of a transition with |delta| = 0, epsilon) for `PER.Memory`; None here."""
         return None

@@ -214,7 +214,7 @@ class TrainingReport:
         """A transition went into `slot` of the memory (for the priority figure's ages)."""
         self.priority_figure.note_store(slot)
 
-    def gradient_steps(self, step: int, tree_idx: np.ndarray, memory_size: int,
+    def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
         """Note one `replay` call's gradient steps (one row each); every TENSORBOARD_EVERY
@@ -222,7 +222,7 @@ class TrainingReport:
         # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
         # TensorBoard's points fall on the same steps in every run, learning started or not.
         last = step // self.train_frequency
-        self.priority_figure.note_replay(tree_idx, memory_size, step, last, beta, is_weights)
+        self.priority_figure.note_replay(slots, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
             return
@@ -296,9 +296,7 @@ class TrainingReport:
         """Draw the learning curve and the priority figure of `memory`; return "plots A
         and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
-        title = (f"{self.env_name}: uniform replay, step {step:,}" if memory.kind == "uniform" else
-                 f"{self.env_name}: what {memory.kind} replay did (alpha {memory.alpha:g}), "
-                 f"step {step:,}")
+        title = f"{self.env_name}: what {memory.describe()} did, step {step:,}"
         if self.priority_figure.draw(self.priority_plot_path, memory, title):
             return f"plots {self.plot_path} and {self.priority_plot_path}"
         return f"plot {self.plot_path}"

@@ -108,7 +108,8 @@ def test_the_priority_figure_survives_a_checkpoint():
     for i in range(20):
         figure.statistics.note_store(memory.store(experience(i)))
         tree_idx, _, is_weights = memory.sample(8)
-        figure.note_replay(tree_idx, len(memory), step=i, last_gradient_step=2 * i + 1, beta=0.5,
+        figure.note_replay(memory.slots_of(tree_idx), len(memory), step=i,
+                           last_gradient_step=2 * i + 1, beta=0.5,
                            is_weights=is_weights.reshape(2, 4))
     arrays = save_and_load(figure.state_dict())
     restored = PriorityFigure(16, batch_size=4)
@@ -131,7 +132,7 @@ def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_pa
     assert figure.draw(str(path), Memory(8, rng=0), "t") is False
     assert not path.exists()
     figure.note_store(0)
-    figure.note_replay(np.array([7]), 1, step=1, last_gradient_step=0, beta=0.4,
+    figure.note_replay(np.array([0]), 1, step=1, last_gradient_step=0, beta=0.4,
                        is_weights=np.ones((1, 4), np.float32))
     memory = Memory(8, rng=0)
     memory.store((np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False))
