@@ -30,7 +30,6 @@ from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
-from d3qn_utils.priority_figure import ReplayStatistics
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, describe, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
@@ -204,7 +203,7 @@ class DQNAgent:
         memory_class = ((RankBasedMemory if config.per_rank_based else Memory) if config.use_per
                         else UniformMemory)
         settings.check_replay_memory(memory_class, config.memory_size, self.state_shape,
-                                     self.state_dtype, ReplayStatistics.BYTES_PER_SLOT)
+                                     self.state_dtype, TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
             storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)

@@ -152,6 +152,10 @@ class FixedBatchMemory:
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         self.updates.append((np.array(tree_idx), np.array(abs_errors)))
 
+    def slots_of(self, tree_idx: np.ndarray) -> np.ndarray:
+        assert np.array_equal(tree_idx, self.tree_idx)
+        return self.slots
+
 
 def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
     """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
