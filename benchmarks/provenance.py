@@ -156,7 +156,8 @@ def write_results(path: Path, measured: dict[str, Any], **stamp_fields: Any) -> 
 
 def machine_label(result: dict[str, Any]) -> str:
     """A results file's machine in a table cell. Files written before the stamp held the
-    machine say "machine not recorded", unless a log named it ("machine_from_log")."""
+    machine give what they have: "x86_64, 2 cores (CPU model not recorded)", a log's name for it
+    ("machine_from_log"), or "machine not recorded"."""
     found = result.get("machine")
     if isinstance(found, dict):
         features = " ".join(found["cpu_features"]) or "none of " + " ".join(
@@ -165,7 +166,7 @@ def machine_label(result: dict[str, Any]) -> str:
         return label + "".join(f", {gpu}" for gpu in found.get("gpus", []))
     if "machine_from_log" in result:
         return result["machine_from_log"]["name"]
-    return MACHINE_NOT_RECORDED
+    return f"{found} (CPU model not recorded)" if isinstance(found, str) else MACHINE_NOT_RECORDED
 
 
 def commit_label(result: dict[str, Any]) -> str:
