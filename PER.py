@@ -67,16 +67,6 @@ class SumTree:
         self.tree = np.zeros(2 * self.capacity - 1)
         self.mins = np.full(2 * self.capacity - 1, np.inf)
 
-    @property
-    def total_priority(self) -> float:
-        """Sum of all priorities (the root node). O(1)."""
-        return float(self.tree[0])
-
-    @property
-    def min_priority(self) -> float:
-        """Smallest non-zero leaf priority (p^alpha), +inf while every leaf is zero. O(1)."""
-        return float(self.mins[0])
-
     def update(self, tree_index: int, priority: float) -> None:
         """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
         if not is_integer(tree_index):
@@ -114,6 +104,16 @@ class SumTree:
         leaves = _get_leaves(self.tree, self.capacity, values)
         return leaves, self.tree[leaves]
 
+    @property
+    def total_priority(self) -> float:
+        """Sum of all priorities (the root node). O(1)."""
+        return float(self.tree[0])
+
+    @property
+    def min_priority(self) -> float:
+        """Smallest non-zero leaf priority (p^alpha), +inf while every leaf is zero. O(1)."""
+        return float(self.mins[0])
+
 
 @numba.njit(cache=True)
 def _update_leaf(tree, mins, node, priority):  # pragma: no cover (compiled)
@@ -138,8 +138,9 @@ def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compile
 @numba.njit(cache=True)
 def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
     """The tutorial's `get_leaf` walk down from the root, for each value in turn, as fixed: left
-    while v falls in the left subtree, else right with the left subtree's sum taken off v; a v
-    on the border goes right (the tutorial's `v <= tree[left]` went left, into empty leaves)."""
+    while v falls in the left subtree, else right with the left subtree's sum taken off v, but
+    never into an empty right subtree (the tutorial's walk sent a v that rounding put past the
+    total into the empty leaves of a memory not yet full); a v on a border goes right."""
     leaves = np.empty(values.size, dtype=np.int64)
     for k in range(values.size):
         v = values[k]

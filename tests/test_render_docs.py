@@ -109,7 +109,8 @@ def test_a_block_renders_from_hand_made_results_with_command_machine_and_commit(
         "| Game-v0 | `--flag` | `handmade` | 100, 101 | 10.0, 20.0 | 15.0 | 5.0, 10.0 | "
         "11.0 at 1,000, 21.0 at 1,000 | 1,234, 1,234 | 2.2, 2.2 "
         "| `python d3qn_agent.py --env-name Game-v0 --seed N --flag` "
-        "| Some CPU, 2 cores (AVX2 AVX-512) (seeds 100); machine not recorded (seeds 101) "
+        "| Some CPU, 2 cores (AVX2 AVX-512) (seeds 100); "
+        "x86_64, 2 cores (CPU model not recorded) (seeds 101) "
         "| abc1234 (with uncommitted changes) (seeds 100); def5678 (seeds 101) |\n"
         "<!-- end rendered -->\n\nAfter.\n")
     assert render_docs.render_text(text, tmp_path, "page.md") == (text, [])
