@@ -515,13 +515,14 @@ class DQNAgent:
                                      self.state_dict(), (self.model, self.target_model))
 
     def resume(self, where: str = run_files.LATEST) -> str:
-        """Continue a run from its checkpoint (`where`: LATEST or a `step-*` directory); return
-        the lines that say from where, which run it continues and which flags changed."""
-        self.training_run, lines = agent_checkpoint.load(
-            self.checkpoint_root, where, self.config, (self.model, self.target_model),
-            self.load_state_dict)
+        """Continue the run of checkpoint `where` (LATEST or a `step-*` directory); what to say."""
+        checkpoint = agent_checkpoint.load(self.checkpoint_root, where, self.config,
+                                           (self.model, self.target_model))
+        with agent_checkpoint.restoring(checkpoint.directory):
+            self.load_state_dict(checkpoint.state)
+        self.training_run = checkpoint.run
         self.greedy_actions.weights_changed()
-        return lines
+        return checkpoint.lines
 
     def begin(self, resume: str | None = None) -> None:
         """Start the run holding the lock of its files, so that no second run writes them

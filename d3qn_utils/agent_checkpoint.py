@@ -9,21 +9,23 @@ A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holdi
     optimizer.npz        the optimizer's variables, "0", "1", ... in Keras' order
     online.weights.h5, target.weights.h5   the two networks (Keras)
 
-The agent gives what goes in (`DQNAgent.state_dict`) and takes it back (`load_state_dict`).
+The agent gives what goes in (`DQNAgent.state_dict`) and takes back what `load` returns
+(`load_state_dict`, inside `restoring`).
 Format 1 (before checkpoints had a version) is converted on reading; any other is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import zipfile
 from argparse import Namespace
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -75,13 +77,23 @@ def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[
     return str(write_checkpoint(root, state["progress"]["step"], write, size=size))
 
 
-def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any],
-         load_state: Callable[[dict[str, Any]], None]) -> tuple[TrainingRun, str]:
-    """Continue a run from the checkpoint `where` (a `step-*` directory, or LATEST:
-    `choose_checkpoint`): the weights into `networks` (online, target), the rest with its flags
-    to `load_state` (`DQNAgent.load_state_dict`). Returns the run it continues and the lines that
-    say from where ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py) and which
-    flags changed. ValueError naming the checkpoint and what is wrong with it."""
+class Checkpoint(NamedTuple):
+    """A checkpoint `load` read: the run it continues, its directory, the state for
+    `DQNAgent.load_state_dict` (with the run's flags under "flags") and the lines to print."""
+
+    run: TrainingRun
+    directory: Path
+    state: dict[str, Any]
+    lines: str
+
+
+def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any]
+         ) -> Checkpoint:
+    """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`) to
+    continue a run: the weights into `networks` (online, target), the rest returned. Its lines
+    say from where ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py), which run
+    it continues and which flags changed. ValueError naming the checkpoint and what is wrong
+    with it."""
     directory = choose_checkpoint(checkpoint_root, config) if where == LATEST else Path(where)
     saved, arrays = read_state(directory)
     run = saved["run"]
@@ -94,17 +106,24 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
         except Exception as error:  # Keras raises several types for a bad weights file
             raise ValueError(f"checkpoint file {directory / file} is missing or does not "
                              f"fit the network: {error}") from error
+    lines = (f"resuming from {directory} at step {saved['progress']['step']}\n"
+             f"continuing {run['id']}, started {run['started']}; changed flags: "
+             + (", ".join(changed) or "none"))
+    return Checkpoint(TrainingRun(run["id"], run["started"]), directory,
+                      {"progress": saved["progress"], "flags": run["flags"], **arrays}, lines)
+
+
+@contextlib.contextmanager
+def restoring(directory: Path) -> Iterator[None]:
+    """Around the agent's taking back a checkpoint's state: what it raises becomes one
+    ValueError naming the checkpoint."""
     try:
-        load_state({"progress": saved["progress"], "flags": run["flags"], **arrays})
+        yield
     except NonFiniteError as error:  # a good checkpoint; the environment is not fixed yet
         raise ValueError(f"cannot resume from {directory}: {error}") from error
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"checkpoint {directory} is corrupt or does not fit this run: "
                          f"{error}") from error
-    lines = (f"resuming from {directory} at step {saved['progress']['step']}\n"
-             f"continuing {run['id']}, started {run['started']}; changed flags: "
-             + (", ".join(changed) or "none"))
-    return TrainingRun(run["id"], run["started"]), lines
 
 
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
