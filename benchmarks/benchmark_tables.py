@@ -23,18 +23,23 @@ GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout"
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 
-def newest_results(results: Path, script: str, **settings: Any) -> dict[str, Any]:
-    """The newest results file of benchmarks/<script>.py under `results` (its files are named by
-    their UTC time) whose measured settings ("results" fields) equal `settings`."""
+def newest_results(results: Path, script: str, command: str | None = None, **settings: Any
+                   ) -> dict[str, Any]:
+    """The newest results file of `script` (benchmarks/<script>.py, or a program at the root)
+    under `results` (its files are named by their UTC time), of `command` where given, whose
+    measured settings ("results" fields) equal `settings`."""
     for path in sorted((results / script).glob("*.json"), reverse=True):
         run = json.loads(path.read_text())
-        if all(run["results"].get(name) == value for name, value in settings.items()):
+        if (command is None or run["command"] == command) and all(
+                run["results"].get(name) == value for name, value in settings.items()):
             return run
     wanted = ", ".join(f"{name} {value}" for name, value in settings.items())
     where = results.resolve()
     where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
-    raise ValueError(f"no results of benchmarks/{script}.py{' with ' + wanted if wanted else ''}"
-                     f" in {where.as_posix()}")
+    source = f"benchmarks/{script}.py" if (ROOT / "benchmarks" / f"{script}.py").exists() else (
+        f"{script}.py")
+    raise ValueError(f"no results of {source}{' with ' + wanted if wanted else ''}"
+                     f"{f' by `{command}`' if command else ''} in {where.as_posix()}")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

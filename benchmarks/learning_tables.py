@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import provenance
+from benchmark_tables import markdown_table, newest_results, stamp_cells
 
 BLIND_CLIFFWALK = "python blind_cliffwalk.py"  # the page's first command
 BLIND_CLIFFWALK_EPSILON = ("python blind_cliffwalk.py --methods uniform,proportional,rank "
@@ -20,24 +21,11 @@ PONG_LOGS = Path("pong_logs") / "committed_runs.json"  # under the results root 
 MINUS = "\N{MINUS SIGN}"
 
 
-def newest(results: Path, script: str, command: str | None = None) -> dict:
-    """The newest results file of `script` (its folder under the results root), of `command`
-    where given."""
-    for path in sorted((results / script).glob("*.json"), reverse=True):
-        found = json.loads(path.read_text())
-        if command is None or found["command"] == command:
-            return found
-    raise ValueError(f"no results of {script}{f' by `{command}`' if command else ''} in "
-                     f"{results / script}")
-
-
 def stamp_table(found: dict, *extra: tuple[str, str]) -> str:
     """The file's command, machine and commit (and `extra` columns) as a one-row table."""
-    header = ["command", *(name for name, _ in extra), "machine", "commit"]
-    cells = [f"`{found['command']}`", *(value for _, value in extra),
-             provenance.machine_label(found), provenance.commit_label(found)]
-    return (f"| {' | '.join(header)} |\n" + "|---" * len(header) + "|\n"
-            f"| {' | '.join(cells)} |\n")
+    command, machine, commit = stamp_cells(found)
+    return markdown_table(["command", *(name for name, _ in extra), "machine", "commit"],
+                          [[command, *(value for _, value in extra), machine, commit]])
 
 
 def signed(value: float, digits: int = 1) -> str:
@@ -60,7 +48,7 @@ def updates_cell(updates: list[int | None], budget: int) -> str:
 def blind_cliffwalk(command: str, results: Path) -> str:
     """Median (min to max) updates to converge per chain length and column, the ratio of uniform
     replay's median to each column's at the longest chain, and the file's stamp."""
-    found = newest(results, "blind_cliffwalk", command)
+    found = newest_results(results, "blind_cliffwalk", command)
     measured, settings = found["results"], found["results"]["settings"]
     columns = measured["columns"]
     rows: dict[tuple[int, int], dict[str, str]] = {}
@@ -90,14 +78,12 @@ def size(count: int) -> str:
 
 def pretrained(results: Path) -> str:
     """Each committed network's size and greedy scores, by the command that played it."""
-    found = newest(results, "play_pretrained")
-    lines = ["| file | size | command | scores, episode by episode | mean |", "|---" * 5 + "|"]
-    for network in found["results"]["networks"]:
-        scores = network["scores"]
-        lines.append(f"| `{network['file']}` | {size(network['bytes'])} | "
-                     f"`{network['command']}` | {', '.join(score(s) for s in scores)} | "
-                     f"{signed(float(np.mean(scores)))} |")
-    return "\n".join(lines) + "\n\n" + stamp_table(found)
+    found = newest_results(results, "play_pretrained")
+    rows = [[f"`{network['file']}`", size(network["bytes"]), f"`{network['command']}`",
+             ", ".join(score(s) for s in network["scores"]),
+             signed(float(np.mean(network["scores"])))] for network in found["results"]["networks"]]
+    return markdown_table(["file", "size", "command", "scores, episode by episode", "mean"],
+                          rows) + "\n" + stamp_table(found)
 
 
 def pong_runs(results: Path) -> str:
