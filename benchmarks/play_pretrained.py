@@ -5,7 +5,7 @@ what they scored.
     python benchmarks/play_pretrained.py                    # 10 greedy episodes each, Pong 3
     python benchmarks/play_pretrained.py --episodes 5 --pong-episodes 1
 
-Plays each network in this process through `d3qn_agent.main` (seed 0, as the command has it)
+Plays each network in this process as that command does (`DQNAgent(...).test(model)`, seed 0)
 and writes per network its file, size, command and each episode's score to
 benchmarks/results/play_pretrained/<UTC date and time>.json (`--results`). docs/usage.md renders
 its table of the committed networks from the newest such file (`python benchmarks/render_docs.py`).
@@ -14,8 +14,6 @@ its table of the committed networks from the newest such file (`python benchmark
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import re
 import sys
 import time
@@ -28,7 +26,6 @@ import d3qn_agent
 
 PRETRAINED = Path("models") / "pretrained"  # from the repository root
 PONG = "PongNoFrameskip-v4"
-SCORE = re.compile(r"^episode: \d+/\d+, score: (?P<score>\S+)$", re.MULTILINE)
 
 
 def env_name(network: Path) -> str:
@@ -40,23 +37,14 @@ def env_name(network: Path) -> str:
 def play(network: Path, episodes: int) -> dict[str, object]:
     """`--test` of one committed network for `episodes` greedy episodes: its command, scores and
     seconds."""
-    argv = ["--test", "--model", network.as_posix(), "--env-name", env_name(network),
-            "--test-episodes", str(episodes)]
-    printed = io.StringIO()
+    command = (f"python d3qn_agent.py --test --model {network.as_posix()} --env-name "
+               f"{env_name(network)} --test-episodes {episodes}")
     start = time.perf_counter()
-    with contextlib.redirect_stdout(printed):  # the file from anywhere, as the command names it
-        code = d3qn_agent.main([argv[0], "--model", str(provenance.ROOT / network), *argv[3:]])
-    if code != 0:
-        raise SystemExit(f"{shlex_command(argv)} exited {code}")
-    scores = [float(match.group("score")) for match in SCORE.finditer(printed.getvalue())]
-    print(f"{network.name}: {scores}", flush=True)
+    agent = d3qn_agent.DQNAgent(env_name(network), test_episodes=episodes)
+    scores = agent.test(str(provenance.ROOT / network))  # the file from anywhere
     return {"file": network.as_posix(), "bytes": (provenance.ROOT / network).stat().st_size,
-            "env_name": env_name(network), "command": shlex_command(argv), "scores": scores,
+            "env_name": env_name(network), "command": command, "scores": scores,
             "seconds": time.perf_counter() - start}
-
-
-def shlex_command(argv: list[str]) -> str:
-    return " ".join(["python", "d3qn_agent.py", *argv])
 
 
 def main() -> int:
