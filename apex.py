@@ -194,7 +194,7 @@ class Actor:
         function call costs about a millisecond, `model.predict` ~70 ms). Closures, not methods:
         Ray's actor wrapper adds an argument to every method, which tf.function would trace."""
         model, target_model, double = self.model, self.target_model, self.config.ddqn
-        self.greedy_actions = GreedyPolicy(model, dtype)
+        self.greedy_actions = GreedyPolicy(model, dtype, head="action_advantage")  # as DQNAgent
 
         def abs_td_errors(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
                           next_states: tf.Tensor, dones: tf.Tensor,
@@ -773,10 +773,9 @@ class Learner:
 
     def evaluate(self) -> None:
         """Greedy evaluation with the agent's seeded episodes; save the best network."""
-        returns = self.agent.evaluate(self.config.eval_episodes)
+        returns = self.agent.evaluate(self.config.eval_episodes, len(self.evaluations))
         mean = float(returns.mean())
         seconds = time.perf_counter() - self.start_time
-        self.agent.evaluations.append((self.env_steps, len(self.episodes), mean))  # next seeds
         self.evaluations.append((self.env_steps, self.updates, mean, seconds))
         note = ""
         if mean >= self.best:

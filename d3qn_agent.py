@@ -264,7 +264,8 @@ class DQNAgent:
         self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
                           if config.optimizer == "rmsprop"
                           else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
-        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype)
+        # argmax_a Q(s, a) = argmax_a A(s, a): acting reads the dueling head's advantages only.
+        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype, head="action_advantage")
         self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
                               loss=config.loss),
@@ -435,19 +436,18 @@ class DQNAgent:
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
 
-    def evaluate(self, episodes: int) -> np.ndarray:
-        """Returns of `episodes` greedy episodes played side by side, each evaluation with seeds
-        of its own, so a run repeats exactly, resumed or not."""
+    def evaluate(self, episodes: int, number: int) -> np.ndarray:
+        """Returns of `episodes` greedy episodes played side by side, seeded by the evaluation's
+        `number` (0, 1, ...), so a run repeats exactly, resumed or not."""
         while len(self._eval_envs) < episodes:
             self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps))
-        seeds = [episode_seed(self.config.seed, 1, len(self.evaluations), i)
-                 for i in range(episodes)]
+        seeds = [episode_seed(self.config.seed, 1, number, i) for i in range(episodes)]
         return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds)
 
     def evaluate_and_keep_best(self) -> None:
         """Greedy evaluation; save the model when it is the best so far; note when solved."""
         start = time.perf_counter()
-        returns = self.evaluate(self.config.eval_episodes)
+        returns = self.evaluate(self.config.eval_episodes, len(self.evaluations))
         mean = float(returns.mean())
         self.evaluations.append((self.step, self.episode, mean))
         note = ""

@@ -175,11 +175,12 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     work_dir = run.work_dir(work_root)
     work_dir.mkdir(parents=True, exist_ok=True)
     flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
-    agent = d3qn_agent.DQNAgent(**flags, model_dir=str(work_dir), plot_dir=str(work_dir))
     # The preset's checkpoints (Pong's every 25,000 steps), else one a fifth of the way: cadence
     # only, the run learns the same (agent_checkpoint.py).
-    agent.config.checkpoint_every = (agent.config.checkpoint_every
-                                     or max(1, agent.config.total_steps // CHECKPOINTS_PER_RUN))
+    config, _ = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, flags)
+    flags["checkpoint_every"] = (config.checkpoint_every
+                                 or max(1, config.total_steps // CHECKPOINTS_PER_RUN))
+    agent = d3qn_agent.DQNAgent(**flags, model_dir=str(work_dir), plot_dir=str(work_dir))
     # Time and steps of the parts of the run that ended by themselves or by a signal; a killed
     # part's steps since its last checkpoint are trained again and its time is not counted.
     timing_file = work_dir / "timing.json"
@@ -196,7 +197,7 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     if agent.step < agent.config.total_steps:
         return None
     # evaluate() seeds its episodes by the number of evaluations so far: these are fresh.
-    final_returns = agent.evaluate(FINAL_EPISODES)
+    final_returns = agent.evaluate(FINAL_EPISODES, len(agent.evaluations))
     steps, episodes, means = (list(column) for column in zip(*agent.evaluations, strict=True))
     result = {
         "study": run.study, "game": run.game, "variant": run.variant, "seed": run.seed,

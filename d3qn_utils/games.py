@@ -1,6 +1,6 @@
 """What depends on the game, one call each, so that d3qn_agent.py reads the same for all of them:
-the environment, the convolutional torso and the replay storage. Atari's and MinAtar's modules
-are imported only for one of their games: a CartPole run loads neither ale_py nor minatar.
+the environment, the convolutional torso and the replay storage. ale_py and minatar are imported
+only for one of their games: a CartPole run loads neither.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import gymnasium as gym
 import keras
 
+from d3qn_utils import minatar_wrappers  # light: it imports minatar for a MinAtar id only
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
-MINATAR_PREFIX = "MinAtar/"  # every MinAtar id starts so
 # The Nature torso's convolution layer: TensorFlow's Conv2D, oneDNN's kernels where TensorFlow
 # turns them on (benchmarks/bench_pong_kernels.py sets it to time PatchConv2D against it).
 NATURE_CONV = keras.layers.Conv2D
@@ -23,7 +23,7 @@ NATURE_CONV = keras.layers.Conv2D
 
 def is_minatar(env_name: str) -> bool:
     """True if `env_name` names a MinAtar game, e.g. "MinAtar/Breakout-v1" (by its name)."""
-    return isinstance(env_name, str) and env_name.startswith(MINATAR_PREFIX)
+    return isinstance(env_name, str) and env_name.startswith(minatar_wrappers.PREFIX)
 
 
 def is_atari(env_name: str) -> bool:
@@ -47,8 +47,7 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
     if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if is_minatar(env_name):
-        return importlib.import_module("d3qn_utils.minatar_wrappers").make_env(
-            env_name, max_episode_steps, render_mode)
+        return minatar_wrappers.make_env(env_name, max_episode_steps, render_mode)
     if is_atari(env_name):
         return importlib.import_module("atari_wrappers").make_env(
             env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)

@@ -3,7 +3,8 @@
 Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
 (docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
 weights, taken again after `weights_changed()` (on CartPole every 32 environment steps); the
-Nature torso stays compiled. With the dueling head the greedy action is argmax A(s, .).
+Nature torso stays compiled. With the dueling head the greedy action is argmax A(s, .), so the
+numpy pass stops at the advantages.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ from d3qn_utils.gradient_steps import compiled_backend
 from d3qn_utils.patch_conv import PatchConv2D, shifted_views
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
-HEADS = ("q_values", "action_advantage")  # OurModel's layers whose argmax is the greedy action
 TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras.layers.Dense)
 
 
-def numpy_layers(model: keras.Model) -> list[keras.layers.Layer] | None:
-    """The layers a numpy forward pass runs, up to the head whose argmax is the greedy action,
-    for a float32 `OurModel` of TORSO_LAYERS; None for any other network (Conv2D, bfloat16)."""
-    # Everything but the input and, with the dueling head, V and the layer combining V and A.
-    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
-              and layer.name != "state_value" and type(layer).__name__ != "DuelingCombine"]
-    if not layers or layers[-1].name not in HEADS:
-        return None
+def numpy_layers(model: keras.Model, head: str | None = None) -> list[keras.layers.Layer] | None:
+    """The layers a numpy forward pass runs, from the input to the layer `head` whose argmax is
+    the greedy action (the output if the model has no such layer), if all are float32
+    TORSO_LAYERS; None for any other network (Conv2D, bfloat16, a dueling merge)."""
+    names = [layer.name for layer in model.layers]
+    output = model.get_layer(head).output if head in names else model.output
+    layers = [layer for layer in keras.Model(model.inputs, output).layers
+              if not isinstance(layer, keras.layers.InputLayer)]
     for layer in layers:
         activation = getattr(layer, "activation", None)
         if not isinstance(layer, TORSO_LAYERS) or layer.compute_dtype != "float32" or (
@@ -54,10 +54,11 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
 
 
 class GreedyPolicy:
-    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else compiled."""
+    """argmax_a Q(s, a) for a batch of states: numpy where `numpy_layers` allows, else compiled.
+    `head`: a layer with the same argmax as the output (a dueling network's advantages)."""
 
-    def __init__(self, model: keras.Model, state_dtype: Any) -> None:
-        self.layers = numpy_layers(model)
+    def __init__(self, model: keras.Model, state_dtype: Any, head: str | None = None) -> None:
+        self.layers = numpy_layers(model, head)
         self._weights: list[list[np.ndarray]] | None = None
         if self.layers is None:
             self._compiled = compiled_backend().greedy_call(model, state_dtype)

@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-PREFIX = "MinAtar/"  # games.MINATAR_PREFIX: games.py imports this module only for such an id
+PREFIX = "MinAtar/"  # every MinAtar id starts so
 
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 SCREEN_SCALE = 16  # --record: each grid cell becomes a 16x16 block (a 160x160 screen)
