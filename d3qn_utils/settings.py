@@ -1,9 +1,9 @@
 """Where a run's settings come from: a script's flag block, presets, the command line.
 
-Each constant of `d3qn_agent.py`'s and `apex.py`'s flag block is also a command-line flag
-(`N_STEP` is `--n-step`, its comment the help). A value comes from the first of: the command
-line; the flag block where the reader edited it (it differs from `D3QN_FLAGS` / `APEX_FLAGS`);
-the presets that apply, a later one winning; the flag block as shipped.
+Each constant of a script's flag block is also a command-line flag (`N_STEP` is `--n-step`, its
+comment the help). A value comes from the first of: the command line; the flag block where the
+reader edited it (it differs from its table, `D3QN_FLAGS` or apex.py's `APEX_FLAGS`); the presets
+that apply, a later one winning; the flag block as shipped.
 """
 
 from __future__ import annotations
@@ -167,60 +167,6 @@ TUTORIAL_PRESET: dict[str, Any] = {
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 
-# apex.py's flag block as shipped.
-APEX_FLAGS: dict[str, Flag] = {
-    "env_name": Flag("CartPole-v1"),
-    "num_actors": Flag(2, AT_LEAST_ONE),
-    "total_steps": Flag(50_000, AT_LEAST_ONE),
-    "epsilon": Flag(0.4, UNIT),
-    "epsilon_alpha": Flag(7.0, NON_NEGATIVE),
-    "block_size": Flag(50, AT_LEAST_ONE),
-    "weight_sync_every": Flag(100, AT_LEAST_ONE),
-    "publish_every": Flag(10, AT_LEAST_ONE),
-    "updates_per_step": Flag(0.5, NON_NEGATIVE),
-    "memory_size": Flag(50_000, AT_LEAST_ONE),
-    "batch_size": Flag(128, AT_LEAST_ONE),
-    "learning_starts": Flag(1_000, NON_NEGATIVE),
-    "target_update": Flag(50, AT_LEAST_ONE),
-    "n_step": Flag(3, AT_LEAST_ONE),
-    "gamma": Flag(0.99, UNIT),
-    "learning_rate": Flag(1e-3, POSITIVE),
-    "grad_clip": Flag(10.0, POSITIVE),
-    "per_alpha": Flag(0.6, UNIT),
-    "per_beta": Flag(0.4, UNIT),
-    "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),
-    "dueling": Flag(True),
-    "ddqn": Flag(True),
-    "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
-    "eval_every": Flag(2_000, AT_LEAST_ONE),
-    "eval_episodes": Flag(20, AT_LEAST_ONE),
-    "stop_when_solved": Flag(False),
-    "log_every": Flag(10.0, POSITIVE),
-    "seed": Flag(0),
-    "model_dir": Flag("models"),
-    "plot_dir": Flag("plots"),
-    "tensorboard": Flag(None, kind=str, alone=True),
-    "address": Flag(None, kind=str),
-    "connect_timeout": Flag(10.0, POSITIVE),
-    "actor_restarts": Flag(10, NON_NEGATIVE),
-    "actor_cpus": Flag(1.0, POSITIVE),
-    "object_store_mb": Flag(500, POSITIVE),
-}
-
-
-def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """apex.py's values for a d3qn_agent.py `preset`: the shared flags, and its target period
-    and train frequency as learner updates at the same data rate."""
-    shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "learning_starts",
-              "n_step", "eval_every", "eval_episodes")
-    return {**{name: preset[name] for name in shared},
-            "target_update": preset["target_update"] // preset["train_frequency"],
-            "updates_per_step": 1.0 / preset["train_frequency"]}
-
-
-APEX_ATARI_PRESET = apex_preset(ATARI_PRESET)
-APEX_MINATAR_PRESET = apex_preset(MINATAR_PRESET)
-
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply."""
@@ -252,15 +198,6 @@ def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
         return None
     flags = set(match[1].split()) if match else set()
     return next((name.upper() for name in ("amx_bf16", "avx512_bf16") if name in flags), None)
-
-
-def apex_presets(values: dict[str, Any]) -> list[Preset]:
-    """The presets apex.py applies: Atari and MinAtar ids only."""
-    if games.is_atari(values["env_name"]):
-        return [("Atari", APEX_ATARI_PRESET)]
-    if games.is_minatar(values["env_name"]):
-        return [("MinAtar", APEX_MINATAR_PRESET)]
-    return []
 
 
 def resolve(script: ModuleType, table: dict[str, Flag],

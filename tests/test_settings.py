@@ -39,16 +39,16 @@ def resolve(**given):
 
 
 @pytest.mark.parametrize(("script", "table"), [(d3qn_agent, settings.D3QN_FLAGS),
-                                               (apex, settings.APEX_FLAGS)],
+                                               (apex, apex.APEX_FLAGS)],
                          ids=["d3qn_agent", "apex"])
 def test_every_flag_is_in_the_flag_block_with_its_shipped_value_and_a_comment(script, table):
     comments = settings.flag_comments(script)
     for name, flag in table.items():
         value = getattr(script, name.upper())
         assert value == flag.shipped, (
-            f"{name.upper()} is {value!r} in {script.__name__}.py but settings.py records "
+            f"{name.upper()} is {value!r} in {script.__name__}.py but its table records "
             f"{flag.shipped!r} as shipped: if you edited the flag block to try a setting, this "
-            "is expected; if you changed a default, change it in settings.py too")
+            "is expected; if you changed a default, change it in the table too")
         assert comments.get(name), f"{name.upper()} has no comment to serve as its --help"
 
 
