@@ -983,7 +983,9 @@ def main(argv: list[str] | None = None) -> int:
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)
-        if warning := settings.no_training_warning(config):
+        first_update = max(config.learning_starts, 1) + 1  # Learner.train waits for the replay
+        if warning := settings.no_training_warning(first_update, config.total_steps,
+                                                   config.learning_starts):
             print(warning, file=sys.stderr)
         address = config.address or os.environ.get("RAY_ADDRESS") or None
         if address:

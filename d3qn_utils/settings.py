@@ -244,17 +244,21 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
                          f"({values['epsilon_start']}): exploration would rise")
 
 
-def no_training_warning(config: argparse.Namespace) -> str | None:
-    """A warning line for a run whose budget ends before its first gradient step, or None (not
-    refused: some runs only collect experience on purpose, benchmarks/bench_checkpoint.py)."""
-    first = max(config.learning_starts, 1) + 1  # apex.py
-    if "train_frequency" in config:  # d3qn_agent.py
-        period = config.train_frequency * config.gradient_steps_per_call
-        first = -(-max(config.learning_starts, config.batch_size, 1) // period) * period
-    if first <= config.total_steps:
+def first_gradient_step(learning_starts: int, batch_size: int, train_frequency: int,
+                        gradient_steps_per_call: int) -> int:
+    """d3qn_agent.py's first env step that trains: the first multiple of train_frequency *
+    gradient_steps_per_call (a call's steps) with LEARNING_STARTS steps and a batch collected."""
+    period = train_frequency * gradient_steps_per_call
+    return -(-max(learning_starts, batch_size, 1) // period) * period
+
+
+def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:
+    """A warning line if TOTAL_STEPS ends before env step `first_step`, the first gradient step,
+    or None (not refused: some runs only collect on purpose, benchmarks/bench_checkpoint.py)."""
+    if first_step <= total_steps:
         return None
-    return (f"warning: TOTAL_STEPS ({config.total_steps:,}) ends before the first gradient step "
-            f"(env step {first:,}, LEARNING_STARTS being {config.learning_starts:,}): this run "
+    return (f"warning: TOTAL_STEPS ({total_steps:,}) ends before the first gradient step "
+            f"(env step {first_step:,}, LEARNING_STARTS being {learning_starts:,}): this run "
             "will not train, and the network it saves as best is the untrained one")
 
 
