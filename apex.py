@@ -3,7 +3,7 @@
 `python apex.py` starts a local Ray on this machine and trains CartPole-v1 with 2 actors;
 `python apex.py --address auto` (or RAY_ADDRESS) joins a running Ray cluster instead. Every
 hyperparameter below can be edited here or set on the command line (`python apex.py --help`), to
-the same effect: either wins over the Atari preset (settings.py). The best evaluated network goes
+the same effect: either wins over the Atari preset (below). The best evaluated network goes
 to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`), the learning
 curve to `plots/apex_<env>.png`.
 
@@ -52,10 +52,20 @@ from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
 from d3qn_utils import settings, training_session
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.checks import check_block, check_block_values, check_non_negative, is_integer
-from d3qn_utils.games import make_env, replay_storage
+from d3qn_utils.games import is_atari, is_minatar, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.greedy_policy import GreedyPolicy
 from d3qn_utils.reporting import Forecast, TensorBoardWriter, tensorboard_dir
+from d3qn_utils.settings import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_OR_NONE,
+    POSITIVE_SIZES,
+    UNIT,
+    Flag,
+    Preset,
+)
 from PER import Memory, UniformMemory
 
 # ---------------------------------------------------------------------------------------------
@@ -114,13 +124,75 @@ NOT_RAY_ANSWERS = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEE
                    grpc.StatusCode.UNAVAILABLE)
 IDLE_SLEEP = 0.005  # seconds a paced learner or actor waits before asking again
 
+# The flag block above as shipped, with what each value must satisfy (settings.py).
+APEX_FLAGS: dict[str, Flag] = {
+    "env_name": Flag("CartPole-v1"),
+    "num_actors": Flag(2, AT_LEAST_ONE),
+    "total_steps": Flag(50_000, AT_LEAST_ONE),
+    "epsilon": Flag(0.4, UNIT),
+    "epsilon_alpha": Flag(7.0, NON_NEGATIVE),
+    "block_size": Flag(50, AT_LEAST_ONE),
+    "weight_sync_every": Flag(100, AT_LEAST_ONE),
+    "publish_every": Flag(10, AT_LEAST_ONE),
+    "updates_per_step": Flag(0.5, NON_NEGATIVE),
+    "memory_size": Flag(50_000, AT_LEAST_ONE),
+    "batch_size": Flag(128, AT_LEAST_ONE),
+    "learning_starts": Flag(1_000, NON_NEGATIVE),
+    "target_update": Flag(50, AT_LEAST_ONE),
+    "n_step": Flag(3, AT_LEAST_ONE),
+    "gamma": Flag(0.99, UNIT),
+    "learning_rate": Flag(1e-3, POSITIVE),
+    "grad_clip": Flag(10.0, POSITIVE),
+    "per_alpha": Flag(0.6, UNIT),
+    "per_beta": Flag(0.4, UNIT),
+    "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),
+    "dueling": Flag(True),
+    "ddqn": Flag(True),
+    "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
+    "eval_every": Flag(2_000, AT_LEAST_ONE),
+    "eval_episodes": Flag(20, AT_LEAST_ONE),
+    "stop_when_solved": Flag(False),
+    "log_every": Flag(10.0, POSITIVE),
+    "seed": Flag(0),
+    "model_dir": Flag("models"),
+    "plot_dir": Flag("plots"),
+    "tensorboard": Flag(None, kind=str, alone=True),
+    "address": Flag(None, kind=str),
+    "connect_timeout": Flag(10.0, POSITIVE),
+    "actor_restarts": Flag(10, NON_NEGATIVE),
+    "actor_cpus": Flag(1.0, POSITIVE),
+    "object_store_mb": Flag(500, POSITIVE),
+}
+
+
+def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
+    """apex.py's values for a d3qn_agent.py `preset`: the shared flags, and its target period
+    and train frequency as learner updates at the same data rate."""
+    shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "learning_starts",
+              "n_step", "eval_every", "eval_episodes")
+    return {**{name: preset[name] for name in shared},
+            "target_update": preset["target_update"] // preset["train_frequency"],
+            "updates_per_step": 1.0 / preset["train_frequency"]}
+
+
+APEX_ATARI_PRESET = apex_preset(settings.ATARI_PRESET)
+APEX_MINATAR_PRESET = apex_preset(settings.MINATAR_PRESET)
+
+
+def apex_presets(values: dict[str, Any]) -> list[Preset]:
+    """The presets apex.py applies: Atari and MinAtar ids only."""
+    if is_atari(values["env_name"]):
+        return [("Atari", APEX_ATARI_PRESET)]
+    if is_minatar(values["env_name"]):
+        return [("MinAtar", APEX_MINATAR_PRESET)]
+    return []
+
 
 def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
     """The flags above (as edited), the Atari preset for the flags left as shipped and the
     explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
     ValueError naming the first flag whose value cannot work."""
-    config, notes = settings.resolve(sys.modules[__name__], settings.APEX_FLAGS,
-                                     settings.apex_presets, flags)
+    config, notes = settings.resolve(sys.modules[__name__], APEX_FLAGS, apex_presets, flags)
     if config.block_size + config.n_step - 1 > config.memory_size:
         raise ValueError(f"MEMORY_SIZE ({config.memory_size}) must hold a block and its "
                          f"n-step context ({config.block_size + config.n_step - 1})")
@@ -902,15 +974,17 @@ def main(argv: list[str] | None = None) -> int:
     exit code (`run_until_stopped`)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = settings.build_parser(
-        sys.modules[__name__], settings.APEX_FLAGS,
+        sys.modules[__name__], APEX_FLAGS,
         "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
-        [("Atari ids", settings.APEX_ATARI_PRESET), ("MinAtar ids", settings.APEX_MINATAR_PRESET)])
+        [("Atari ids", APEX_ATARI_PRESET), ("MinAtar ids", APEX_MINATAR_PRESET)])
     flags = settings.explicit_flags(argv, parser)
     try:
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)
-        if warning := settings.no_training_warning(config):
+        first_update = max(config.learning_starts, 1) + 1  # Learner.train waits for the replay
+        if warning := settings.no_training_warning(first_update, config.total_steps,
+                                                   config.learning_starts):
             print(warning, file=sys.stderr)
         address = config.address or os.environ.get("RAY_ADDRESS") or None
         if address:

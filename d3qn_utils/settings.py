@@ -1,9 +1,9 @@
 """Where a run's settings come from: a script's flag block, presets, the command line.
 
-Each constant of `d3qn_agent.py`'s and `apex.py`'s flag block is also a command-line flag
-(`N_STEP` is `--n-step`, its comment the help). A value comes from the first of: the command
-line; the flag block where the reader edited it (it differs from `D3QN_FLAGS` / `APEX_FLAGS`);
-the presets that apply, a later one winning; the flag block as shipped.
+Each constant of a script's flag block is also a command-line flag (`N_STEP` is `--n-step`, its
+comment the help). A value comes from the first of: the command line; the flag block where the
+reader edited it (it differs from its table, `D3QN_FLAGS` or apex.py's `APEX_FLAGS`); the presets
+that apply, a later one winning; the flag block as shipped.
 """
 
 from __future__ import annotations
@@ -167,76 +167,19 @@ TUTORIAL_PRESET: dict[str, Any] = {
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 
-# apex.py's flag block as shipped.
-APEX_FLAGS: dict[str, Flag] = {
-    "env_name": Flag("CartPole-v1"),
-    "num_actors": Flag(2, AT_LEAST_ONE),
-    "total_steps": Flag(50_000, AT_LEAST_ONE),
-    "epsilon": Flag(0.4, UNIT),
-    "epsilon_alpha": Flag(7.0, NON_NEGATIVE),
-    "block_size": Flag(50, AT_LEAST_ONE),
-    "weight_sync_every": Flag(100, AT_LEAST_ONE),
-    "publish_every": Flag(10, AT_LEAST_ONE),
-    "updates_per_step": Flag(0.5, NON_NEGATIVE),
-    "memory_size": Flag(50_000, AT_LEAST_ONE),
-    "batch_size": Flag(128, AT_LEAST_ONE),
-    "learning_starts": Flag(1_000, NON_NEGATIVE),
-    "target_update": Flag(50, AT_LEAST_ONE),
-    "n_step": Flag(3, AT_LEAST_ONE),
-    "gamma": Flag(0.99, UNIT),
-    "learning_rate": Flag(1e-3, POSITIVE),
-    "grad_clip": Flag(10.0, POSITIVE),
-    "per_alpha": Flag(0.6, UNIT),
-    "per_beta": Flag(0.4, UNIT),
-    "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),
-    "dueling": Flag(True),
-    "ddqn": Flag(True),
-    "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
-    "eval_every": Flag(2_000, AT_LEAST_ONE),
-    "eval_episodes": Flag(20, AT_LEAST_ONE),
-    "stop_when_solved": Flag(False),
-    "log_every": Flag(10.0, POSITIVE),
-    "seed": Flag(0),
-    "model_dir": Flag("models"),
-    "plot_dir": Flag("plots"),
-    "tensorboard": Flag(None, kind=str, alone=True),
-    "address": Flag(None, kind=str),
-    "connect_timeout": Flag(10.0, POSITIVE),
-    "actor_restarts": Flag(10, NON_NEGATIVE),
-    "actor_cpus": Flag(1.0, POSITIVE),
-    "object_store_mb": Flag(500, POSITIVE),
-}
-
-
-def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """apex.py's values for a d3qn_agent.py `preset`: the shared flags, and its target period
-    and train frequency as learner updates at the same data rate."""
-    shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "learning_starts",
-              "n_step", "eval_every", "eval_episodes")
-    return {**{name: preset[name] for name in shared},
-            "target_update": preset["target_update"] // preset["train_frequency"],
-            "updates_per_step": 1.0 / preset["train_frequency"]}
-
-
-APEX_ATARI_PRESET = apex_preset(ATARI_PRESET)
-APEX_MINATAR_PRESET = apex_preset(MINATAR_PRESET)
-
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply."""
     env_name = values["env_name"]
-    presets = [("Atari", ATARI_PRESET)] if games.is_atari(env_name) else []
-    if games.is_minatar(env_name):
-        presets.append(("MinAtar", MINATAR_PRESET))
-    if env_name in GAME_PRESETS:
-        presets.append((env_name, GAME_PRESETS[env_name]))
-    if GAME_PRESETS.get(env_name) is PONG_PRESET and (feature := native_bfloat16()):
-        presets.append((f"{env_name} on {feature}", PONG_NATIVE_BFLOAT16_PRESET))
-    if values["per_rank_based"]:
-        presets.append(("rank-based", RANK_BASED_PRESET))
-    if values["tutorial"]:
-        presets.append(("tutorial", TUTORIAL_PRESET))
-    return presets
+    game = GAME_PRESETS.get(env_name)
+    feature = game is PONG_PRESET and native_bfloat16()  # read only for Pong
+    return [(source, preset) for source, preset, applies in (
+        ("Atari", ATARI_PRESET, games.is_atari(env_name)),
+        ("MinAtar", MINATAR_PRESET, games.is_minatar(env_name)),
+        (env_name, game, game is not None),
+        (f"{env_name} on {feature}", PONG_NATIVE_BFLOAT16_PRESET, feature),
+        ("rank-based", RANK_BASED_PRESET, values["per_rank_based"]),
+        ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
 
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
@@ -254,21 +197,11 @@ def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return next((name.upper() for name in ("amx_bf16", "avx512_bf16") if name in flags), None)
 
 
-def apex_presets(values: dict[str, Any]) -> list[Preset]:
-    """The presets apex.py applies: Atari and MinAtar ids only."""
-    if games.is_atari(values["env_name"]):
-        return [("Atari", APEX_ATARI_PRESET)]
-    if games.is_minatar(values["env_name"]):
-        return [("MinAtar", APEX_MINATAR_PRESET)]
-    return []
-
-
 def resolve(script: ModuleType, table: dict[str, Flag],
             presets: Callable[[dict[str, Any]], list[Preset]], given: dict[str, Any]
             ) -> tuple[argparse.Namespace, list[str]]:
-    """The settings of a run of `script`, and one note per value a preset decided or lost;
-    `given`: the flags of the command line (or `DQNAgent`'s keywords). ValueError naming the
-    first unknown flag or value out of its range."""
+    """A run's settings and one note per value a preset decided or lost; `given`: the command
+    line's flags (or `DQNAgent`'s keywords). ValueError naming an unknown flag or a bad value."""
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
@@ -284,8 +217,7 @@ def resolve(script: ModuleType, table: dict[str, Flag],
                 values[name] = value
                 notes[name] = f"{name} {value} ({source} preset)"
             elif chosen[name] != value:
-                off = "no-" if chosen[name] is False else ""  # --no-xla gave False
-                where = (f"--{off}{flag_name(name, table[name])}" if name in given
+                where = (option(name, table[name], chosen[name]) if name in given
                          else f"{name.upper()} at the top of {Path(script.__file__).name}")
                 notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset has {value})"
     check(values, table)
@@ -297,7 +229,7 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
     for name, flag in table.items():
         for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
             if not valid(values[name]):
-                raise ValueError(f"{name.upper()} (--{flag_name(name, flag)}) must be "
+                raise ValueError(f"{name.upper()} ({option(name, flag)}) must be "
                                  f"{description}, got {values[name]!r}")
     if values["batch_size"] > values["memory_size"]:
         raise ValueError(f"BATCH_SIZE ({values['batch_size']}) must not exceed MEMORY_SIZE "
@@ -307,17 +239,21 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
                          f"({values['epsilon_start']}): exploration would rise")
 
 
-def no_training_warning(config: argparse.Namespace) -> str | None:
-    """A warning line for a run whose budget ends before its first gradient step, or None (not
-    refused: some runs only collect experience on purpose, benchmarks/bench_checkpoint.py)."""
-    first = max(config.learning_starts, 1) + 1  # apex.py
-    if "train_frequency" in config:  # d3qn_agent.py
-        period = config.train_frequency * config.gradient_steps_per_call
-        first = -(-max(config.learning_starts, config.batch_size, 1) // period) * period
-    if first <= config.total_steps:
+def first_gradient_step(learning_starts: int, batch_size: int, train_frequency: int,
+                        gradient_steps_per_call: int) -> int:
+    """d3qn_agent.py's first env step that trains: the first multiple of train_frequency *
+    gradient_steps_per_call (a call's steps) with LEARNING_STARTS steps and a batch collected."""
+    period = train_frequency * gradient_steps_per_call
+    return -(-max(learning_starts, batch_size, 1) // period) * period
+
+
+def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:
+    """A warning line if TOTAL_STEPS ends before env step `first_step`, the first gradient step,
+    or None (not refused: some runs only collect on purpose, benchmarks/bench_checkpoint.py)."""
+    if first_step <= total_steps:
         return None
-    return (f"warning: TOTAL_STEPS ({config.total_steps:,}) ends before the first gradient step "
-            f"(env step {first:,}, LEARNING_STARTS being {config.learning_starts:,}): this run "
+    return (f"warning: TOTAL_STEPS ({total_steps:,}) ends before the first gradient step "
+            f"(env step {first_step:,}, LEARNING_STARTS being {learning_starts:,}): this run "
             "will not train, and the network it saves as best is the untrained one")
 
 
@@ -367,9 +303,8 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
     }[kind]
     if flag.shipped is not None:
         return description, test
-    allowed = (None, True) if flag.alone else (None,)
-    return (f"{description} or {' or '.join(map(str, allowed))}",
-            lambda value: any(value is choice for choice in allowed) or test(value))
+    return (description + (" or None or True" if flag.alone else " or None"),
+            lambda value: value is None or (flag.alone and value is True) or test(value))
 
 
 def as_tuple(value: Any) -> Any:
@@ -377,9 +312,9 @@ def as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def flag_name(name: str, flag: Flag) -> str:
-    """The command-line name of flag `name`, without dashes in front: n_step -> n-step."""
-    return flag.cli or name.replace("_", "-")
+def option(name: str, flag: Flag, value: Any = None) -> str:
+    """The command-line flag for `name` (n_step: --n-step), the --no- form for the value False."""
+    return f"--{'no-' if value is False else ''}{flag.cli or name.replace('_', '-')}"
 
 
 def flag_comments(script: ModuleType) -> dict[str, str]:
@@ -398,11 +333,10 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
     comment); the epilog lists the `presets`."""
     wrap = textwrap.TextWrapper(width=88, subsequent_indent="  ", break_on_hyphens=False)
     epilog = ("Presets: flags not edited at the top of the script nor given here take these "
-              "values\n" + "\n".join(wrap.fill(f"{source}: {format_preset(preset)}")
+              "values\n" + "\n".join(wrap.fill(f"{source}: {format_preset(preset, table)}")
                                      for source, preset in presets))
-    parser = argparse.ArgumentParser(prog=Path(script.__file__).name,
-                                     description=description, formatter_class=HelpFormatter,
-                                     epilog=epilog if presets else None)
+    parser = argparse.ArgumentParser(prog=Path(script.__file__).name, description=description,
+                                     epilog=epilog, formatter_class=HelpFormatter)
     comments = flag_comments(script)
     for name, flag in table.items():
         options: dict[str, Any] = {"dest": name, "default": getattr(script, name.upper()),
@@ -415,15 +349,15 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
             options.update(type=flag.kind, nargs="?", const=True, metavar="DIR")
         else:
             options["type"] = flag.kind or type(flag.shipped)
-        parser.add_argument(f"--{flag_name(name, flag)}", **options)
+        parser.add_argument(option(name, flag), **options)
     return parser
 
 
-def format_preset(preset: dict[str, Any]) -> str:
+def format_preset(preset: dict[str, Any], table: dict[str, Flag]) -> str:
     """`{"n_step": 3, "lr_decay": False}` as the command-line flags "--n-step 3, --no-lr-decay"."""
-    return ", ".join((f"--{'' if value else 'no-'}{name.replace('_', '-')}"
-                      if isinstance(value, bool) else f"--{name.replace('_', '-')} {value}")
-                     for name, value in preset.items())
+    flags = (option(name, table[name], value) + ("" if isinstance(value, bool) else f" {value}")
+             for name, value in preset.items())
+    return ", ".join(flags)
 
 
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
@@ -464,16 +398,14 @@ def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str 
 def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
     """The flags `argv` actually gives (so presets can apply); `--help` and errors exit here."""
     names = vars(parser.parse_args(argv))  # reports errors and --help with the real defaults
-    # argparse fills in defaults only for names the namespace lacks, so a pre-filled marker
-    # survives exactly for the flags that were not given.
+    # argparse fills in defaults only for names the namespace lacks: the marker stays if not given
     not_given = object()
     given = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(names, not_given)))
     return {name: value for name, value in vars(given).items() if value is not not_given}
 
 
 def run_name(config: argparse.Namespace) -> str:
-    """The name of a run's files, built as the tutorial builds it from the flags:
-    DDQN_CartPole-v1_Dueling_PER, DQN_PongNoFrameskip-v4_soft_PERrank, ..."""
+    """The name of a run's files, as the tutorial builds it: DDQN_CartPole-v1_Dueling_PER, ..."""
     name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
     name += "_soft" if config.soft_update else ""
     name += "_Dueling" if config.dueling else ""

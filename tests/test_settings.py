@@ -39,16 +39,16 @@ def resolve(**given):
 
 
 @pytest.mark.parametrize(("script", "table"), [(d3qn_agent, settings.D3QN_FLAGS),
-                                               (apex, settings.APEX_FLAGS)],
+                                               (apex, apex.APEX_FLAGS)],
                          ids=["d3qn_agent", "apex"])
 def test_every_flag_is_in_the_flag_block_with_its_shipped_value_and_a_comment(script, table):
     comments = settings.flag_comments(script)
     for name, flag in table.items():
         value = getattr(script, name.upper())
         assert value == flag.shipped, (
-            f"{name.upper()} is {value!r} in {script.__name__}.py but settings.py records "
+            f"{name.upper()} is {value!r} in {script.__name__}.py but its table records "
             f"{flag.shipped!r} as shipped: if you edited the flag block to try a setting, this "
-            "is expected; if you changed a default, change it in settings.py too")
+            "is expected; if you changed a default, change it in the table too")
         assert comments.get(name), f"{name.upper()} has no comment to serve as its --help"
 
 
@@ -229,8 +229,8 @@ def test_help_shows_the_comments_the_edited_defaults_and_the_presets(monkeypatch
     text = " ".join(capsys.readouterr().out.split())
     assert "--batch-size BATCH_SIZE transitions per gradient step (default: 64)" in text
     for env_name, preset in settings.GAME_PRESETS.items():
-        assert f"{env_name}: {settings.format_preset(preset)}" in text
-    assert "--no-lr-decay," in settings.format_preset(settings.ATARI_PRESET)
+        assert f"{env_name}: {settings.format_preset(preset, settings.D3QN_FLAGS)}" in text
+    assert "--no-lr-decay," in settings.format_preset(settings.ATARI_PRESET, settings.D3QN_FLAGS)
 
 
 def test_only_explicit_flags_are_returned():
@@ -276,7 +276,9 @@ def test_an_exploration_rate_that_would_rise_is_refused(monkeypatch):
 ])
 def test_a_run_that_cannot_train_is_warned_of(given, first):
     config, _ = resolve(**given)
-    warning = settings.no_training_warning(config)
+    step = settings.first_gradient_step(config.learning_starts, config.batch_size,
+                                        config.train_frequency, config.gradient_steps_per_call)
+    warning = settings.no_training_warning(step, config.total_steps, config.learning_starts)
     if first is None:
         assert warning is None
     else:
@@ -286,11 +288,12 @@ def test_a_run_that_cannot_train_is_warned_of(given, first):
             "this run will not train, and the network it saves as best is the untrained one")
 
 
-def test_an_apex_run_that_cannot_train_is_warned_of():
-    config, _ = apex.resolve_config({"total_steps": 1_000, "learning_starts": 1_000})
-    assert "(env step 1,001, LEARNING_STARTS being 1,000)" in settings.no_training_warning(config)
-    config, _ = apex.resolve_config({"total_steps": 1_001, "learning_starts": 1_000})
-    assert settings.no_training_warning(config) is None
+def test_an_apex_run_that_cannot_train_is_warned_of(capsys):
+    for total_steps, warned in (("1000", True), ("1001", False)):  # --address: stop before Ray
+        argv = ["--total-steps", total_steps, "--learning-starts", "1000", "--address", "nowhere"]
+        assert apex.main(argv) == 2
+        err = capsys.readouterr().err
+        assert ("(env step 1,001, LEARNING_STARTS being 1,000)" in err) == warned
 
 
 @pytest.mark.parametrize(("size", "state_shape", "dtype", "kind", "needs"), [
