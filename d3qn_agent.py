@@ -243,9 +243,6 @@ class DQNAgent:
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
-        first_step = settings.first_gradient_step(config.learning_starts, config.batch_size,
-                                                  config.train_frequency,
-                                                  config.gradient_steps_per_call)
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             self.Plot_name, self.Priority_plot_name, env_name=config.env_name, seed=config.seed,
             description=describe(config), total_steps=config.total_steps, xla=config.xla,
@@ -254,7 +251,7 @@ class DQNAgent:
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             tensorboard_every=config.tensorboard_every, prioritized=config.use_per,
             image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(
-                first_step, config.total_steps, config.learning_starts))
+                settings.first_gradient_step(config), config.total_steps, config.learning_starts))
 
     def compile(self) -> None:
         """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on

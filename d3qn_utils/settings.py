@@ -239,12 +239,11 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
                          f"({values['epsilon_start']}): exploration would rise")
 
 
-def first_gradient_step(learning_starts: int, batch_size: int, train_frequency: int,
-                        gradient_steps_per_call: int) -> int:
-    """d3qn_agent.py's first env step that trains: the first multiple of train_frequency *
-    gradient_steps_per_call (a call's steps) with LEARNING_STARTS steps and a batch collected."""
-    period = train_frequency * gradient_steps_per_call
-    return -(-max(learning_starts, batch_size, 1) // period) * period
+def first_gradient_step(config: argparse.Namespace) -> int:
+    """d3qn_agent.py's first env step that trains: the first multiple of TRAIN_FREQUENCY *
+    GRADIENT_STEPS_PER_CALL (a call's steps) with LEARNING_STARTS steps and a batch collected."""
+    period = config.train_frequency * config.gradient_steps_per_call
+    return -(-max(config.learning_starts, config.batch_size, 1) // period) * period
 
 
 def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:

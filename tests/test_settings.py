@@ -276,9 +276,8 @@ def test_an_exploration_rate_that_would_rise_is_refused(monkeypatch):
 ])
 def test_a_run_that_cannot_train_is_warned_of(given, first):
     config, _ = resolve(**given)
-    step = settings.first_gradient_step(config.learning_starts, config.batch_size,
-                                        config.train_frequency, config.gradient_steps_per_call)
-    warning = settings.no_training_warning(step, config.total_steps, config.learning_starts)
+    warning = settings.no_training_warning(settings.first_gradient_step(config),
+                                           config.total_steps, config.learning_starts)
     if first is None:
         assert warning is None
     else:
