@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.priority_figure import PriorityFigure, ReplayStatistics
+from d3qn_utils.priority_figure import PriorityFigure
 
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
@@ -144,7 +144,7 @@ class TrainingReport:
     gradient step. A context manager, so TensorBoard's events reach the disk however the loop
     ends. Its `state_dict` is the priority figure's data."""
 
-    BYTES_PER_SLOT = ReplayStatistics.BYTES_PER_SLOT  # the priority figure's counters per slot
+    BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
     def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
                  description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
