@@ -110,10 +110,6 @@ class TensorBoardWriter:
             for tag, value in scalars.items():
                 tf.summary.scalar(tag, float(value))
 
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
     def close(self) -> None:
         """Flush and close the event file; a later `write` opens a new one."""
         if self._writer is not None:
@@ -123,8 +119,8 @@ class TensorBoardWriter:
 
 class TrainingReport:
     """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
-    gradient step. A context manager, so TensorBoard's events reach the disk however the loop
-    ends. Its `state_dict` is the priority figure's data."""
+    gradient step. A context manager, so TensorBoard's events reach the disk (the event file is
+    closed) however the loop ends. Its `state_dict` is the priority figure's data."""
 
     BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
@@ -140,7 +136,7 @@ class TrainingReport:
         self.image_states, self.bfloat16 = image_states, bfloat16
         self.warning = warning
         self.priority_figure = PriorityFigure(memory_size, batch_size)
-        self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
+        self.tensorboard_every = tensorboard_every
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
@@ -151,7 +147,7 @@ class TrainingReport:
 
     def __exit__(self, *exception: object) -> None:
         if self.tensorboard is not None:
-            self.tensorboard.flush()
+            self.tensorboard.close()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """What the report keeps across a checkpoint: the priority figure's data."""
@@ -170,9 +166,10 @@ class TrainingReport:
             print(f"settings: {', '.join(settings_notes)}", flush=True)
         if self.warning:
             print(self.warning, file=sys.stderr, flush=True)
-        if self.tensorboard_dir:
-            print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
-                  f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
+        if self.tensorboard is not None:
+            log_dir = self.tensorboard.log_dir
+            print(f"TensorBoard logs: {log_dir} (tensorboard --logdir "
+                  f"{os.path.dirname(log_dir) or '.'})", flush=True)
         if self.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)

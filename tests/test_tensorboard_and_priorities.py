@@ -106,7 +106,7 @@ def test_tensorboard_flag_alone_writes_under_runs(tmp_path, monkeypatch):
         "tensorboard": "logs/a"}
     monkeypatch.chdir(tmp_path)
     agent = tiny_agent(tmp_path, tensorboard=True)
-    assert agent.report.tensorboard_dir == f"{reporting.TENSORBOARD_ROOT}/{RUN_NAME}" == (
+    assert agent.report.tensorboard.log_dir == f"{reporting.TENSORBOARD_ROOT}/{RUN_NAME}" == (
         f"runs/{RUN_NAME}")
     assert (tmp_path / "runs" / RUN_NAME).is_dir()
     default = tiny_agent(tmp_path)  # TensorBoard is off unless asked for
