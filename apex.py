@@ -884,7 +884,7 @@ def run_until_stopped(learner: Learner) -> int:
     they are saved is noted and ignored. The previous signal handlers come back afterwards."""
     with training_session.stop_requests():  # the handler while `learner` saves (after `interrupt`)
         try:
-            with training_session.on_stop_signals(interrupt):
+            with training_session.stop_requests(interrupt):
                 learner.run()
             return 0
         except KeyboardInterrupt as interruption:
