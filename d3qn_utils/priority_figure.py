@@ -1,8 +1,4 @@
-"""What the priority figure shows: who gets replayed, and at what age, beside uniform replay.
-
-`PriorityFigure` counts replays by slot and age while the agent trains, keeps the IS weights and
-beta over the run, and draws the four panels at the end.
-"""
+"""The priority figure: who gets replayed, and at what age, beside uniform replay."""
 
 from __future__ import annotations
 
