@@ -805,9 +805,9 @@ class Learner:
         """One line: rates since the last line and the time left, replay size, recent returns
         per actor; after the estimate when it is due."""
         now = time.perf_counter()
-        if estimate := self.forecast.estimate(self.env_steps, now):
+        estimate, left = self.forecast.tell(self.env_steps, now)
+        if estimate:
             print(estimate, flush=True)
-        left = self.forecast.time_left(self.env_steps, now)
         last_time, last_steps, last_updates = self._last_log
         seconds = max(now - last_time, 1e-9)
         parts = []
@@ -955,7 +955,7 @@ def run_until_stopped(learner: Learner) -> int:
     they are saved is noted and ignored. The previous signal handlers come back afterwards."""
     with training_session.stop_requests():  # the handler while `learner` saves (after `interrupt`)
         try:
-            with training_session.on_stop_signals(interrupt):
+            with training_session.stop_requests(interrupt):
                 learner.run()
             return 0
         except KeyboardInterrupt as interruption:

@@ -245,7 +245,7 @@ class DQNAgent:
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             self.Plot_name, self.Priority_plot_name, env_name=config.env_name, seed=config.seed,
-            description=describe(config), total_steps=config.total_steps, xla=config.xla,
+            description=describe(config), total_steps=config.total_steps,
             memory_size=config.memory_size, batch_size=config.batch_size, bfloat16=config.bfloat16,
             train_frequency=config.train_frequency, eval_episodes=config.eval_episodes,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),

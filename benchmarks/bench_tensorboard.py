@@ -9,7 +9,7 @@ every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradi
 after the other, the order repeated; each run in a process of its own, so that no run inherits
 what an earlier one left behind (in one process the runs after a TensorBoard run were up to
 twice as slow); prints the median seconds per env step. Then
-`Memory.sample` on a full 50,000-slot memory with and without `priority_figure.ReplayStatistics`
+`Memory.sample` on a full 50,000-slot memory with and without `priority_figure.PriorityFigure`
 counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
 scalars of the event files in DIR (e.g. the default run with --tensorboard) to
 plots/tensorboard_<run name>.png, the figure in the README. The costs go to a results file too
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import provenance
 
 import d3qn_agent
-from d3qn_utils.priority_figure import ReplayStatistics
+from d3qn_utils.priority_figure import PriorityFigure
 from PER import Memory
 
 VARIANTS = {  # label -> flags
@@ -75,10 +75,10 @@ def seconds_per_step_alone(label: str, total_steps: int) -> float:
 
 
 def sample_cost(observed: bool, repeats: int = 2_000) -> float:
-    """Median microseconds of `Memory.sample(128)` on a full 50,000-slot CartPole memory, with a
-    the `ReplayStatistics` counting the draw or without."""
+    """Median microseconds of `Memory.sample(128)` on a full 50,000-slot CartPole memory, with
+    the `PriorityFigure` counting the draw or without."""
     memory = Memory(50_000, rng=0)
-    stats = ReplayStatistics(50_000)
+    stats = PriorityFigure(50_000, batch_size=128)
     state = np.zeros(4, np.float32)
     for _ in range(50_000):
         stats.note_store(memory.store((state, 0, 1.0, state, False)))

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from d3qn_utils.atomic_files import read_arrays, read_json, write_arrays
+from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.run_files import (
     LATEST,
     RUN_PREFIX,
@@ -152,15 +153,11 @@ def format_of(directory: Path, progress: dict[str, Any]) -> int:
 def from_format_1(directory: Path, progress: dict[str, Any]
                   ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Convert a checkpoint of format 1: its counters at the top of progress.json with a
-    "fingerprint" (the flags say the same now) and the priority figure's history and recent
-    weights; its replay statistics ("stats.*") inside memory.npz."""
+    "fingerprint" (the flags say the same now), the priority figure's state spread over
+    progress.json and memory.npz (`PriorityFigure.format_1_state`)."""
     memory = read_arrays(directory / "memory.npz")
-    figure = {key: memory.pop(key) for key in list(memory) if key.startswith("stats.")}
     try:
-        figure["history"] = np.array(progress.pop("priority_history"),
-                                     dtype=np.float64).reshape(-1, 4)
-        figure["recent_is_weights"] = np.array(progress.pop("recent_is_weights"), np.float32)
-        figure["recent_batches"] = np.array(progress.pop("recent_batches"))
+        figure = PriorityFigure.format_1_state(memory, progress)
         run = progress.pop("run")
     except (KeyError, ValueError) as error:
         raise ValueError(f"checkpoint {directory} has no format number and is not of format 1 "

@@ -1,8 +1,4 @@
-"""What the priority figure shows: who gets replayed, and at what age, beside uniform replay.
-
-`ReplayStatistics` counts replays by slot and age while the agent trains; `PriorityFigure` adds
-the IS weights and beta over the run and draws the four panels at the end.
-"""
+"""The priority figure: who gets replayed, and at what age, beside uniform replay."""
 
 from __future__ import annotations
 
@@ -20,6 +16,8 @@ from d3qn_utils.checks import require, saved_array
 AGE_BINS = 40
 AGE_BIN_LOW = 2.0 ** np.arange(AGE_BINS) - 1.0  # first age in each bin
 AGE_BIN_HIGH = 2.0 ** np.arange(1, AGE_BINS + 1) - 1.0  # first age past each bin
+PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
+RECENT_BATCHES = 20  # batches whose IS weights the figure shows
 
 
 def age_bins(ages: np.ndarray) -> np.ndarray:
@@ -28,24 +26,28 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
     return np.minimum(exponents - 1, AGE_BINS - 1)
 
 
-class ReplayStatistics:
-    """Who gets replayed: counts per slot and, per age bin over all samples, `replays_by_age`
-    (measured), `exposure_by_age` (transitions of that age in the memory) and
-    `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off with a frame store, whose
-    length counts slots without a transition). O(batch) per sample, O(1) per store, no random
-    numbers, so tracking does not change a run."""
+class PriorityFigure:
+    """The priority figure and its data. Who gets replayed: counts per slot and, per age bin over
+    all samples, `replays_by_age` (measured), `exposure_by_age` (transitions of that age in the
+    memory) and `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off with a frame
+    store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
+    weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
+    O(batch) per replay, O(1) per store, no random numbers, so watching does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
-    SAVED = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
-             "uniform_replays_by_age")
+    COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
+                "uniform_replays_by_age")  # saved as "stats.<name>"
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, batch_size: int) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
         self.stored_at = np.zeros(capacity, dtype=np.int64)
         self.stores = 0
         self.replays_by_age = np.zeros(AGE_BINS, dtype=np.int64)
         self.exposure_by_age = np.zeros(AGE_BINS)
         self.uniform_replays_by_age = np.zeros(AGE_BINS)
+        self.history: list[tuple[int, float, float, float]] = []
+        self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
+        self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
     def note_store(self, slot: int) -> None:
         self.stored_at[slot] = self.stores
@@ -53,7 +55,7 @@ class ReplayStatistics:
         self.stores += 1
 
     def note_sample(self, slots: np.ndarray, size: int) -> None:
-        """`slots` were drawn from a memory holding `size` transitions. O(len(slots))."""
+        """Count `slots`, drawn from a memory holding `size` transitions. O(len(slots))."""
         np.add.at(self.replay_counts, slots, 1)
         self.replays_by_age += np.bincount(age_bins(self.ages(slots)), minlength=AGE_BINS)
         # The memory holds one transition of each age 0 .. size - 1.
@@ -61,48 +63,11 @@ class ReplayStatistics:
         self.exposure_by_age += in_memory
         self.uniform_replays_by_age += in_memory * (len(slots) / size)
 
-    def ages(self, slots: np.ndarray) -> np.ndarray:
-        """Age of the transitions in `slots`: transitions stored after each one."""
-        return self.stores - 1 - self.stored_at[slots]
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The counters as plain arrays (the arrays themselves), keys prefixed "stats."."""
-        return {f"stats.{name}": np.asarray(getattr(self, name)) for name in self.SAVED}
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take back what `state_dict` gave; ValueError naming a missing or misshapen array."""
-        current = self.state_dict()
-        require(arrays, list(current), "replay statistics")
-        saved = {key: saved_array(arrays, key, value.shape, value.dtype)
-                 for key, value in current.items()}
-        for key, value in current.items():
-            if key != "stats.stores":
-                value[:] = saved[key]
-        self.stores = int(saved["stats.stores"])
-
-
-PRIORITY_HISTORY_EVERY = 50  # gradient steps between the figure's beta / IS-weight points
-RECENT_BATCHES = 20  # batches whose IS weights the figure shows
-
-
-class PriorityFigure:
-    """The priority figure and its data: replay statistics, the last RECENT_BATCHES batches' IS
-    weights, (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps."""
-
-    def __init__(self, capacity: int, batch_size: int) -> None:
-        self.statistics = ReplayStatistics(capacity)
-        self.history: list[tuple[int, float, float, float]] = []
-        self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
-        self.recent_batches = 0  # batches written to recent_is_weights (a ring)
-
-    def note_store(self, slot: int) -> None:
-        self.statistics.note_store(slot)
-
     def note_replay(self, slots: np.ndarray, size: int, step: int, last_gradient_step: int,
                     beta: float, is_weights: np.ndarray) -> None:
         """Note one `replay` call: `slots` drawn from `size` transitions, one row of
         `is_weights` per gradient step up to `last_gradient_step`. O(len(slots))."""
-        self.statistics.note_sample(slots, size)
+        self.note_sample(slots, size)
         first = last_gradient_step - len(is_weights) + 1
         for gradient_step, weights in enumerate(is_weights, start=first):
             self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = weights
@@ -110,46 +75,63 @@ class PriorityFigure:
             if gradient_step % PRIORITY_HISTORY_EVERY == 0:
                 self.history.append((step, beta, float(weights.min()), float(weights.mean())))
 
+    def ages(self, slots: np.ndarray) -> np.ndarray:
+        """Age of the transitions in `slots`: transitions stored after each one."""
+        return self.stores - 1 - self.stored_at[slots]
+
+    def data(self, memory: Any) -> dict[str, Any]:
+        """What the figure shows about `memory`: N * P(i) of each transition, the |delta| = 0
+        floor (proportional PER), replay rates by age bin. O(capacity)."""
+        _, probabilities = memory.sampling_probabilities()
+        size = len(probabilities)
+        floor = epsilon = None
+        if (zero_error := memory.zero_error_floor()) is not None:
+            floor, epsilon = zero_error[0] * size, zero_error[1]
+        seen = self.exposure_by_age > 0
+        return {"relative_probabilities": probabilities * size, "floor": floor,
+                "epsilon": epsilon, "age_low": AGE_BIN_LOW[seen], "age_high": AGE_BIN_HIGH[seen],
+                "replay_rate": self.replays_by_age[seen] / self.exposure_by_age[seen],
+                "uniform_rate": self.uniform_replays_by_age[seen] / self.exposure_by_age[seen]}
+
     def draw(self, path: str, memory: Any, title: str) -> bool:
         """Save the figure of `memory` to `path`; False before the first batch."""
         if not self.recent_batches:
             return False
         recent = self.recent_is_weights[:min(self.recent_batches, RECENT_BATCHES)]
-        draw_priority_figure(path, priority_figure_data(memory, self.statistics), self.history,
-                             recent, title)
+        draw_priority_figure(path, self.data(memory), self.history, recent, title)
         return True
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The statistics, the history and the recent weights as plain arrays, for a checkpoint."""
-        return {**self.statistics.state_dict(),
+        """The counters ("stats.<name>"), the history and the recent weights as plain arrays
+        (the arrays themselves), for a checkpoint."""
+        return {**{f"stats.{name}": np.asarray(getattr(self, name)) for name in self.COUNTERS},
                 "history": np.array(self.history, dtype=np.float64).reshape(-1, 4),
                 "recent_is_weights": self.recent_is_weights,
                 "recent_batches": np.array(self.recent_batches)}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what is missing or misshapen."""
-        require(arrays, ("history", "recent_is_weights", "recent_batches"), "priority figure")
-        recent = saved_array(arrays, "recent_is_weights", self.recent_is_weights.shape)
-        self.statistics.load_state_dict(arrays)
+        current = self.state_dict()
+        require(arrays, list(current), "priority figure")
+        saved = {key: saved_array(arrays, key, value.shape, value.dtype)
+                 for key, value in current.items() if key != "history"}  # any length
+        for key, value in saved.items():
+            setattr(self, key.removeprefix("stats."), value if value.ndim else value.item())
         self.history = [(int(step), float(beta), float(smallest), float(mean))
                         for step, beta, smallest, mean in np.asarray(arrays["history"])]
-        self.recent_is_weights[:] = recent
-        self.recent_batches = int(arrays["recent_batches"])
 
-
-def priority_figure_data(memory: Any, stats: ReplayStatistics) -> dict[str, Any]:
-    """What the priority figure shows about `memory`, observed by `stats`: N * P(i) of each
-    transition, the |delta| = 0 floor (proportional PER), replay rates by age bin. O(capacity)."""
-    _, probabilities = memory.sampling_probabilities()
-    size = len(probabilities)
-    floor = epsilon = None
-    if (zero_error := memory.zero_error_floor()) is not None:
-        floor, epsilon = zero_error[0] * size, zero_error[1]
-    seen = stats.exposure_by_age > 0
-    return {"relative_probabilities": probabilities * size, "floor": floor, "epsilon": epsilon,
-            "age_low": AGE_BIN_LOW[seen], "age_high": AGE_BIN_HIGH[seen],
-            "replay_rate": stats.replays_by_age[seen] / stats.exposure_by_age[seen],
-            "uniform_rate": stats.uniform_replays_by_age[seen] / stats.exposure_by_age[seen]}
+    @staticmethod
+    def format_1_state(memory: dict[str, np.ndarray], progress: dict[str, Any]
+                       ) -> dict[str, np.ndarray]:
+        """The `state_dict` of a format-1 checkpoint, popped out of its memory.npz arrays
+        `memory` (the counters) and progress.json `progress` (the rest); KeyError or ValueError
+        if `progress` lacks them."""
+        state = {key: memory.pop(key) for key in list(memory) if key.startswith("stats.")}
+        state["history"] = np.array(progress.pop("priority_history"),
+                                    dtype=np.float64).reshape(-1, 4)
+        state["recent_is_weights"] = np.array(progress.pop("recent_is_weights"), np.float32)
+        state["recent_batches"] = np.array(progress.pop("recent_batches"))
+        return state
 
 
 def draw_priority_figure(path: str, data: dict[str, Any],

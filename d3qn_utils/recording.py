@@ -23,24 +23,19 @@ GIF_MAX_BYTES = 3_000_000  # if still larger, every 2nd frame is dropped until i
 
 
 def check_gif_path(path: str) -> Path:
-    """`path` as a Path if a GIF can be written there (checked by writing a temporary file),
-    else ValueError naming it, so that a bad path fails before any episode."""
+    """`path` as a Path if a GIF can be written there (checked by writing a temporary file
+    beside it), else ValueError naming it, so that a bad path fails before any episode."""
     target = Path(path)
     if target.suffix.lower() != ".gif":
         raise ValueError(f"cannot record to {path!r}: the file name must end in .gif")
-    if target.is_dir():
+    if target.is_dir():  # else only writing the GIF, after the episode, would fail
         raise ValueError(f"cannot record to {path!r}: it is a directory")
-    directory = target.parent
-    if not directory.exists():
-        raise ValueError(f"cannot record to {path!r}: directory {str(directory)!r} does not exist")
-    if not directory.is_dir():
-        raise ValueError(f"cannot record to {path!r}: {str(directory)!r} is not a directory")
     try:
-        with tempfile.TemporaryFile(dir=directory):
+        with tempfile.TemporaryFile(dir=target.parent):
             pass
     except OSError as err:
-        raise ValueError(f"cannot record to {path!r}: directory {str(directory)!r} is not "
-                         f"writable ({err.strerror})") from err
+        raise ValueError(f"cannot record to {path!r}: cannot write in {str(target.parent)!r} "
+                         f"({err.strerror or err})") from err
     return target
 
 
@@ -86,12 +81,11 @@ class GifRecorder:
         self.frames.append(image.quantize(palette=palette, dither=Image.Dither.NONE))
         self.last_step = step
 
-    def encode(self, max_bytes: int | None = None) -> tuple[bytes, int]:
+    def encode(self, max_bytes: int = GIF_MAX_BYTES) -> tuple[bytes, int]:
         """The GIF's bytes and frame count; every 2nd frame dropped (each kept one lasting
-        twice as long) until it fits in `max_bytes` (GIF_MAX_BYTES)."""
+        twice as long) until it fits in `max_bytes`."""
         if not self.frames:
             raise ValueError("no frame was recorded")
-        max_bytes = GIF_MAX_BYTES if max_bytes is None else max_bytes
         every = 1
         while True:
             kept = self.frames[::every]

@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.priority_figure import PriorityFigure, ReplayStatistics
+from d3qn_utils.priority_figure import PriorityFigure
 
 AVERAGE_WINDOW = 50  # episodes in the moving average that is printed and plotted (the tutorial's)
 PLOT_REFRESH_SECONDS = 20.0  # redraw the learning curve at most this often during training
@@ -62,38 +62,20 @@ class Forecast:
         if self.mark is None:
             self.mark = (now, step)
 
-    def speed(self, step: int, now: float) -> float | None:
-        """Steps per second since `begin`; None before any step or time was measured."""
+    def tell(self, step: int, now: float) -> tuple[str | None, str | None]:
+        """(the estimate line, the first time it is due; "2 h 50 min" to `total_steps` at the
+        speed since `begin`, once the estimate was given), each None when not due."""
         if self.mark is None or now <= self.mark[0] or step <= self.mark[1]:
-            return None
-        return (step - self.mark[1]) / (now - self.mark[0])
-
-    def estimate(self, step: int, now: float) -> str | None:
-        """The estimate line, the first time it is due (None before, after, and at the end)."""
-        speed = self.speed(step, now)
-        if (self.estimated or speed is None or step >= self.total_steps
-                or now - self.mark[0] < ESTIMATE_AFTER_SECONDS):
-            return None
+            return None, None  # no step or time measured yet
+        speed = (step - self.mark[1]) / (now - self.mark[0])
+        left = duration(max(0, self.total_steps - step) / speed)
+        if self.estimated:
+            return None, left
+        if step >= self.total_steps or now - self.mark[0] < ESTIMATE_AFTER_SECONDS:
+            return None, None
         self.estimated = True
-        return (f"estimate: about {duration((self.total_steps - step) / speed)} to "
-                f"{self.unit} {self.total_steps:,} at {speed:,.{0 if speed >= 10 else 1}f} "
-                f"{self.unit}s/s")
-
-    def time_left(self, step: int, now: float) -> str | None:
-        """"2 h 50 min" to TOTAL_STEPS at the speed since `begin`, once the estimate was given."""
-        speed = self.speed(step, now)
-        if not self.estimated or speed is None:
-            return None
-        return duration(max(0, self.total_steps - step) / speed)
-
-
-def onednn_enabled() -> bool | None:
-    """Whether TensorFlow runs its oneDNN kernels in this process (None: it cannot tell)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port  # not in TensorFlow's public API
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return None
+        return (f"estimate: about {left} to {self.unit} {self.total_steps:,} at "
+                f"{speed:,.{0 if speed >= 10 else 1}f} {self.unit}s/s"), left
 
 
 def tensorboard_dir(flag: Any, name: str) -> str | None:
@@ -128,10 +110,6 @@ class TensorBoardWriter:
             for tag, value in scalars.items():
                 tf.summary.scalar(tag, float(value))
 
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
     def close(self) -> None:
         """Flush and close the event file; a later `write` opens a new one."""
         if self._writer is not None:
@@ -141,24 +119,24 @@ class TensorBoardWriter:
 
 class TrainingReport:
     """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
-    gradient step. A context manager, so TensorBoard's events reach the disk however the loop
-    ends. Its `state_dict` is the priority figure's data."""
+    gradient step. A context manager, so TensorBoard's events reach the disk (the event file is
+    closed) however the loop ends. Its `state_dict` is the priority figure's data."""
 
-    BYTES_PER_SLOT = ReplayStatistics.BYTES_PER_SLOT  # the priority figure's counters per slot
+    BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
     def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
                  description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
                  train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
                  tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
-                 xla: bool, warning: str | None) -> None:
+                 warning: str | None) -> None:
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.env_name, self.description, self.seed = env_name, description, seed
         self.total_steps, self.train_frequency = total_steps, train_frequency
         self.eval_episodes, self.prioritized = eval_episodes, prioritized
-        self.image_states, self.bfloat16, self.xla = image_states, bfloat16, xla
+        self.image_states, self.bfloat16 = image_states, bfloat16
         self.warning = warning
         self.priority_figure = PriorityFigure(memory_size, batch_size)
-        self.tensorboard_dir, self.tensorboard_every = tensorboard_dir, tensorboard_every
+        self.tensorboard_every = tensorboard_every
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
@@ -169,7 +147,7 @@ class TrainingReport:
 
     def __exit__(self, *exception: object) -> None:
         if self.tensorboard is not None:
-            self.tensorboard.flush()
+            self.tensorboard.close()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """What the report keeps across a checkpoint: the priority figure's data."""
@@ -188,17 +166,13 @@ class TrainingReport:
             print(f"settings: {', '.join(settings_notes)}", flush=True)
         if self.warning:
             print(self.warning, file=sys.stderr, flush=True)
-        if self.tensorboard_dir:
-            print(f"TensorBoard logs: {self.tensorboard_dir} (tensorboard --logdir "
-                  f"{os.path.dirname(self.tensorboard_dir) or '.'})", flush=True)
+        if self.tensorboard is not None:
+            log_dir = self.tensorboard.log_dir
+            print(f"TensorBoard logs: {log_dir} (tensorboard --logdir "
+                  f"{os.path.dirname(log_dir) or '.'})", flush=True)
         if self.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
-        if (self.image_states and not self.xla and keras.backend.backend() == "tensorflow"
-                and onednn_enabled() is False):
-            print("note: oneDNN is off in this TensorFlow, and XLA too (--no-xla): the documented "
-                  "Pong run had TF_ENABLE_ONEDNN_OPTS=1 set; without it, --xla is the faster "
-                  "choice (docs/atari.md)", flush=True)
         self._start_clocks(step)
 
     def _start_clocks(self, step: int) -> None:
@@ -251,9 +225,9 @@ class TrainingReport:
         """The tutorial's line for a finished episode (after the estimate when due)."""
         self.write(step, {"episode/score": score, "episode/average_score": average})
         now, (then, start_step) = time.perf_counter(), self._start
-        if estimate := self.forecast.estimate(step, now):
+        estimate, left = self.forecast.tell(step, now)
+        if estimate:
             print(estimate, flush=True)
-        left = self.forecast.time_left(step, now)
         print(f"episode: {episode}, step: {step}/{self.total_steps}, "
               f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
               f"{(step - start_step) / (now - then):.0f} steps/s"

@@ -1,9 +1,5 @@
-"""Stopping a training run cleanly: on Ctrl-C, SIGTERM, or NaN or inf from the environment.
-
-`stop_requests()` turns Ctrl-C and SIGTERM (`kill`, `docker stop`, a scheduler before
-preemption) into a request the training loop sees after its step, so the run can save a
-checkpoint and exit. `FiniteSteps` raises `NonFiniteError` as soon as the environment returns
-NaN or inf, before the transition is stored; `saved_on` then saves the last good state.
+"""Stopping a training run cleanly: on Ctrl-C, SIGTERM (`kill`, `docker stop`, a scheduler
+before preemption), or NaN or inf from training or the environment, with a checkpoint saved.
 """
 
 from __future__ import annotations
@@ -40,23 +36,17 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """While inside, Ctrl-C and SIGTERM call `handler(signum, frame)`; the previous handlers
-    come back on exit. (Only the main thread can do this.)"""
-    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+def stop_requests(handler: Callable[[int, Any], None] | None = None) -> Iterator[StopRequest]:
+    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest`, which the training loop
+    checks after each step, instead of ending the process (or call `handler(signum, frame)`);
+    the previous handlers come back on exit. (Only the main thread can do this.)"""
+    request = StopRequest()
+    previous = {number: signal.signal(number, handler or request) for number in STOP_SIGNALS}
     try:
-        yield
+        yield request
     finally:
         for number, earlier in previous.items():
             signal.signal(number, earlier)
-
-
-@contextlib.contextmanager
-def stop_requests() -> Iterator[StopRequest]:
-    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest`, not ending the process."""
-    request = StopRequest()
-    with on_stop_signals(request):
-        yield request
 
 
 @contextlib.contextmanager
@@ -82,8 +72,9 @@ def exit_code(run: Callable[[], None]) -> int:
 
 
 class FiniteSteps(gym.Wrapper):
-    """An environment that raises NonFiniteError (`check_environment_step`) as soon as a reward
-    or an observation holds NaN or inf; `steps_taken()`: env steps before this one."""
+    """An environment that raises NonFiniteError naming the env step and the value as soon as a
+    reward or an observation holds NaN or inf, before the agent stores it; `steps_taken()`: env
+    steps before this one."""
 
     def __init__(self, env: gym.Env, steps_taken: Callable[[], int]) -> None:
         super().__init__(env)
@@ -91,26 +82,25 @@ class FiniteSteps(gym.Wrapper):
 
     def step(self, action: Any) -> tuple:
         result = self.env.step(action)
-        check_environment_step(self.steps_taken() + 1, result[1], result[0])
+        step, reward = self.steps_taken() + 1, result[1]
+        # A float reward, the common case, is checked without numpy's per-call cost.
+        if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
+                np.asarray(reward, dtype=np.float64)).all():
+            raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")
+        check_observation(result[0], f"env step {step}")
         return result
 
     def reset(self, **options: Any) -> tuple:
         observation, info = self.env.reset(**options)
-        check_environment_step(self.steps_taken(), 0.0, observation, reset=True)
+        check_observation(observation, f"its reset after env step {self.steps_taken()}")
         return observation, info
 
 
-def check_environment_step(step: int, reward: Any, observation: Any, reset: bool = False
-                           ) -> None:
-    """NonFiniteError naming env step `step` and the value if the environment returned a reward
-    or an observation holding NaN or inf (`reset`: of a reset after that step)."""
-    if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
-            np.asarray(reward, dtype=np.float64)).all():
-        raise NonFiniteError(f"the environment returned reward {reward!r} at env step {step}")
+def check_observation(observation: Any, where: str) -> None:
+    """NonFiniteError naming `where` and the value if `observation` holds NaN or inf."""
     if not is_finite(observation):
         observation = np.asarray(observation)
         value = observation[~np.isfinite(observation)].flat[0].item()
-        where = f"its reset after env step {step}" if reset else f"env step {step}"
         raise NonFiniteError(f"the environment returned an observation holding {value!r} at "
                              f"{where}")
 

@@ -5,17 +5,17 @@ import numpy as np
 import pytest
 from memory_helpers import experience, save_and_load
 
-from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, ReplayStatistics, age_bins
+from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, age_bins
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
 
-def store(memory, stats: ReplayStatistics, transition: tuple) -> None:
+def store(memory, stats: PriorityFigure, transition: tuple) -> None:
     """Store as the agent's `remember` does, telling the statistics."""
     stats.note_store(memory.store(transition))
 
 
-def sample(memory, stats: ReplayStatistics, n: int) -> np.ndarray:
+def sample(memory, stats: PriorityFigure, n: int) -> np.ndarray:
     """Sample as the agent's `replay` does, telling the statistics; return the tree indices."""
     tree_idx, _, _ = memory.sample(n)
     stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
@@ -28,7 +28,7 @@ def test_age_bins_are_powers_of_two_by_hand():
 
 
 def test_replay_statistics_by_hand():
-    stats = ReplayStatistics(4)
+    stats = PriorityFigure(4, batch_size=1)
     for slot in (0, 1, 2):
         stats.note_store(slot)
     # Three transitions, the newest in slot 2 (age 0), the oldest in slot 0 (age 2).
@@ -55,7 +55,7 @@ def test_replay_statistics_by_hand():
 
 @pytest.mark.parametrize("kind", [UniformMemory, Memory, RankBasedMemory])
 def test_statistics_count_every_store_and_draw_of_each_memory(kind):
-    stats = ReplayStatistics(64)
+    stats = PriorityFigure(64, batch_size=8)
     memory = kind(64, rng=1)
     for i in range(100):  # wraps around
         store(memory, stats, experience(i))
@@ -73,7 +73,7 @@ def test_statistics_count_every_store_and_draw_of_each_memory(kind):
 
 
 def test_uniform_memory_replays_every_age_at_the_uniform_rate():
-    stats = ReplayStatistics(256)
+    stats = PriorityFigure(256, batch_size=64)
     memory = UniformMemory(256, rng=3)
     for i in range(256):
         store(memory, stats, experience(i))
@@ -87,7 +87,7 @@ def test_uniform_memory_replays_every_age_at_the_uniform_rate():
 
 
 def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
-    stats = ReplayStatistics(256)
+    stats = PriorityFigure(256, batch_size=4)
     memory = Memory(256, rng=3)
     for i in range(1024):
         store(memory, stats, experience(i))
@@ -106,7 +106,7 @@ def test_the_priority_figure_survives_a_checkpoint():
     figure = PriorityFigure(16, batch_size=4)
     memory = Memory(16, rng=0)
     for i in range(20):
-        figure.statistics.note_store(memory.store(experience(i)))
+        figure.note_store(memory.store(experience(i)))
         tree_idx, _, is_weights = memory.sample(8)
         figure.note_replay(memory.slots_of(tree_idx), len(memory), step=i,
                            last_gradient_step=2 * i + 1, beta=0.5,

@@ -15,7 +15,7 @@ import d3qn_agent
 from d3qn_agent import DQNAgent, main
 from d3qn_utils import reporting, settings
 from d3qn_utils.atomic_files import read_arrays
-from d3qn_utils.priority_figure import ReplayStatistics, draw_priority_figure, priority_figure_data
+from d3qn_utils.priority_figure import PriorityFigure, draw_priority_figure
 from d3qn_utils.reporting import TensorBoardWriter
 from PER import Memory, UniformMemory
 
@@ -94,10 +94,9 @@ def test_run_writes_the_priority_figure_from_its_history(trained):
     assert list(betas) == sorted(betas) and betas[-1] == pytest.approx(1.0)
     assert all(0 < low <= average <= 1 for low, average in zip(smallest, mean, strict=True))
     assert figure_data.recent_batches == 251  # gradient steps at env steps 100, 102, ..., 600
-    stats = figure_data.statistics
-    assert stats.stores == 600
-    assert stats.replays_by_age.sum() == 251 * 16
-    assert stats.replay_counts.sum() == 251 * 16  # nothing overwritten in a 1,000-slot memory
+    assert figure_data.stores == 600
+    assert figure_data.replays_by_age.sum() == 251 * 16
+    assert figure_data.replay_counts.sum() == 251 * 16  # nothing overwritten in a 1,000-slot memory
 
 
 def test_tensorboard_flag_alone_writes_under_runs(tmp_path, monkeypatch):
@@ -107,7 +106,7 @@ def test_tensorboard_flag_alone_writes_under_runs(tmp_path, monkeypatch):
         "tensorboard": "logs/a"}
     monkeypatch.chdir(tmp_path)
     agent = tiny_agent(tmp_path, tensorboard=True)
-    assert agent.report.tensorboard_dir == f"{reporting.TENSORBOARD_ROOT}/{RUN_NAME}" == (
+    assert agent.report.tensorboard.log_dir == f"{reporting.TENSORBOARD_ROOT}/{RUN_NAME}" == (
         f"runs/{RUN_NAME}")
     assert (tmp_path / "runs" / RUN_NAME).is_dir()
     default = tiny_agent(tmp_path)  # TensorBoard is off unless asked for
@@ -136,14 +135,14 @@ def test_writer_writes_what_it_is_given(tmp_path):
 
 
 def test_priority_figure_inputs_by_hand():
-    stats = ReplayStatistics(8)
+    stats = PriorityFigure(8, batch_size=2)
     memory = Memory(8, rng=0)  # alpha 0.6, epsilon 0.01
     for i in range(4):
         state = np.full(2, i, np.float32)
         stats.note_store(memory.store((state, 0, 0.0, state, False)))
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.0, 0.0, 0.99]))
     stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
-    data = priority_figure_data(memory, stats)
+    data = stats.data(memory)
     priorities = np.array([0.01, 0.01, 0.01, 1.0]) ** 0.6
     np.testing.assert_allclose(data["relative_probabilities"], 4 * priorities / priorities.sum())
     np.testing.assert_allclose(data["floor"], 4 * 0.01**0.6 / priorities.sum())
@@ -152,11 +151,11 @@ def test_priority_figure_inputs_by_hand():
     np.testing.assert_array_equal(data["age_high"], [1, 3, 7])
     np.testing.assert_allclose(data["replay_rate"], [2.0, 0.0, 0.0])
     np.testing.assert_allclose(data["uniform_rate"], [0.5, 0.5, 0.5])  # 2 draws / 4 held
-    uniform_stats = ReplayStatistics(8)
+    uniform_stats = PriorityFigure(8, batch_size=2)
     uniform = UniformMemory(8)
     uniform_stats.note_store(
         uniform.store((np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False)))
-    uniform_data = priority_figure_data(uniform, uniform_stats)
+    uniform_data = uniform_stats.data(uniform)
     assert uniform_data["floor"] is None and uniform_data["relative_probabilities"].tolist() == [1]
 
 
@@ -170,8 +169,7 @@ def test_priority_history_survives_a_checkpoint_and_format_1_ones_still_load(tra
     assert restored_figure.history == figure.history
     assert restored_figure.recent_batches == figure.recent_batches
     np.testing.assert_array_equal(restored_figure.recent_is_weights, figure.recent_is_weights)
-    np.testing.assert_array_equal(restored_figure.statistics.replays_by_age,
-                                  figure.statistics.replays_by_age)
+    np.testing.assert_array_equal(restored_figure.replays_by_age, figure.replays_by_age)
     # Format 1 kept the history and recent weights in progress.json, the replay statistics in
     # memory.npz (older checkpoints are refused: test_checkpoint.py).
     saved = json.loads((FORMAT_1 / "progress.json").read_text())
@@ -183,18 +181,17 @@ def test_priority_history_survives_a_checkpoint_and_format_1_ones_still_load(tra
     assert old_figure.recent_batches == saved["recent_batches"] == 96
     np.testing.assert_array_equal(old_figure.recent_is_weights,
                                   np.array(saved["recent_is_weights"], np.float32))
-    np.testing.assert_array_equal(old_figure.statistics.replays_by_age,
-                                  memory["stats.replays_by_age"])
-    assert old_figure.statistics.stores == memory["stats.stores"] and old.step == 400
+    np.testing.assert_array_equal(old_figure.replays_by_age, memory["stats.replays_by_age"])
+    assert old_figure.stores == memory["stats.stores"] and old.step == 400
 
 
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_priority_figure_draws_without_history_or_replays(tmp_path):
-    stats = ReplayStatistics(8)
+    stats = PriorityFigure(8, batch_size=4)
     memory = Memory(8)
     state = np.zeros(2, np.float32)
     stats.note_store(memory.store((state, 0, 0.0, state, False)))
     path = tmp_path / "plots" / "p.png"
-    draw_priority_figure(str(path), priority_figure_data(memory, stats), [],
+    draw_priority_figure(str(path), stats.data(memory), [],
                          np.ones((1, 4), np.float32), "no gradient step yet")
     assert path.read_bytes()[:4] == b"\x89PNG"
