@@ -29,24 +29,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from d3qn_utils.atomic_files import read_arrays, read_json, write_arrays
+from d3qn_utils import run_files
+from d3qn_utils.atomic_files import read_arrays, write_arrays
 from d3qn_utils.priority_figure import PriorityFigure
-from d3qn_utils.run_files import (
-    LATEST,
-    RUN_PREFIX,
-    TrainingRun,
-    newest_checkpoints,
-    write_checkpoint,
-)
 from d3qn_utils.training_session import NonFiniteError, is_finite
 
 FORMAT = 2
 ARRAY_FILES = ("memory", "priority_figure", "optimizer")  # <name>.npz, the largest first
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
-# The flags a resumed run may give new values: its budget, the cadence of evaluations, checkpoints
-# and logs, where files go, and the fast path (the same gradient steps per env step, taken in
-# calls of another size, compiled with XLA or not). Any other difference from the checkpoint is
-# refused, naming each flag (docs/usage.md lists these).
+# The flags a resumed run may change (docs/usage.md lists them): its budget, the cadence of
+# evaluations, checkpoints and logs, where files go, and the fast path (the same gradient steps
+# per env step, in calls of another size, with XLA or not). Any other change is refused.
 MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_episodes",
                         "checkpoint_every", "model_dir", "plot_dir", "tensorboard",
                         "tensorboard_every", "gradient_steps_per_call", "xla")
@@ -54,18 +47,17 @@ MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_epis
 CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
 
-def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[str, Any],
+def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, state: dict[str, Any],
          networks: Sequence[Any]) -> str:
     """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to a
-    new checkpoint of `run`; its path. WriteError if the disk has no room (checked first: HDF5
-    can crash the process when the disk fills during its write) or a write fails."""
+    new checkpoint of `run`; its path. WriteError if a write fails or the disk lacks room (checked
+    first: HDF5 can crash the process when the disk fills mid-write)."""
     run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
     progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
                           indent=1)
-    arrays = [value for name in ARRAY_FILES for value in state[name].values()]
-    weights = [weight for network in networks for weight in network.get_weights()]
-    size = sum(array.nbytes for array in (*arrays, *weights)) + len(progress) \
-        + CHECKPOINT_HEADROOM_BYTES
+    arrays = [*(value for name in ARRAY_FILES for value in state[name].values()),
+              *(weight for network in networks for weight in network.get_weights())]
+    size = sum(array.nbytes for array in arrays) + len(progress) + CHECKPOINT_HEADROOM_BYTES
 
     def write(directory: Path) -> None:
         for name in ARRAY_FILES:
@@ -75,14 +67,14 @@ def save(checkpoint_root: str, run: TrainingRun, config: Namespace, state: dict[
             network.save_weights(directory / file)
 
     root = Path(checkpoint_root) / run.run_id
-    return str(write_checkpoint(root, state["progress"]["step"], write, size=size))
+    return str(run_files.write_checkpoint(root, state["progress"]["step"], write, size=size))
 
 
 class Checkpoint(NamedTuple):
     """A checkpoint `load` read: the run it continues, its directory, the state for
     `DQNAgent.load_state_dict` (with the run's flags under "flags") and the lines to print."""
 
-    run: TrainingRun
+    run: run_files.TrainingRun
     directory: Path
     state: dict[str, Any]
     lines: str
@@ -90,17 +82,14 @@ class Checkpoint(NamedTuple):
 
 def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any]
          ) -> Checkpoint:
-    """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`) to
-    continue a run: the weights into `networks` (online, target), the rest returned. Its lines
-    say from where ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py), which run
-    it continues and which flags changed. ValueError naming the checkpoint and what is wrong
-    with it."""
-    directory = choose_checkpoint(checkpoint_root, config) if where == LATEST else Path(where)
+    """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`): the
+    weights into `networks` (online, target), the rest returned, with lines saying from where
+    ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py), the run it continues and
+    the flags changed. ValueError naming the checkpoint and what is wrong with it."""
+    directory = choose_checkpoint(checkpoint_root, where, config)
     saved, arrays = read_state(directory)
     run = saved["run"]
-    refused, changed = flag_changes(run["flags"], config)
-    if refused:
-        raise ValueError(refusal(directory, run, refused))
+    changed = flag_changes(run["flags"], config)[1]
     for network, file in zip(networks, NETWORK_FILES, strict=True):
         try:
             network.load_weights(directory / file)
@@ -110,14 +99,13 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
     lines = (f"resuming from {directory} at step {saved['progress']['step']}\n"
              f"continuing {run['id']}, started {run['started']}; changed flags: "
              + (", ".join(changed) or "none"))
-    return Checkpoint(TrainingRun(run["id"], run["started"]), directory,
+    return Checkpoint(run_files.TrainingRun(run["id"], run["started"]), directory,
                       {"progress": saved["progress"], "flags": run["flags"], **arrays}, lines)
 
 
 @contextlib.contextmanager
 def restoring(directory: Path) -> Iterator[None]:
-    """Around the agent's taking back a checkpoint's state: what it raises becomes one
-    ValueError naming the checkpoint."""
+    """Turn what the agent raises taking back a checkpoint's state into one ValueError naming it."""
     try:
         yield
     except NonFiniteError as error:  # a good checkpoint; the environment is not fixed yet
@@ -130,24 +118,37 @@ def restoring(directory: Path) -> Iterator[None]:
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
     this FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
-    progress = read_json(directory / "progress.json")
-    if format_of(directory, progress) == 1:
-        progress, arrays = from_format_1(directory, progress)
-    else:
+    progress = read_progress(directory)
+    if progress.get("format", 1) == FORMAT:
         arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
-    # Without its counters, progress.json is as corrupt as without its run record.
-    recorded_run(directory, progress if isinstance(progress.get("progress"), dict) else {})
+    else:
+        progress, arrays = from_format_1(directory, progress)
     return progress, arrays
 
 
-def format_of(directory: Path, progress: dict[str, Any]) -> int:
-    """The format of the checkpoint in `directory` whose progress.json holds `progress`: FORMAT
-    or 1 (no number, a "fingerprint"); ValueError naming any other."""
+def read_progress(directory: Path) -> dict[str, Any]:
+    """The progress.json of the checkpoint in `directory`, of FORMAT or 1 (no number, a
+    "fingerprint"), with a valid run record (id, start time, flags) and counters; ValueError
+    naming the file if it is missing or corrupt, or another format."""
+    path = directory / "progress.json"
+    try:
+        progress = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
+    if not isinstance(progress, dict):
+        raise ValueError(f"checkpoint file {path} is corrupt: expected a JSON object")
     version = progress.get("format", 1 if "fingerprint" in progress else None)
     if version not in (1, FORMAT):
         raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
                          f"cannot read (it reads format {FORMAT} and converts format 1)")
-    return version
+    run = progress.get("run")
+    if not (isinstance(run, dict) and isinstance(run.get("id"), str)
+            and re.fullmatch(re.escape(run_files.RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
+            and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)
+            and (version == 1 or isinstance(progress.get("progress"), dict))):
+        raise ValueError(f"checkpoint file {path} has no valid run record or counters (corrupt, "
+                         "or older than format 1)")
+    return progress
 
 
 def from_format_1(directory: Path, progress: dict[str, Any]
@@ -168,38 +169,27 @@ def from_format_1(directory: Path, progress: dict[str, Any]
     return {"format": FORMAT, "run": run, "progress": progress}, arrays
 
 
-def recorded_run(directory: Path, progress: dict[str, Any]) -> dict[str, Any]:
-    """The run record (id, start time, flags) of the checkpoint in `directory` whose
-    progress.json holds `progress`; ValueError naming the file if it has no valid one."""
-    run = progress.get("run")
-    if not (isinstance(run, dict) and isinstance(run.get("id"), str)
-            and re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
-            and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)):
-        raise ValueError(f"checkpoint file {directory / 'progress.json'} is corrupt: no valid "
-                         "run record")
-    return run
-
-
-def choose_checkpoint(checkpoint_root: str, config: Namespace) -> Path:
-    """For --resume without a path: the newest checkpoint of the run that wrote last among those
-    whose flags match `config`; if none, ValueError naming what differs in the closest run."""
-    newest = newest_checkpoints(checkpoint_root)
-    if not newest:
+def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Path:
+    """The checkpoint `where` (a `step-*` directory, or LATEST: the newest of the run that wrote
+    last among those whose flags match `config`) if its flags match `config`; else ValueError
+    naming what differs (in the closest run)."""
+    candidates = ([Path(where)] if where != run_files.LATEST
+                  else run_files.newest_checkpoints(checkpoint_root))
+    if not candidates:
         raise ValueError(f"no checkpoint to resume from in {checkpoint_root}")
     refusals = []
-    for directory in newest:
-        progress = read_json(directory / "progress.json")
-        format_of(directory, progress)
-        run = recorded_run(directory, progress)
+    for directory in candidates:
+        run = read_progress(directory)["run"]
         refused = flag_changes(run["flags"], config)[0]
         if not refused:
             return directory
-        refusals.append((len(refused), refusal(directory, run, refused)))
+        refusals.append((len(refused), (
+            f"checkpoint {directory} (run started {run['started']}) was made with other flags "
+            f"(its value -> this run's): {', '.join(refused)}; a resumed run may change only "
+            f"{', '.join(MAY_CHANGE_ON_RESUME)}")))
     closest = min(refusals, key=lambda counted: counted[0])[1]
-    if len(newest) == 1:
-        raise ValueError(closest)
-    others = "the other run differs" if len(newest) == 2 else f"the {len(newest) - 1} others differ"
-    raise ValueError(f"{closest}; {others} more (--resume PATH takes any checkpoint)")
+    others = "; each other run differs more (--resume PATH takes any checkpoint)"
+    raise ValueError(closest + (others if len(candidates) > 1 else ""))
 
 
 def flag_changes(saved: dict[str, Any], config: Namespace) -> tuple[list[str], list[str]]:
@@ -212,13 +202,6 @@ def flag_changes(saved: dict[str, Any], config: Namespace) -> tuple[list[str], l
             entry = f"{name} {saved[name]!r} -> {value!r}"
             (changed if name in MAY_CHANGE_ON_RESUME else refused).append(entry)
     return refused, changed
-
-
-def refusal(directory: Path, run: dict[str, Any], refused: list[str]) -> str:
-    """The error for resuming a checkpoint with other flags than those in `refused`."""
-    return (f"checkpoint {directory} (run started {run['started']}) was made with other flags "
-            f"(its value -> this run's): {', '.join(refused)}; a resumed run may change only "
-            f"{', '.join(MAY_CHANGE_ON_RESUME)}")
 
 
 def state_digest(state: np.ndarray | None) -> str | None:
@@ -244,11 +227,9 @@ def model_load_error(path: str, error: Exception) -> ValueError:
     unreadable, or not a valid .keras file (Keras says "File not found" for a non-zip file)."""
     if not os.path.exists(path):
         return ValueError(f"no saved model at {path!r}; train first (python d3qn_agent.py)")
-    try:
-        with open(path, "rb") as file:
-            is_zip = zipfile.is_zipfile(file)
-    except OSError as os_error:
-        return ValueError(f"cannot read model {path!r}: {os_error.strerror or os_error}")
+    if not os.access(path, os.R_OK):
+        return ValueError(f"cannot read model {path!r}: permission denied")
     first_line = (str(error).strip().splitlines() or [""])[0]
+    is_zip = zipfile.is_zipfile(path)
     reason = f"{type(error).__name__}: {first_line}" if is_zip else "not a zip archive"
     return ValueError(f"cannot load model {path!r}: not a valid .keras file ({reason})")

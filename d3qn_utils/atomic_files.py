@@ -2,20 +2,18 @@
 
 `atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
 flushed: a process killed at any moment leaves the old file or the new one, never half of one.
-A write that fails (disk full) removes what it wrote and raises `WriteError`. The readers turn
-every way a file can be missing or damaged into one ValueError that names it, and never unpickle.
+A write that fails (disk full) removes what it wrote and raises `WriteError`. `read_arrays` never
+unpickles, and a missing or damaged `.npz` file is one ValueError naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -23,9 +21,8 @@ TEMPORARY_PREFIX = ".tmp-"  # a file or directory being written: `.tmp-<pid>-<fi
 
 
 class WriteError(ValueError):
-    """A file could not be written (disk full, no permission, ...); what the write had begun is
-    removed and what was there before is untouched. A ValueError, so that the scripts print it as
-    their one `error:` line and exit with code 2."""
+    """A file could not be written (disk full, no permission, ...): what the write began is gone,
+    what was there is untouched. A ValueError: the scripts print it as one `error:` line, exit 2."""
 
     def __init__(self, path: str | Path, error: OSError, outcome: str) -> None:
         reason = " ".join(str(error.strerror or error).split())  # HDF5's messages span lines
@@ -35,9 +32,8 @@ class WriteError(ValueError):
 
 
 def temporary_path(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place: beside it, named for this
-    process (two processes writing one file do not share it), with the suffix kept for writers
-    that go by it (Keras' `.keras`, matplotlib's `.png`)."""
+    """Where `path` is written before its rename: beside it, named for this process (two writing
+    one file do not share it), keeping the suffix that Keras and matplotlib go by."""
     return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
 
 
@@ -59,17 +55,6 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object, or ValueError naming the file if it is missing or damaged."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"checkpoint file {path} is corrupt: expected a JSON object")
-    return data
-
-
 def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     with open(path, "wb") as file:
         np.savez(file, **arrays)
@@ -81,7 +66,7 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as saved:
             return {key: saved[key] for key in saved.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise ValueError(f"checkpoint file {path} is missing or corrupt: {error}") from error
+        raise ValueError(f"{path} is missing or corrupt: {error}") from error
 
 
 def fsync_file(path: Path) -> None:
@@ -90,12 +75,10 @@ def fsync_file(path: Path) -> None:
 
 
 def fsync_directory(directory: Path) -> None:
-    """Make a rename inside `directory` durable (a no-op where directories cannot be opened)."""
-    try:
+    """Make a rename inside `directory` durable, where the system can sync directories."""
+    with contextlib.suppress(OSError):
         descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)

@@ -1,5 +1,4 @@
-"""The files a training run owns: its lock, its id, its checkpoint directories, and what writers
-killed mid-write left behind.
+"""The files a training run owns: its lock, its id, its checkpoints, what killed writers left.
 
 A run holds the lock `models/<name>.lock` (`RunLock`) while it trains: a second run of the same
 name into the same model directory is refused, naming the first. Its id is its start time
@@ -21,13 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from d3qn_utils.atomic_files import (
-    TEMPORARY_PREFIX,
-    WriteError,
-    fsync_directory,
-    fsync_file,
-    temporary_path,
-)
+from d3qn_utils import atomic_files
 
 PREFIX = "step-"
 RUN_PREFIX = "run-"
@@ -44,31 +37,30 @@ class RunLock:
         while True:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as error:
-                raise WriteError(path, error, "no run was started") from error
+                raise atomic_files.WriteError(path, error, "no run was started") from error
             try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(descriptor, 1000).decode(errors="replace").strip()
-                os.close(descriptor)
+                holder = os.read(self.descriptor, 1000).decode(errors="replace").strip()
+                os.close(self.descriptor)
                 raise ValueError(
                     f"another run is writing {path.stem} to {path.parent}: "
                     f"{holder or 'a process that is starting'} (lock {path}); wait for it to end "
                     "or stop it, or give this run another --model-dir") from None
             with contextlib.suppress(FileNotFoundError):
-                if os.path.samestat(os.fstat(descriptor), os.stat(path)):
+                if os.path.samestat(os.fstat(self.descriptor), os.stat(path)):
                     break
-            os.close(descriptor)  # its holder removed the file as it let go: open it anew
-        self.descriptor = descriptor
+            os.close(self.descriptor)  # its holder removed the file as it let go: open it anew
         holder = (f"pid {os.getpid()} on {socket.gethostname()}, started "
                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
         try:
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, holder.encode(), 0)
+            os.ftruncate(self.descriptor, 0)
+            os.pwrite(self.descriptor, holder.encode(), 0)
         except OSError as error:
             self.release()
-            raise WriteError(path, error, "no run was started") from error
+            raise atomic_files.WriteError(path, error, "no run was started") from error
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -131,8 +123,7 @@ def earlier_runs(model_path: str, checkpoint_root: str) -> list[str]:
         notes.append(f"{model_path} holds the best network of an earlier run (saved "
                      f"{saved}); this new run replaces it at its first evaluation (another "
                      "--model-dir keeps it)")
-    earlier = newest_checkpoints(checkpoint_root)
-    if earlier:
+    if earlier := newest_checkpoints(checkpoint_root):
         runs = "1 earlier run" if len(earlier) == 1 else f"{len(earlier)} earlier runs"
         notes.append(f"{checkpoint_root} holds the checkpoints of {runs}, which this run "
                      "leaves alone (--resume continues one)")
@@ -141,49 +132,42 @@ def earlier_runs(model_path: str, checkpoint_root: str) -> list[str]:
 
 def remove_leftovers(model_path: str, checkpoint_root: str, plot_dir: str) -> None:
     """Remove what writers killed mid-write left (`.tmp-*`) of a run's networks and plots (named
-    after `model_path`'s stem) and checkpoints; not those a live process is writing."""
+    after `model_path`'s stem) and checkpoints (all under `checkpoint_root`: only runs of this
+    name write there); not those a live process is writing."""
     root = Path(checkpoint_root)
-    ours = f"{TEMPORARY_PREFIX}*{Path(model_path).stem}*"
-    everything = f"{TEMPORARY_PREFIX}*"  # only runs of this name write under `root`
-    searches = [(Path(model_path).parent, ours), (Path(plot_dir), ours),
-                (root, everything), *((run, everything) for run in root.glob(RUN_PREFIX + "*"))]
-    for directory, pattern in searches:
-        for leftover in directory.glob(pattern):
-            if being_written(leftover):
-                continue
-            if leftover.is_dir():
-                shutil.rmtree(leftover, ignore_errors=True)
-            else:
-                leftover.unlink(missing_ok=True)
+    ours = f"{atomic_files.TEMPORARY_PREFIX}*{Path(model_path).stem}*"
+    leftovers = [*Path(model_path).parent.glob(ours), *Path(plot_dir).glob(ours),
+                 *root.glob(atomic_files.TEMPORARY_PREFIX + "*"),
+                 *root.glob(f"{RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")]
+    for leftover in leftovers:
+        if being_written(leftover):
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 def being_written(path: Path) -> bool:
     """Whether the temporary `path` (`.tmp-<pid>-...`) is another live process's write."""
-    match = re.match(re.escape(TEMPORARY_PREFIX) + r"([1-9][0-9]*)-", path.name)
+    match = re.match(re.escape(atomic_files.TEMPORARY_PREFIX) + r"([1-9][0-9]*)-", path.name)
     if match is None or int(match[1]) == os.getpid():
         return False
     try:
         os.kill(int(match[1]), 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user's
-        pass
+    except (ProcessLookupError, PermissionError) as error:
+        return isinstance(error, PermissionError)  # PermissionError: another user's, alive
     return True
 
 
-def write_checkpoint(root: str | Path, step: int, write_files: Callable[[Path], None],
-                     keep: int = 2, size: int = 0) -> Path:
-    """Write checkpoint `step` under `root` atomically (`write_files` fills a fresh temporary
-    directory, renamed into place once on disk) and keep only the newest `keep`. One of the same
-    step is kept as it is: nothing changes without a step. WriteError if the disk has less than
-    `size` bytes free or a write fails, nothing of the new checkpoint left, the others intact."""
-    root = Path(root)
+def write_checkpoint(root: Path, step: int, write_files: Callable[[Path], None], size: int) -> Path:
+    """Write checkpoint `step` under `root` atomically (`write_files` fills a temporary directory,
+    renamed into place once on disk), keeping the newest two; one of this step stays as it was.
+    WriteError if the disk has under `size` bytes free or a write fails, nothing of it left."""
     final = root / f"{PREFIX}{step:010d}"
-    temporary = temporary_path(final)
+    temporary = atomic_files.temporary_path(final)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for leftover in root.glob(TEMPORARY_PREFIX + "*"):  # only this run writes here
-            shutil.rmtree(leftover, ignore_errors=True)
         if final.exists():  # saved already at this step (e.g. Ctrl-C right after a checkpoint)
             return final
         free = shutil.disk_usage(root).free
@@ -193,14 +177,15 @@ def write_checkpoint(root: str | Path, step: int, write_files: Callable[[Path], 
         temporary.mkdir()
         write_files(temporary)
         for path in temporary.iterdir():
-            fsync_file(path)
+            atomic_files.fsync_file(path)
         os.replace(temporary, final)
     except OSError as error:
         shutil.rmtree(temporary, ignore_errors=True)
-        raise WriteError(final, error, "nothing of it was kept, and the checkpoints before it "
-                         "are intact (--resume continues from the newest)") from error
-    fsync_directory(root)
-    for old in list_checkpoints(root)[:-keep]:
+        outcome = ("nothing of it was kept, and the checkpoints before it are intact (--resume "
+                   "continues from the newest)")
+        raise atomic_files.WriteError(final, error, outcome) from error
+    atomic_files.fsync_directory(root)
+    for old in list_checkpoints(root)[:-2]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -212,7 +197,6 @@ def list_checkpoints(root: str | Path) -> list[Path]:
 
 def newest_checkpoints(root: str | Path) -> list[Path]:
     """The newest checkpoint of each run under the checkpoint root `root`, newest first."""
-    root = Path(root)
-    newest = [checkpoints[-1] for run in sorted(root.glob(RUN_PREFIX + "*"))
+    newest = [checkpoints[-1] for run in sorted(Path(root).glob(RUN_PREFIX + "*"))
               if (checkpoints := list_checkpoints(run))]
     return sorted(newest, key=lambda path: path.stat().st_mtime_ns, reverse=True)

@@ -288,7 +288,8 @@ def test_resume_refuses_another_environment_or_network(tmp_path, trained, capsys
     (Path(step_directory) / "progress.json").write_text(json.dumps(
         {"fingerprint": {"env_name": "CartPole-v1"}, **progress["progress"]}))
     error = resume_fails(tmp_path, capsys, "--resume", step_directory)
-    assert f"checkpoint {step_directory} has no format number and is not of format 1" in error
+    assert (f"checkpoint file {Path(step_directory) / 'progress.json'} has no valid run record"
+            in error)
     (Path(step_directory) / "progress.json").write_text(json.dumps({**progress, "format": 3}))
     error = resume_fails(tmp_path, capsys, "--resume", step_directory)
     assert f"checkpoint {step_directory} has format 3, which this version cannot read" in error
@@ -424,7 +425,7 @@ def test_runs_into_one_directory_keep_their_own_checkpoints_and_resume_says_whic
     error = resume_fails(tmp_path, capsys, "--gamma", "0.5", "--resume")
     assert error.startswith(f"error: checkpoint {a_run / 'step-0000000200'} (run started ")
     assert "(its value -> this run's): gamma 0.99 -> 0.5; " in error
-    assert error.endswith("; the other run differs more (--resume PATH takes any checkpoint)")
+    assert error.endswith("; each other run differs more (--resume PATH takes any checkpoint)")
 
 
 def test_resume_with_changed_flags_refuses_each_flag_that_may_not_change(
