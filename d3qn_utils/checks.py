@@ -17,9 +17,7 @@ FIELDS = ("state", "action", "reward", "next_state", "done")
 
 def is_integer(value: Any) -> bool:
     """An integer (numpy's too) that is not a bool: True is an int to Python, not to a user."""
-    # A Python int first: one type test, made for every stored transition's action.
-    return type(value) is int or (isinstance(value, numbers.Integral)
-                                  and not isinstance(value, bool))
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_integer(name: str, value: Any, minimum: int) -> int:
@@ -64,7 +62,7 @@ def check_transition(experience: Any) -> Sequence:
     field and its value (finite states and reward, an action in range, a bool done): a NaN would
     poison every TD target it is drawn into, and through the priorities the sum tree."""
     state, action, reward, next_state, done = check_experience(experience)
-    if not is_integer(action):
+    if type(action) is not int and not is_integer(action):  # an int first: the cheap test
         value = np.asarray(action)  # a 0-d integer array is an action too
         if value.ndim or value.dtype.kind not in "iu":
             raise ValueError(f"action must be an integer, got {action!r:.100}")
@@ -93,9 +91,8 @@ def check_transition(experience: Any) -> Sequence:
 
 
 def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
-    """The five columns of a block of transitions as arrays of one length k in 1..capacity, each
-    row one `check_transition` accepts: tested all at once, then row by row only to name the
-    first bad one (with its index)."""
+    """The five columns of a block as arrays of one length k in 1..capacity, each row one that
+    `check_transition` accepts: tested at once, row by row only to name the first bad one."""
     columns = [np.asarray(column) for column in check_experience(transitions)]
     lengths = [len(column) if column.ndim else 0 for column in columns]
     if len(set(lengths)) != 1:

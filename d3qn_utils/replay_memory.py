@@ -1,6 +1,5 @@
-"""What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
-`RankBasedMemory`) share: storage, random generator, n-step batches, saved state, their size.
-"""
+"""`ReplayMemory`: what PER.py's `Memory` and `UniformMemory` and rank_based.py's
+`RankBasedMemory` share."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, stor
 
 
 class ReplayMemory:
-    """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
+    """A replay memory's storage, rng, n-step batches, blocks, saved state and size."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
@@ -40,17 +39,16 @@ class ReplayMemory:
 
     @classmethod
     def bytes_per_slot(cls, state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full memory of this class, its storage's included (measured by
-        tests/test_per.py)."""
+        """Bytes per slot of a full memory of this class, its storage's included."""
         return storage_type(state_shape).bytes_per_slot(state_shape, state_dtype) + \
             cls.BYTES_PER_SLOT
 
     @classmethod
     def check_fits(cls, size: int, state_shape: tuple[int, ...], state_dtype: Any,
                    other_bytes_per_slot: int = 0) -> None:
-        """ValueError, before a memory of this class is allocated, if `size` slots cannot hold
-        one frame stack or, with the caller's `other_bytes_per_slot`, not fit in this machine's
-        memory (numpy's zeroed arrays take memory only as they fill: a run would fail late)."""
+        """ValueError, before allocating, if `size` slots of this class cannot hold a frame stack
+        or, with the caller's `other_bytes_per_slot`, would not fit in this machine's memory
+        (numpy's zeroed arrays take memory only as they fill: a run would fail late)."""
         if len(state_shape) == 3 and size <= state_shape[-1]:
             raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
                              f"images, got {size}")
@@ -122,12 +120,10 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
-        """Add k transitions, the five columns of length k as `checks.check_block` returns them,
-        with these leaf priorities (`write_priorities`: PER.Memory's); return their k slots.
-        Slots the block frees get 0; a slot written twice keeps its last priority. O(k log N).
-
-        A transition the storage refuses raises ValueError; those before it (a frame storage
-        takes them one at a time) stay stored, with their priorities.
+        """Add k transitions (columns as `checks.check_block` returns them) with these leaf
+        priorities (PER.Memory's `write_priorities`); return their slots. O(k log N). Slots freed
+        get 0; a slot written twice keeps its last. A transition the storage refuses raises
+        ValueError; those before it (a frame storage adds one at a time) stay, with priorities.
         """
         writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
         stored = 0
@@ -144,11 +140,10 @@ class ReplayMemory:
         return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The n-step transitions that start in `slots`, the batch `sample` returns: (states,
-        actions, rewards, next_states, dones, discounts), the discounted reward sum over the
-        k <= n_step transitions of the episode from each slot, the state after the k-th, whether
-        it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
-        transition. O(n_step * len(slots)), vectorized."""
+        """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,
+        next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
+        transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
+        chain stops at a termination, a truncation, the newest transition. O(n_step * n)."""
         if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),

@@ -1,12 +1,11 @@
 """Replay storages: where a replay memory keeps the transitions themselves.
 
 A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
-slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block(columns)`,
-what `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
-`load_state_dict`. It takes transitions its memory checked on the way in (`checks.py`) and checks
-only what is its own: shapes, and for frames their dtype and shift. `TransitionStorage` keeps one
-row per transition (vector states); `FrameStackStorage` each uint8 image frame once (Atari's
-stacks, ~7 KB a transition instead of ~56 KB; MinAtar's single frames).
+slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block(columns)`, what
+`n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
+`load_state_dict`. Its memory checked each transition (checks.py); it checks only shapes, and
+frames' dtype and shift. `TransitionStorage` keeps one row per transition (vector states);
+`FrameStackStorage` each uint8 frame once (Atari's stacks: ~7 KB a transition, not ~56 KB).
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ class TransitionStorage:
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes a full storage of these states holds per slot: two states, an int64 action, a
-        float64 reward, the done and holds_transition flags."""
+        """Bytes per slot of a full storage: two states, int64 action, float64 reward, 2 flags."""
         return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
 
     def columns(self) -> tuple[np.ndarray, ...]:
@@ -54,9 +52,8 @@ class TransitionStorage:
         return slot, NO_SLOTS
 
     def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Store k transitions, the five columns of length k, in one vectorized write, as `add`
-        would one by one; yield (their slots, none freed) once. O(k). ValueError for a column of
-        another shape, the storage unchanged."""
+        """Store k transitions, five columns of length k, as `add` would one by one, in one write;
+        yield (their slots, none freed) once. O(k). ValueError, nothing stored, for a bad shape."""
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
         slots = (self.write_pointer + np.arange(k)) % self.capacity
@@ -149,9 +146,9 @@ class FrameStackStorage:
     (whatever `FrameStackObservation` padded with), t_i is the transition from observation i to
     i+1, and transition t_i reads slots 10+i .. 14+i. An `add` whose state equals the previous
     next_state writes one slot, any other S+1, so padding at episode starts comes back exactly
-    and no earlier episode's frame leaks into a stack. `stack_axis=-1`: Atari's frames, stacked
-    on the last axis; `None`: MinAtar's single frames, S = 1. Writing slot w breaks the
-    transitions of slots w .. w+S-1 (`add` reports them freed).
+    and no earlier episode's frame leaks into a stack. Writing slot w breaks the transitions of
+    slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
+    the last axis; None, MinAtar's single frames (S = 1).
 
     Memory: 7,070 bytes a slot for 84x84 frames (`bytes_per_slot`).
     """
@@ -159,8 +156,7 @@ class FrameStackStorage:
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
         self.capacity = check_integer("capacity", capacity, 2)
         if stack_axis is not None and stack_axis != -1:
-            raise ValueError(f"stack_axis must be -1 (frames stacked last) or None, got "
-                             f"{stack_axis!r}")
+            raise ValueError(f"stack_axis must be -1 (the last axis) or None, got {stack_axis!r}")
         self.stack_axis = None if stack_axis is None else -1
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
         self.written = 0
@@ -170,6 +166,7 @@ class FrameStackStorage:
         # Set by the first add (or load_state_dict), once the states' shape is known:
         self.frames: np.ndarray | None = None  # (capacity, *frame_shape) uint8
         self.state_shape: tuple[int, ...] | None = None
+        self.stack_size = 0  # frames per stacked state
         self._next_slot = 0  # the slot the next frame is written to
         self._pending_slot = -1  # slot of the last next_state's newest frame (-1: none)
         self._pending_stack: np.ndarray | None = None  # copy of that next_state, to compare
@@ -180,17 +177,9 @@ class FrameStackStorage:
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes a full storage of these states holds per slot: one frame, an int64 action, a
-        float32 reward, the done and holds_transition flags."""
+        """Bytes per slot of a full storage: one frame, int64 action, float32 reward, 2 flags."""
         frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // state_shape[-1]
         return frame + 8 + 4 + 1 + 1
-
-    @property
-    def stack_size(self) -> int:
-        """Frames per stacked state (0 before the first add)."""
-        if self.state_shape is None:
-            return 0
-        return 1 if self.stack_axis is None else self.state_shape[-1]
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one transition of uint8 states, next_state being state shifted by one frame:
@@ -198,15 +187,13 @@ class FrameStackStorage:
         state, action, reward, next_state, done = experience
         state, next_state = np.asarray(state), np.asarray(next_state)
         self._check_frames(state, next_state)
-        newest = next_state if self.stack_axis is None else next_state[..., -1]
+        newest = self._frames(next_state)[-1]
         if self._pending_stack is not None and np.array_equal(self._pending_stack, state):
             slot = self._pending_slot  # same episode: the state's frames are in the ring
             freed = self._write([newest])
         else:
             slot = (self._next_slot + self.stack_size - 1) % self.capacity
-            state_frames = [state] if self.stack_axis is None else \
-                [state[..., i] for i in range(self.stack_size)]
-            freed = self._write([*state_frames, newest])
+            freed = self._write([*self._frames(state), newest])
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.dones[slot] = done
@@ -217,9 +204,8 @@ class FrameStackStorage:
         return slot, freed[freed != slot]
 
     def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """`add` the block's transitions one at a time (each shares the frames of the one before),
-        yielding ([its slot], the slots it freed) for each; a transition `add` refuses raises
-        ValueError after those before it were stored. O(k * frame size)."""
+        """`add` each transition (each shares the frames of the one before), yielding ([its slot],
+        the slots it freed); one `add` refuses raises after those before it. O(k * frame size)."""
         for experience in zip(*columns, strict=True):
             slot, freed = self.add(experience)
             yield np.array([slot]), freed
@@ -240,8 +226,8 @@ class FrameStackStorage:
         return self.holds_transition[(slots + 1) % self.capacity]
 
     def _checked_slots(self, slots: np.ndarray) -> np.ndarray:
-        """`slots` (integers), or ValueError naming those outside the ring or without a
-        transition: their frames may belong to other transitions by now."""
+        """`slots`, or ValueError naming those outside the ring or holding no transition (their
+        frames may be other transitions' by now)."""
         if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
             raise ValueError(f"slots must be in [0, {self.capacity}), got {slots}")
         missing = slots[~self.holds_transition[slots]]
@@ -296,13 +282,12 @@ class FrameStackStorage:
                 raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
-        if self.state_shape is None and self.stack_axis is not None:
-            if state.ndim < 2:
-                raise ValueError(f"state shape {shape} has no frames stacked on its last axis")
-            if self.capacity < shape[-1] + 1:
-                raise ValueError(f"capacity {self.capacity} cannot hold one stack of "
-                                 f"{shape[-1]} frames plus its next frame")
-        if not self._is_shifted(state, next_state):
+        if self.stack_axis is not None and self.capacity < shape[-1] + 1:
+            raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
+                             "frames plus its next frame")
+        # Contiguous copies first (np.array): comparing strided views is several times slower.
+        if not np.array_equal(np.array(self._frames(state)[1:]),
+                              np.array(self._frames(next_state)[:-1])):
             raise ValueError("next_state must be state shifted by one frame along the last axis "
                              "(as frame stacking produces)")
         if self.state_shape is None:
@@ -313,18 +298,13 @@ class FrameStackStorage:
         self.state_shape = tuple(state_shape)
         frame_shape = state_shape if self.stack_axis is None else state_shape[:-1]
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self.stack_size = 1 if self.stack_axis is None else state_shape[-1]
 
-    def _is_shifted(self, state: np.ndarray, next_state: np.ndarray) -> bool:
-        """True if next_state's frames 0..S-2 equal state's frames 1..S-1."""
+    def _frames(self, stacks: np.ndarray) -> list[np.ndarray]:
+        """Views of the frames of `stacks` (a state, or a batch of them), oldest first."""
         if self.stack_axis is None:
-            return True  # one frame each: nothing shared to compare
-        # Contiguous copies first: comparing strided views directly is several times slower.
-        newer = np.empty((state.shape[-1] - 1, *state.shape[:-1]), dtype=np.uint8)
-        older = np.empty_like(newer)
-        for i in range(len(newer)):
-            newer[i] = state[..., i + 1]
-            older[i] = next_state[..., i]
-        return np.array_equal(newer, older)
+            return [stacks]
+        return [stacks[..., i] for i in range(stacks.shape[-1])]
 
     def _stacks(self, slots: np.ndarray) -> np.ndarray:
         """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
@@ -332,9 +312,8 @@ class FrameStackStorage:
             return self.frames[slots]
         stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
         # One gather per frame position: much faster than gathering all and transposing.
-        for position in range(self.stack_size):
-            stacks[..., position] = self.frames[(slots + position - self.stack_size + 1)
-                                                % self.capacity]
+        for position, frames in enumerate(self._frames(stacks)):
+            frames[...] = self.frames[(slots + position - self.stack_size + 1) % self.capacity]
         return stacks
 
     def _write(self, frames: list[np.ndarray]) -> np.ndarray:
