@@ -51,7 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
 from d3qn_utils import settings, training_session
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.checks import check_block, check_block_values, check_non_negative, is_integer
+from d3qn_utils.checks import check_block, check_non_negative, is_integer
 from d3qn_utils.games import is_atari, is_minatar, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.greedy_policy import GreedyPolicy
@@ -390,13 +390,10 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
     are never sampled.
 
     Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store` would
-    refuse) raises ValueError and changes nothing. The storage takes the block in one vectorized
-    write when it has `add_block`; `FrameStackStorage`, which must see each transition to share
-    its frames, takes it one `add` at a time, and a transition it rejects (a next state that is
-    not its state shifted by a frame) raises after the ones before it were stored.
+    refuse) raises ValueError and changes nothing, but for a frame storage's refusal of a next
+    state that is not its state shifted by a frame (`ReplayMemory.store_block`).
     """
     columns = check_block(transitions, memory.capacity)
-    check_block_values(columns)
     k = len(columns[0])
     if not is_integer(context) or not 0 <= context < k:
         raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
@@ -407,22 +404,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
                          f"{context} of context (expected {k - context})")
     check_non_negative("absolute TD error", errors)
     priorities = np.concatenate([memory.leaf_priorities(errors), np.zeros(context)])
-    # (slots, priorities) in the order they were written: freed slots (0), then the new ones.
-    writes: list[tuple[np.ndarray, np.ndarray]] = []
-    try:
-        if hasattr(memory.storage, "add_block"):
-            slots, freed = memory.storage.add_block(columns)
-            writes += [(freed, np.zeros(len(freed))), (slots, priorities)]
-        else:
-            for i, experience in enumerate(zip(*columns, strict=True)):
-                slot, freed = memory.storage.add(experience)
-                writes += [(freed, np.zeros(len(freed))), (np.array([slot]), priorities[i:i + 1])]
-    finally:
-        if writes:  # a slot written twice keeps its last priority
-            written = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
-            values = np.concatenate([values for _, values in writes])
-            memory.write_priorities(written + (memory.capacity - 1), values)
-    return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
+    return memory.store_block(columns, priorities)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,7 +421,7 @@ class Replay:
     long its own operations take (for benchmarks/bench_apex.py).
     """
 
-    BYTES_PER_SLOT = 8  # `stamps`, beside the memory's own (settings.check_replay_memory)
+    BYTES_PER_SLOT = 8  # `stamps`, beside the memory's own (Memory.check_fits)
 
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
@@ -652,8 +634,8 @@ class Learner:
             plot_dir=config.plot_dir, lr_decay=False, gradient_steps_per_call=1, bfloat16=False,
             xla=True)  # as shipped: d3qn_agent.py's Pong preset turns it off for its own runs
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
-        settings.check_replay_memory(Memory, config.memory_size, self.agent.state_shape,
-                                     self.agent.state_dtype, Replay.BYTES_PER_SLOT)
+        Memory.check_fits(config.memory_size, self.agent.state_shape, self.agent.state_dtype,
+                          Replay.BYTES_PER_SLOT)
         name = run_name(config.env_name)
         # The same scalars as d3qn_agent.py's --tensorboard, at env steps collected as x-axis;
         # the writer checks its directory now, before any Ray starts.

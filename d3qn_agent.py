@@ -202,8 +202,8 @@ class DQNAgent:
         # The replay memory: PER's Memory (or rank-based), or UniformMemory, one interface.
         memory_class = ((RankBasedMemory if config.per_rank_based else Memory) if config.use_per
                         else UniformMemory)
-        settings.check_replay_memory(memory_class, config.memory_size, self.state_shape,
-                                     self.state_dtype, TrainingReport.BYTES_PER_SLOT)
+        memory_class.check_fits(config.memory_size, self.state_shape, self.state_dtype,
+                                TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
             storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)

@@ -57,25 +57,13 @@ def check_experience(experience: Any) -> Sequence:
     return experience
 
 
-def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
-    """The five columns of a block of transitions as arrays of one length k in 1..capacity."""
-    columns = [np.asarray(column) for column in check_experience(transitions)]
-    lengths = [len(column) if column.ndim else 0 for column in columns]
-    if len(set(lengths)) != 1:
-        raise ValueError(f"the block's {FIELDS} have different lengths {lengths}")
-    if not 1 <= lengths[0] <= capacity:
-        raise ValueError(f"a block must hold 1..{capacity} transitions (the capacity), "
-                         f"got {lengths[0]}")
-    return columns
-
-
 def check_transition(experience: Any) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
     field and its value (finite states and reward, an action in range, a bool done): a NaN would
     poison every TD target it is drawn into, and through the priorities the sum tree."""
     state, action, reward, next_state, done = check_experience(experience)
-    if type(action) is not int and not isinstance(action, np.integer):
-        value = np.asarray(action)  # a 0-d integer array is an action too; bools are not
+    if type(action) is not int and not is_integer(action):  # an int first: the cheap test
+        value = np.asarray(action)  # a 0-d integer array is an action too
         if value.ndim or value.dtype.kind not in "iu":
             raise ValueError(f"action must be an integer, got {action!r:.100}")
         action = value.item()
@@ -90,8 +78,11 @@ def check_transition(experience: Any) -> Sequence:
         raise ValueError(f"reward must be a finite number, got {reward!r}")
     for name, value in (("state", state), ("next_state", next_state)):
         array = value if type(value) is np.ndarray else np.asarray(value)
-        if array.dtype.kind != "f" or not all_finite(array):
-            _check_finite_array(name, array)  # raises, naming the value, unless it is fine
+        if not finite_numbers(array):
+            if array.dtype.kind != "f":
+                raise ValueError(f"{name} must hold numbers, got dtype {array.dtype}")
+            bad = array[~np.isfinite(array)][0]
+            raise ValueError(f"{name} must be finite, got {bad.item()!r}")
     if type(done) is not bool and not isinstance(done, np.bool_):
         value = np.asarray(done)
         if value.ndim or value.dtype.kind not in "biuf" or value.item() not in (0, 1):
@@ -99,22 +90,35 @@ def check_transition(experience: Any) -> Sequence:
     return experience
 
 
-def check_block_values(columns: list[np.ndarray]) -> None:
-    """`check_transition` for a block's columns, vectorized; the message names the index."""
+def check_block(transitions: Any, capacity: int) -> list[np.ndarray]:
+    """The five columns of a block as arrays of one length k in 1..capacity, each row one that
+    `check_transition` accepts: tested at once, row by row only to name the first bad one."""
+    columns = [np.asarray(column) for column in check_experience(transitions)]
+    lengths = [len(column) if column.ndim else 0 for column in columns]
+    if len(set(lengths)) != 1:
+        raise ValueError(f"the block's {FIELDS} have different lengths {lengths}")
+    if not 1 <= lengths[0] <= capacity:
+        raise ValueError(f"a block must hold 1..{capacity} transitions (the capacity), "
+                         f"got {lengths[0]}")
     states, actions, rewards, next_states, dones = columns
     if actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-    bad = np.flatnonzero(actions < 0)
-    if bad.size:
-        raise ValueError(f"action must be an integer >= 0, got {actions[bad[0]].item()!r} "
-                         f"(transition {bad[0]} of the block)")
-    for name, column in (("reward", rewards), ("state", states), ("next_state", next_states)):
-        _check_finite_array(name, column, per_transition=True)
-    if dones.dtype.kind != "b":
-        bad = np.flatnonzero((dones != 0) & (dones != 1))
-        if bad.size:
-            raise ValueError(f"done must be True or False, got {dones[bad[0]].item()!r} "
-                             f"(transition {bad[0]} of the block)")
+    if ((actions < 0).any() or not all(map(finite_numbers, (rewards, states, next_states)))
+            or (dones.dtype.kind != "b" and ((dones != 0) & (dones != 1)).any())):
+        # Python scalars where numpy's would be: a message shows 3, not np.int64(3).
+        scalars = (column.tolist() if column.ndim == 1 else column for column in columns)
+        for index, row in enumerate(zip(*scalars, strict=True)):
+            try:
+                check_transition(row)
+            except ValueError as error:
+                raise ValueError(f"{error} (transition {index} of the block)") from None
+    return columns
+
+
+def finite_numbers(values: np.ndarray) -> bool:
+    """Whether the array `values` holds numbers, all finite (compiled test of a float array)."""
+    kind = values.dtype.kind
+    return kind in "biu" or (kind == "f" and all_finite(values))
 
 
 @numba.njit(cache=True)
@@ -124,22 +128,6 @@ def all_finite(values: np.ndarray) -> bool:  # pragma: no cover (compiled)
         if not math.isfinite(value):
             return False
     return True
-
-
-def _check_finite_array(name: str, values: np.ndarray, per_transition: bool = False) -> None:
-    """ValueError naming `name` and its first NaN or infinite value (or a non-number dtype)."""
-    kind = values.dtype.kind
-    if kind not in "biuf":
-        raise ValueError(f"{name} must hold numbers, got dtype {values.dtype}")
-    # The sum is the cheap test; only a sum that overflowed or met NaN / inf needs a closer look.
-    if kind != "f" or math.isfinite(np.add.reduce(values, axis=None)):
-        return
-    finite = np.isfinite(values)
-    if finite.all():
-        return
-    first = np.argwhere(~finite)[0]
-    where = f" (transition {first[0]} of the block)" if per_transition else ""
-    raise ValueError(f"{name} must be finite, got {values[tuple(first)].item()!r}{where}")
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:

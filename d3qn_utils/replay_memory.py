@@ -1,11 +1,12 @@
-"""What the three replay memories (PER.py's `Memory` and `UniformMemory`, rank_based.py's
-`RankBasedMemory`) share: storage, random generator, n-step batches, saved state, bytes a slot.
-"""
+"""`ReplayMemory`: what PER.py's `Memory` and `UniformMemory` and rank_based.py's
+`RankBasedMemory` share."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, stor
 
 
 class ReplayMemory:
-    """What every replay memory (PER.py's, rank_based.py's) shares: storage, rng, n-step batches."""
+    """A replay memory's storage, rng, n-step batches, blocks, saved state and size."""
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
@@ -38,10 +39,27 @@ class ReplayMemory:
 
     @classmethod
     def bytes_per_slot(cls, state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full memory of this class, its storage's included, to refuse a
-        size that cannot fit before allocating it. tests/test_per.py measures it."""
+        """Bytes per slot of a full memory of this class, its storage's included."""
         return storage_type(state_shape).bytes_per_slot(state_shape, state_dtype) + \
             cls.BYTES_PER_SLOT
+
+    @classmethod
+    def check_fits(cls, size: int, state_shape: tuple[int, ...], state_dtype: Any,
+                   other_bytes_per_slot: int = 0) -> None:
+        """ValueError, before allocating, if `size` slots of this class cannot hold a frame stack
+        or, with the caller's `other_bytes_per_slot`, would not fit in this machine's memory
+        (numpy's zeroed arrays take memory only as they fill: a run would fail late)."""
+        if len(state_shape) == 3 and size <= state_shape[-1]:
+            raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
+                             f"images, got {size}")
+        per_slot = cls.bytes_per_slot(state_shape, state_dtype) + other_bytes_per_slot
+        machine = machine_memory_bytes()
+        if machine and size * per_slot > machine:
+            raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
+                             f"{size * per_slot / 2**30:,.1f} GiB ({per_slot} bytes per "
+                             f"transition of {tuple(state_shape)} {np.dtype(state_dtype)} "
+                             f"states, {cls.kind} replay), more than this machine's "
+                             f"{machine / 2**30:,.1f} GiB")
 
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
@@ -101,12 +119,31 @@ class ReplayMemory:
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
+    def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
+        """Add k transitions (columns as `checks.check_block` returns them) with these leaf
+        priorities (PER.Memory's `write_priorities`); return their slots. O(k log N). Slots freed
+        get 0; a slot written twice keeps its last. A transition the storage refuses raises
+        ValueError; those before it (a frame storage adds one at a time) stay, with priorities.
+        """
+        writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
+        stored = 0
+        try:
+            for slots, freed in self.storage.add_block(columns):
+                writes += [(freed, np.zeros(len(freed))),
+                           (slots, priorities[stored:stored + len(slots)])]
+                stored += len(slots)
+        finally:  # one tree update for the block: far cheaper than one per transition
+            if writes:
+                leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
+                values = np.concatenate([values for _, values in writes])
+                self.write_priorities(leaves + (self.capacity - 1), values)
+        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
+
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The n-step transitions that start in `slots`, the batch `sample` returns: (states,
-        actions, rewards, next_states, dones, discounts), the discounted reward sum over the
-        k <= n_step transitions of the episode from each slot, the state after the k-th, whether
-        it terminated, and gamma^k. A chain stops at a termination, a truncation and the newest
-        transition. O(n_step * len(slots)), vectorized."""
+        """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,
+        next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
+        transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
+        chain stops at a termination, a truncation, the newest transition. O(n_step * n)."""
         if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
@@ -130,3 +167,16 @@ class ReplayMemory:
         states, actions, _, next_states, _ = self.storage.get(slots, last)
         discounts = (self.gamma**steps).astype(np.float32)
         return states, actions, returns, next_states, dones, discounts
+
+
+def machine_memory_bytes() -> int | None:
+    """The memory this process may use: physical memory or a smaller cgroup v2 limit, or None."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        physical = None
+    try:
+        limit = int(Path("/sys/fs/cgroup/memory.max").read_text())
+    except (OSError, ValueError):  # no cgroup v2 here, or "max": no limit
+        return physical
+    return limit if physical is None else min(limit, physical)

@@ -1,30 +1,22 @@
 """Replay storages: where a replay memory keeps the transitions themselves.
 
 A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
-slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, optionally `add_block`,
-what `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
-`load_state_dict`. `TransitionStorage` keeps one row per transition (vector states);
-`FrameStackStorage` each uint8 image frame once (Atari's stacks, ~7 KB a transition instead of
-~56 KB; MinAtar's single frames).
+slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block(columns)`, what
+`n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
+`load_state_dict`. Its memory checked each transition (checks.py); it checks only shapes, and
+frames' dtype and shift. `TransitionStorage` keeps one row per transition (vector states);
+`FrameStackStorage` each uint8 frame once (Atari's stacks: ~7 KB a transition, not ~56 KB).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from d3qn_utils.checks import (
-    FIELDS,
-    check_block,
-    check_experience,
-    check_integer,
-    check_saved_value,
-    is_integer,
-    require,
-)
+from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, require
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackStorage's per slot
@@ -45,8 +37,7 @@ class TransitionStorage:
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes a full storage of these states holds per slot: two states, an int64 action, a
-        float64 reward, the done and holds_transition flags."""
+        """Bytes per slot of a full storage: two states, int64 action, float64 reward, 2 flags."""
         return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
 
     def columns(self) -> tuple[np.ndarray, ...]:
@@ -55,21 +46,19 @@ class TransitionStorage:
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one (state, action, reward, next_state, done); return its slot, none freed."""
-        experience = check_experience(experience)
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         slot = self.write_pointer
         self._put(slot, experience, 1)
         return slot, NO_SLOTS
 
-    def add_block(self, transitions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Store k transitions, the five columns of length k, as `add` would one by one: their
-        slots, none freed. O(k). ValueError for a malformed block, the storage unchanged."""
-        columns = check_block(transitions, self.capacity)
+    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Store k transitions, five columns of length k, as `add` would one by one, in one write;
+        yield (their slots, none freed) once. O(k). ValueError, nothing stored, for a bad shape."""
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
         slots = (self.write_pointer + np.arange(k)) % self.capacity
         self._put(slots, columns, k)
-        return slots, NO_SLOTS
+        yield slots, NO_SLOTS
 
     def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> None:
         """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones."""
@@ -157,17 +146,18 @@ class FrameStackStorage:
     (whatever `FrameStackObservation` padded with), t_i is the transition from observation i to
     i+1, and transition t_i reads slots 10+i .. 14+i. An `add` whose state equals the previous
     next_state writes one slot, any other S+1, so padding at episode starts comes back exactly
-    and no earlier episode's frame leaks into a stack. With `stack_axis=None` (MinAtar) S = 1.
-    Writing slot w breaks the transitions of slots w .. w+S-1 (`add` reports them freed).
+    and no earlier episode's frame leaks into a stack. Writing slot w breaks the transitions of
+    slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
+    the last axis; None, MinAtar's single frames (S = 1).
 
     Memory: 7,070 bytes a slot for 84x84 frames (`bytes_per_slot`).
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
         self.capacity = check_integer("capacity", capacity, 2)
-        if stack_axis is not None and not is_integer(stack_axis):
-            raise ValueError(f"stack_axis must be an int or None, got {stack_axis!r}")
-        self.stack_axis = None if stack_axis is None else int(stack_axis)
+        if stack_axis is not None and stack_axis != -1:
+            raise ValueError(f"stack_axis must be -1 (the last axis) or None, got {stack_axis!r}")
+        self.stack_axis = None if stack_axis is None else -1
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
         self.written = 0
         self.actions = np.zeros(self.capacity, dtype=np.int64)
@@ -176,7 +166,7 @@ class FrameStackStorage:
         # Set by the first add (or load_state_dict), once the states' shape is known:
         self.frames: np.ndarray | None = None  # (capacity, *frame_shape) uint8
         self.state_shape: tuple[int, ...] | None = None
-        self._frames_first: tuple[int, ...] = ()  # transpose order: stacking axis first
+        self.stack_size = 0  # frames per stacked state
         self._next_slot = 0  # the slot the next frame is written to
         self._pending_slot = -1  # slot of the last next_state's newest frame (-1: none)
         self._pending_stack: np.ndarray | None = None  # copy of that next_state, to compare
@@ -187,30 +177,23 @@ class FrameStackStorage:
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes a full storage of these states holds per slot: one frame, an int64 action, a
-        float32 reward, the done and holds_transition flags."""
+        """Bytes per slot of a full storage: one frame, int64 action, float32 reward, 2 flags."""
         frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // state_shape[-1]
         return frame + 8 + 4 + 1 + 1
-
-    @property
-    def stack_size(self) -> int:
-        """Frames per stacked state (0 before the first add)."""
-        if self.state_shape is None:
-            return 0
-        return 1 if self.stack_axis is None else self.state_shape[self.stack_axis]
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one transition of uint8 states, next_state being state shifted by one frame:
         its slot and the slots that stopped holding one. ValueError, nothing stored, if bad."""
-        state, action, reward, next_state, done = self._checked(experience)
-        state_frames = self._as_frames(state)  # views, stacking axis first
-        next_frames = self._as_frames(next_state)
+        state, action, reward, next_state, done = experience
+        state, next_state = np.asarray(state), np.asarray(next_state)
+        self._check_frames(state, next_state)
+        newest = self._frames(next_state)[-1]
         if self._pending_stack is not None and np.array_equal(self._pending_stack, state):
             slot = self._pending_slot  # same episode: the state's frames are in the ring
-            freed = self._write([next_frames[-1]])
+            freed = self._write([newest])
         else:
             slot = (self._next_slot + self.stack_size - 1) % self.capacity
-            freed = self._write([*state_frames, next_frames[-1]])
+            freed = self._write([*self._frames(state), newest])
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.dones[slot] = done
@@ -219,6 +202,13 @@ class FrameStackStorage:
         self._pending_slot = (slot + 1) % self.capacity
         self._pending_stack = next_state.copy()
         return slot, freed[freed != slot]
+
+    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """`add` each transition (each shares the frames of the one before), yielding ([its slot],
+        the slots it freed); one `add` refuses raises after those before it. O(k * frame size)."""
+        for experience in zip(*columns, strict=True):
+            slot, freed = self.add(experience)
+            yield np.array([slot]), freed
 
     def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
             ) -> tuple[np.ndarray, ...]:
@@ -235,25 +225,21 @@ class FrameStackStorage:
         """As `TransitionStorage.next_in_episode`: whether slot+1 holds a transition. O(n)."""
         return self.holds_transition[(slots + 1) % self.capacity]
 
-    def _checked_slots(self, slots: Any) -> np.ndarray:
-        """`slots` as an int array of slots that hold transitions, or ValueError naming them."""
-        slots = np.asarray(slots)
-        if slots.ndim != 1 or not np.issubdtype(slots.dtype, np.integer):
-            raise ValueError(f"slots must be a 1-d integer array, got {slots.dtype} {slots.shape}")
+    def _checked_slots(self, slots: np.ndarray) -> np.ndarray:
+        """`slots`, or ValueError naming those outside the ring or holding no transition (their
+        frames may be other transitions' by now)."""
         if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
             raise ValueError(f"slots must be in [0, {self.capacity}), got {slots}")
         missing = slots[~self.holds_transition[slots]]
         if missing.size:
             raise ValueError(f"slots {missing} hold no transition")
-        if self.frames is None:  # nothing added yet, so slots is empty
-            raise ValueError("get() on an empty FrameStackStorage")
         return slots
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written slots' frames only)."""
         shape = () if self.state_shape is None else self.state_shape
         frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
-        axis = [] if self.stack_axis is None else [self.stack_axis]
+        axis = [] if self.stack_axis is None else [-1]
         return {"capacity": np.array(self.capacity), "stack_axis": np.array(axis, np.int64),
                 "state_shape": np.array(shape, dtype=np.int64), "written": np.array(self.written),
                 "next_slot": np.array(self._next_slot), "frames": frames,
@@ -270,8 +256,10 @@ class FrameStackStorage:
         frames = np.asarray(arrays["frames"])
         if not 0 <= written <= self.capacity or (shape and frames.shape[0] != written):
             raise ValueError(f"saved written={written} does not match frames {frames.shape}")
-        saved_axis = np.asarray(arrays["stack_axis"]).reshape(-1)  # [] for None
-        self.stack_axis = int(saved_axis[0]) if saved_axis.size else None
+        saved_axis = np.asarray(arrays["stack_axis"]).reshape(-1).tolist()  # [] for None
+        if saved_axis not in ([], [-1]):
+            raise ValueError(f"saved stack_axis {saved_axis} is neither [-1] nor [] (none)")
+        self.stack_axis = -1 if saved_axis else None
         self.frames, self.state_shape, self._pending_stack = None, None, None
         if shape:
             self._allocate(shape)
@@ -285,74 +273,47 @@ class FrameStackStorage:
             getattr(self, name)[:] = arrays[name]
         self._count = int(self.holds_transition.sum())
 
-    def _checked(self, experience: tuple) -> tuple[np.ndarray, int, float, np.ndarray, bool]:
-        """ValueError naming a field that is not uint8 frames of the shape, shifted by one;
-        allocate on the first experience."""
-        state, action, reward, next_state, done = check_experience(experience)
-        state, next_state = np.asarray(state), np.asarray(next_state)
+    def _check_frames(self, state: np.ndarray, next_state: np.ndarray) -> None:
+        """ValueError naming a state that is not uint8 frames of the shape, or a next_state that
+        is not state shifted by one frame; allocate on the first transition."""
         shape = state.shape if self.state_shape is None else self.state_shape
         for name, value in (("state", state), ("next_state", next_state)):
             if value.dtype != np.uint8:
                 raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
-        if self.state_shape is None and self.stack_axis is not None:
-            if state.ndim < 2 or not -state.ndim <= self.stack_axis < state.ndim:
-                raise ValueError(f"state shape {shape} has no stacking axis {self.stack_axis}")
-            if self.capacity < shape[self.stack_axis] + 1:
-                raise ValueError(f"capacity {self.capacity} cannot hold one stack of "
-                                 f"{shape[self.stack_axis]} frames plus its next frame")
-        if not self._is_shifted(state, next_state):
-            raise ValueError("next_state must be state shifted by one frame along the stacking "
-                             f"axis {self.stack_axis} (as frame stacking produces)")
+        if self.stack_axis is not None and self.capacity < shape[-1] + 1:
+            raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
+                             "frames plus its next frame")
+        # Contiguous copies first (np.array): comparing strided views is several times slower.
+        if not np.array_equal(np.array(self._frames(state)[1:]),
+                              np.array(self._frames(next_state)[:-1])):
+            raise ValueError("next_state must be state shifted by one frame along the last axis "
+                             "(as frame stacking produces)")
         if self.state_shape is None:
             self._allocate(shape)
-        return state, int(action), float(reward), next_state, bool(done)
 
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
         """Allocate the frame ring (np.zeros: untouched pages take no memory)."""
         self.state_shape = tuple(state_shape)
-        if self.stack_axis is None:
-            frame_shape = list(state_shape)
-        else:
-            self._frames_first = self._stack_axis_first(len(state_shape))
-            frame_shape = [state_shape[axis] for axis in self._frames_first[1:]]
+        frame_shape = state_shape if self.stack_axis is None else state_shape[:-1]
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self.stack_size = 1 if self.stack_axis is None else state_shape[-1]
 
-    def _stack_axis_first(self, ndim: int) -> tuple[int, ...]:
-        axis = self.stack_axis % ndim
-        return (axis, *(i for i in range(ndim) if i != axis))
-
-    def _as_frames(self, state: np.ndarray) -> np.ndarray:
-        """A view of `state` as its frames, oldest first: (S, *frame_shape)."""
+    def _frames(self, stacks: np.ndarray) -> list[np.ndarray]:
+        """Views of the frames of `stacks` (a state, or a batch of them), oldest first."""
         if self.stack_axis is None:
-            return state[np.newaxis]
-        return state.transpose(self._frames_first)
-
-    def _is_shifted(self, state: np.ndarray, next_state: np.ndarray) -> bool:
-        """True if next_state's frames 0..S-2 equal state's frames 1..S-1."""
-        if self.stack_axis is None:
-            return True  # one frame each: nothing shared to compare
-        order = self._stack_axis_first(state.ndim)
-        state_frames, next_frames = state.transpose(order), next_state.transpose(order)
-        # Contiguous copies first: comparing strided views directly is several times slower.
-        newer = np.empty((len(state_frames) - 1, *state_frames.shape[1:]), dtype=np.uint8)
-        older = np.empty_like(newer)
-        for i in range(len(newer)):
-            newer[i] = state_frames[i + 1]
-            older[i] = next_frames[i]
-        return np.array_equal(newer, older)
+            return [stacks]
+        return [stacks[..., i] for i in range(stacks.shape[-1])]
 
     def _stacks(self, slots: np.ndarray) -> np.ndarray:
         """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
         if self.stack_axis is None:
             return self.frames[slots]
         stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
-        by_frame = stacks.transpose(0, *(axis + 1 for axis in self._frames_first))
         # One gather per frame position: much faster than gathering all and transposing.
-        for position in range(self.stack_size):
-            by_frame[:, position] = self.frames[(slots + position - self.stack_size + 1)
-                                                % self.capacity]
+        for position, frames in enumerate(self._frames(stacks)):
+            frames[...] = self.frames[(slots + position - self.stack_size + 1) % self.capacity]
         return stacks
 
     def _write(self, frames: list[np.ndarray]) -> np.ndarray:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import numbers
-import os
 import re
 import textwrap
 from collections.abc import Callable
@@ -20,11 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from d3qn_utils import games, recording
 from d3qn_utils.checks import is_integer
-from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -254,36 +250,6 @@ def no_training_warning(first_step: int, total_steps: int, learning_starts: int)
     return (f"warning: TOTAL_STEPS ({total_steps:,}) ends before the first gradient step "
             f"(env step {first_step:,}, LEARNING_STARTS being {learning_starts:,}): this run "
             "will not train, and the network it saves as best is the untrained one")
-
-
-def check_replay_memory(memory: type[ReplayMemory], size: int, state_shape: tuple[int, ...],
-                        state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
-    """ValueError, before a replay memory of class `memory` is allocated, if it cannot hold one
-    frame stack or, with the caller's `other_bytes_per_slot`, not fit in this machine's memory."""
-    if len(state_shape) == 3 and size <= state_shape[-1]:
-        raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
-                         f"images, got {size}")
-    per_slot = memory.bytes_per_slot(state_shape, state_dtype) + other_bytes_per_slot
-    machine = machine_memory_bytes()
-    if machine and size * per_slot > machine:
-        raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
-                         f"{size * per_slot / 2**30:,.1f} GiB ({per_slot} bytes per transition "
-                         f"of {tuple(state_shape)} {np.dtype(state_dtype)} states, "
-                         f"{memory.kind} replay), more than this machine's "
-                         f"{machine / 2**30:,.1f} GiB")
-
-
-def machine_memory_bytes() -> int | None:
-    """The memory this process may use: physical memory or a smaller cgroup v2 limit, or None."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        physical = None
-    try:
-        limit = int(Path("/sys/fs/cgroup/memory.max").read_text())
-    except (OSError, ValueError):  # no cgroup v2 here, or "max": no limit
-        return physical
-    return limit if physical is None else min(limit, physical)
 
 
 def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:

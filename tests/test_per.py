@@ -1,9 +1,10 @@
-"""Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`) and apex.py's `store_block`: small
-trees checked by hand, the compiled walks against their Python form and a from-scratch
-reference, then statistics with fixed seeds. rank_based.py's memory is tested in
-test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
+"""Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`), the memories' `check_fits` and
+apex.py's `store_block`: small trees checked by hand, the compiled walks against their Python
+form and a from-scratch reference, then statistics with fixed seeds. rank_based.py's memory is
+tested in test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from memory_helpers import (
 )
 
 import apex
+from d3qn_utils import replay_memory
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
@@ -629,6 +631,40 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     assert 0 <= measured + headroom - estimate < 3
 
 
+@pytest.mark.parametrize(("size", "state_shape", "dtype", "kind", "needs"), [
+    # per slot: state and next state (16 + 16), action 8, reward 8, two flags, sum and min
+    # trees and a pointer (40), and the 16 bytes the caller keeps beside it: 106
+    (10_000_000, (4,), np.float32, "proportional", None),  # 0.99 GiB
+    (20_000_000, (4,), np.float32, "proportional", "2.0 GiB (106 bytes"),
+    (16_000_000, (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
+    (20_000_000, (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 for the ranks
+    # one 84 x 84 frame, action 8, reward 4, two flags, trees 40, the caller's 16: 7,126
+    (150_000, (84, 84, 4), np.uint8, "proportional", None),  # 0.995 GiB
+    (200_000, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7126 bytes"),
+])
+def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
+        monkeypatch, size, state_shape, dtype, kind, needs):
+    monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: 2**30)
+    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[kind]
+    if needs is None:
+        memory.check_fits(size, state_shape, dtype, 16)
+        return
+    with pytest.raises(ValueError) as refused:
+        memory.check_fits(size, state_shape, dtype, 16)
+    assert str(refused.value) == (
+        f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of {needs} per transition "
+        f"of {state_shape} {np.dtype(dtype)} states, {kind} replay), more than this machine's "
+        "1.0 GiB")
+    monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: None)  # the system won't say
+    memory.check_fits(size, state_shape, dtype, 16)
+
+
+def test_an_image_memory_must_hold_a_frame_stack():
+    with pytest.raises(ValueError, match=re.escape(
+            "MEMORY_SIZE must exceed the frame stack (4) for images, got 4")):
+        Memory.check_fits(4, (84, 84, 4), np.uint8)
+
+
 # UniformMemory and storage -----------------------------------------------------------------------
 
 
@@ -807,7 +843,8 @@ def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing(
         return tuple(columns)
 
     refused = [
-        (with_bad(2, np.nan), "reward must be finite, got nan \\(transition 2 of the block\\)"),
+        (with_bad(2, np.nan), "reward must be a finite number, got nan \\(transition 2 of the "
+                              "block\\)"),
         (with_bad(0, np.inf), "^state must be finite, got inf \\(transition 2"),
         (with_bad(3, -np.inf), "next_state must be finite, got -inf \\(transition 2"),
         (with_bad(1, -1), "action must be an integer >= 0, got -1 \\(transition 2"),

@@ -122,12 +122,6 @@ def test_storage_returns_the_added_stacks_across_episodes_and_wrap_around(paddin
     assert storage.get(np.array([], dtype=np.int64))[0].shape == (0, 84, 84, STACK)
 
 
-def test_storage_with_stack_axis_first():
-    env = FrameStackObservation(RandomEpisodesEnv(), STACK)
-    transitions = collect(env, steps=120, seed=2)
-    fill_and_check(FrameStackStorage(capacity=23, stack_axis=0), transitions)
-
-
 def test_storage_at_the_smallest_capacity_keeps_the_last_transition():
     env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
     held = fill_and_check(FrameStackStorage(capacity=STACK + 1), collect(env, steps=60, seed=3))
@@ -227,6 +221,9 @@ def test_capacity_must_fit_one_stack_and_its_next_frame():
     for capacity in (1, 2.0, True):
         with pytest.raises(ValueError, match=f"capacity must be an integer >= 2, got {capacity}"):
             FrameStackStorage(capacity=capacity)
+    # Frames stacked last (Atari's) or single frames (MinAtar's): the stacks this repository has.
+    with pytest.raises(ValueError, match=r"stack_axis must be -1 .* or None, got 0"):
+        FrameStackStorage(capacity=10, stack_axis=0)
 
 
 def test_get_refuses_slots_without_a_transition():
@@ -242,6 +239,8 @@ def test_load_state_dict_refuses_another_capacity_and_names_missing_arrays():
     arrays = FrameStackStorage(capacity=10).state_dict()
     with pytest.raises(ValueError, match="saved capacity is 10, but this memory has 11"):
         FrameStackStorage(capacity=11).load_state_dict(arrays)
+    with pytest.raises(ValueError, match=r"saved stack_axis \[0\] is neither"):
+        FrameStackStorage(capacity=10).load_state_dict({**arrays, "stack_axis": np.array([0])})
     del arrays["frames"], arrays["dones"]
     with pytest.raises(ValueError, match=r"saved frame stack storage lacks \['frames', 'dones'\]"):
         FrameStackStorage(capacity=10).load_state_dict(arrays)

@@ -21,8 +21,6 @@ import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent, main
 from d3qn_utils import settings
-from PER import Memory, UniformMemory
-from rank_based import RankBasedMemory
 
 native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
 
@@ -287,40 +285,6 @@ def test_an_apex_run_that_cannot_train_is_warned_of(capsys):
         assert apex.main(argv) == 2
         err = capsys.readouterr().err
         assert ("(env step 1,001, LEARNING_STARTS being 1,000)" in err) == warned
-
-
-@pytest.mark.parametrize(("size", "state_shape", "dtype", "kind", "needs"), [
-    # per slot: state and next state (16 + 16), action 8, reward 8, two flags, sum and min
-    # trees and a pointer (40), and the 16 bytes the caller keeps beside it: 106
-    (10_000_000, (4,), np.float32, "proportional", None),  # 0.99 GiB
-    (20_000_000, (4,), np.float32, "proportional", "2.0 GiB (106 bytes"),
-    (16_000_000, (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
-    (20_000_000, (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 for the ranks
-    # one 84 x 84 frame, action 8, reward 4, two flags, trees 40, the caller's 16: 7,126
-    (150_000, (84, 84, 4), np.uint8, "proportional", None),  # 0.995 GiB
-    (200_000, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7126 bytes"),
-])
-def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
-        monkeypatch, size, state_shape, dtype, kind, needs):
-    monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)
-    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[kind]
-    if needs is None:
-        settings.check_replay_memory(memory, size, state_shape, dtype, 16)
-        return
-    with pytest.raises(ValueError) as refused:
-        settings.check_replay_memory(memory, size, state_shape, dtype, 16)
-    assert str(refused.value) == (
-        f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of {needs} per transition "
-        f"of {state_shape} {np.dtype(dtype)} states, {kind} replay), more than this machine's "
-        "1.0 GiB")
-    monkeypatch.setattr(settings, "machine_memory_bytes", lambda: None)  # the system won't say
-    settings.check_replay_memory(memory, size, state_shape, dtype, 16)
-
-
-def test_an_image_memory_must_hold_a_frame_stack():
-    with pytest.raises(ValueError, match=re.escape(
-            "MEMORY_SIZE must exceed the frame stack (4) for images, got 4")):
-        settings.check_replay_memory(Memory, 4, (84, 84, 4), np.uint8)
 
 
 # --- the promise end to end: edit the file, run it ------------------------------------------
