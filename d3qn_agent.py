@@ -30,7 +30,7 @@ from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.games import image_torso, make_env, replay_storage
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
-from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, describe, tensorboard_dir
+from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
@@ -244,12 +244,8 @@ class DQNAgent:
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
-            self.Plot_name, self.Priority_plot_name, env_name=config.env_name, seed=config.seed,
-            description=describe(config), total_steps=config.total_steps,
-            memory_size=config.memory_size, batch_size=config.batch_size, bfloat16=config.bfloat16,
-            train_frequency=config.train_frequency, eval_episodes=config.eval_episodes,
+            config, self.Plot_name, self.Priority_plot_name,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
-            tensorboard_every=config.tensorboard_every, prioritized=config.use_per,
             image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(
                 settings.first_gradient_step(config), config.total_steps, config.learning_starts))
 

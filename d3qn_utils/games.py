@@ -5,6 +5,7 @@ only for one of their games: a CartPole run loads neither.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from typing import Any
@@ -31,12 +32,9 @@ def is_atari(env_name: str) -> bool:
     gymnasium knows without ale_py (CartPole-v1) is decided without importing it."""
     if is_minatar(env_name):
         return False
-    try:
-        spec = gym.spec(env_name)
-    except gym.error.Error:
-        spec = None
-    if spec is not None and not str(spec.entry_point).startswith("ale_py"):
-        return False
+    with contextlib.suppress(gym.error.Error):  # an id unknown to gymnasium: ale_py may know it
+        if not str(gym.spec(env_name).entry_point).startswith("ale_py"):
+            return False
     return importlib.import_module("atari_wrappers").is_atari(env_name)
 
 

@@ -1,6 +1,6 @@
 """What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
 `model.fit`: several gradient steps in one call, each on its own batch. The call itself is the
-`GradientSteps` of the module `compiled_backend()` returns, on the `CompiledSteps` they share.
+`GradientSteps` of the module `compiled_backend()` returns, a `CompiledSteps`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class Batches(NamedTuple):
     @classmethod
     def dealt(cls, batch: tuple[np.ndarray, ...], is_weights: np.ndarray, steps: int
               ) -> Batches:
-        """One draw of steps x batch transitions dealt into `steps` batches (`deal`), in the
-        dtypes the compiled call takes."""
+        """A draw of steps x batch transitions dealt into `steps` batches (`deal`), in the dtypes
+        the compiled call takes."""
         states, actions, rewards, next_states, dones, discounts = batch
         return cls(deal(states, steps), deal(actions, steps).astype(np.int32),
                    deal(rewards, steps).astype(np.float32), deal(next_states, steps),
@@ -48,11 +48,11 @@ def deal(array: np.ndarray, steps: int) -> np.ndarray:
 
 
 class CompiledSteps:
-    """`steps` gradient steps of `loss` on `model`'s weights with `optimizer`, in one call of
-    `compiled` (the backend's `compile`). `loss(batch)` returns (the scalar loss, the TD errors).
-    Each step clips the gradient's global norm to `grad_clip`, applies it, then calls
-    `after_step` (or None); `after_call` runs after each call. A step whose loss or gradient norm
-    is not finite is not applied, nor any after it, and the call raises NonFiniteError: a NaN
+    """`steps` gradient steps of `loss(batch)` -> (scalar loss, TD errors) on `model`'s weights
+    with `optimizer`, in one call of `compiled` (the backend's `compile`: batches -> (applied,
+    |TD errors|, losses)). Each step clips the gradient's global norm to `grad_clip`, applies it,
+    then calls `after_step` (or None); `after_call` runs after each call. No step is applied from
+    one whose loss or gradient norm is not finite on, and the call raises NonFiniteError: a NaN
     would poison the weights and, through the TD errors, the sum tree."""
 
     def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, target_model: Any,
@@ -65,10 +65,10 @@ class CompiledSteps:
         optimizer.build(model.trainable_variables)  # no variable may be created in a graph
         self.compiled = self.compile(state_shape, state_dtype, xla)
 
-    def finish(self, env_step: int, applied: Any, abs_errors: Any, losses: Any
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """A call's end: `after_call`, then the |TD errors| (steps, batch size) and the losses,
-        each from before its step; NonFiniteError naming `env_step` if a step was not applied."""
+    def __call__(self, batches: Batches, env_step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Train on `batches`: the |TD errors| (steps, batch size) and the losses, each from
+        before its step; NonFiniteError naming `env_step` if a step was not applied."""
+        applied, abs_errors, losses = self.compiled(batches)
         if self.after_call is not None:
             self.after_call()
         if not applied:

@@ -45,12 +45,10 @@ def numpy_forward(layer: keras.layers.Layer, weights: list[np.ndarray], x: np.nd
     if isinstance(layer, keras.layers.Flatten):
         return x.reshape(len(x), -1)
     kernel, bias = weights
-    if isinstance(layer, PatchConv2D):  # as PatchConv2D computes it
-        patches = np.concatenate(shifted_views(x, layer.kernel_size, layer.strides), axis=-1)
-        x = patches @ kernel.reshape(-1, kernel.shape[-1]) + bias
-    else:
-        x = x @ kernel + bias
-    return NUMPY_ACTIVATIONS[layer.activation.__name__](x)
+    if isinstance(layer, PatchConv2D):  # as PatchConv2D computes it: patches times the kernel
+        x = np.concatenate(shifted_views(x, layer.kernel_size, layer.strides), axis=-1)
+        kernel = kernel.reshape(-1, kernel.shape[-1])
+    return NUMPY_ACTIVATIONS[layer.activation.__name__](x @ kernel + bias)
 
 
 class GreedyPolicy:

@@ -21,19 +21,20 @@ class GradientSteps(CompiledSteps):
     """`CompiledSteps` as one jitted JAX call (`xla` is moot: JAX always compiles with XLA)."""
 
     def compile(self, state_shape: tuple[int, ...], state_dtype: Any, xla: bool) -> Any:
-        return jax.jit(self.all_steps)
+        self.jitted = jax.jit(self.all_steps)
+        return self.on_variables
 
-    def __call__(self, batches: Batches, env_step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Train on `batches` (`finish` says what comes back)."""
+    def on_variables(self, batches: Batches) -> tuple:
+        """The jitted call on the variables' values, the new ones assigned back."""
         online, target, optimizer = (self.model.trainable_variables, self.target_model.variables,
                                      self.optimizer.variables)
         values = [[variable.value for variable in group] for group in (online, target, optimizer)]
         fixed = [variable.value for variable in self.model.non_trainable_variables]
-        *values, applied, abs_errors, losses = self.compiled(*values, fixed, tuple(batches))
+        *values, applied, abs_errors, losses = self.jitted(*values, fixed, tuple(batches))
         for group, new_values in zip((online, target, optimizer), values, strict=True):
             for variable, value in zip(group, new_values, strict=True):
                 variable.assign(value)
-        return self.finish(env_step, applied, abs_errors, losses)
+        return applied, abs_errors, losses
 
     def all_steps(self, online: list, target: list, optimizer: list, fixed: list,
                   batches: tuple) -> tuple:
@@ -83,13 +84,9 @@ def greedy_call(model: Any, state_dtype: Any) -> Callable[[np.ndarray], np.ndarr
     """argmax_a Q(s, a) of a batch of states, one jitted forward pass on the model's values."""
     forward = jax.jit(lambda online, fixed, states: jnp.argmax(
         model.stateless_call(online, fixed, states, training=False)[0], axis=1))
-
-    def greedy(states: np.ndarray) -> np.ndarray:
-        return np.asarray(forward([v.value for v in model.trainable_variables],
-                                  [v.value for v in model.non_trainable_variables],
-                                  np.asarray(states, dtype=state_dtype)))
-
-    return greedy
+    return lambda states: np.asarray(forward([v.value for v in model.trainable_variables],
+                                             [v.value for v in model.non_trainable_variables],
+                                             np.asarray(states, dtype=state_dtype)))
 
 
 def weights_reader(variables: list) -> Callable[[], list[np.ndarray]]:

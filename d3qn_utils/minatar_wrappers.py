@@ -19,13 +19,6 @@ SCREEN_SCALE = 16  # --record: each grid cell becomes a 16x16 block (a 160x160 s
 FRAMES_PER_SECOND = 20  # --record: the game's own display shows a frame every 50 ms
 
 
-def register() -> None:
-    if f"{PREFIX}{GAMES[0]}-v1" not in gymnasium.registry:
-        import minatar.gym  # imports matplotlib and seaborn, so only when a MinAtar id is used
-
-        minatar.gym.register_envs()
-
-
 class BinaryFrame(gymnasium.ObservationWrapper):
     """Boolean (10, 10, C) frames -> uint8 with True as 255 (`OurModel` scales uint8 images by
     1/255: a set cell is 1.0 as in the MinAtar paper, one byte in the replay), and a screen."""
@@ -59,7 +52,10 @@ def make_env(env_id: str, max_episode_steps: int | None = None,
              render_mode: str | None = None) -> gymnasium.Env:
     """Make a MinAtar game with uint8 (10, 10, C) observations (`BinaryFrame`); an unknown game
     raises ValueError naming it and the known ones."""
-    register()
+    if f"{PREFIX}{GAMES[0]}-v1" not in gymnasium.registry:  # registered on first use
+        import minatar.gym  # imports matplotlib and seaborn, so only when a MinAtar id is used
+
+        minatar.gym.register_envs()
     try:
         # Without the env checker: it would warn that the package's screen is float and that
         # it declares no frame rate, both of which BinaryFrame fixes.

@@ -15,17 +15,11 @@ import keras
 from d3qn_utils.checks import check_integer
 
 
-def output_size(size: int, kernel_size: int, strides: int) -> int:
-    return (size - kernel_size) // strides + 1
-
-
 def shifted_views(images: Any, kernel_size: int, strides: int = 1) -> list:
     """The k*k views of `images` (batch, rows, cols, channels) in the kernel's (i, j) order, view
     (i, j) at (r, c) being images[r * strides + i, c * strides + j]: slices, for numpy or Keras."""
-    rows = output_size(images.shape[1], kernel_size, strides)
-    cols = output_size(images.shape[2], kernel_size, strides)
-    row_span, col_span = (rows - 1) * strides + 1, (cols - 1) * strides + 1
-    return [images[:, i:i + row_span:strides, j:j + col_span:strides, :]
+    rows, cols = (size - kernel_size + 1 for size in images.shape[1:3])  # the views at stride 1
+    return [images[:, i:i + rows:strides, j:j + cols:strides, :]
             for i in range(kernel_size) for j in range(kernel_size)]
 
 
@@ -43,9 +37,8 @@ class PatchConv2D(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
 
     def build(self, input_shape: tuple) -> None:
-        channels = input_shape[-1]
         self.kernel = self.add_weight(
-            shape=(self.kernel_size, self.kernel_size, channels, self.filters),
+            shape=(self.kernel_size, self.kernel_size, input_shape[-1], self.filters),
             initializer="glorot_uniform", name="kernel")  # Conv2D's defaults
         self.bias = self.add_weight(shape=(self.filters,), initializer="zeros", name="bias")
 
@@ -56,9 +49,8 @@ class PatchConv2D(keras.layers.Layer):
         return self.activation(keras.ops.matmul(patches, kernel) + self.bias)
 
     def compute_output_shape(self, input_shape: tuple) -> tuple:
-        k, s = self.kernel_size, self.strides
-        return (input_shape[0], output_size(input_shape[1], k, s),
-                output_size(input_shape[2], k, s), self.filters)
+        rows, cols = ((size - self.kernel_size) // self.strides + 1 for size in input_shape[1:3])
+        return (input_shape[0], rows, cols, self.filters)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "filters": self.filters,

@@ -3,8 +3,8 @@
 TensorFlow 2.21 writes the `HARMLESS` lines from C++ before absl is initialised, straight to
 descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach them. In a script of this repository
 (not pytest, Ray workers, notebooks) descriptor 2 goes through a forwarding process (this file
-run as a script) that drops them, turns the GPU line into ours and passes the rest on at once; a
-process, so that what a crash writes last still gets out.
+run as a script) that drops them and passes the rest on at once; a process, so that what a crash
+writes last still gets out.
 """
 
 from __future__ import annotations
@@ -37,10 +37,6 @@ HARMLESS = re.compile("|".join([
     ABSL_PREFIX.format(severity="E", source=r"cuda_platform\.cc") + re.escape(
         "failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"),
 ]))
-GPU_DEVICE = re.compile(
-    ABSL_PREFIX.format(severity="I", source=r"gpu_device\.cc")
-    + r"Created device \S+ with (?P<megabytes>\d+) MB memory: +-> device: (?P<index>\d+), "
-      r"name: (?P<name>.+), pci bus id: \S+, compute capability: (?P<capability>\S+)")
 PARTIAL_LINE_SECONDS = 0.1  # a line without its newline yet (a prompt) waits at most this long
 FINISH_SECONDS = 2.0  # at exit, wait at most this long for the forwarder to write the last lines
 READ_BYTES = 65536
@@ -50,14 +46,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO an
 
 def filtered(line: bytes) -> bytes:
     """What the terminal gets for one stderr line (without its newline): nothing if HARMLESS,
-    our one line for TensorFlow's "Created device ... GPU" line, else the line and its newline."""
+    else the line and its newline."""
     text = line.decode("utf-8", "replace").removesuffix("\r")
-    if HARMLESS.fullmatch(text):
-        return b""
-    if gpu := GPU_DEVICE.fullmatch(text):
-        line = (f"TensorFlow uses GPU {gpu['index']}: {gpu['name']} (compute capability "
-                f"{gpu['capability']}, {int(gpu['megabytes']):,} MB)").encode()
-    return line + b"\n"
+    return b"" if HARMLESS.fullmatch(text) else line + b"\n"
 
 
 def forward(source: int, sink: int) -> None:

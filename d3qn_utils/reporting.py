@@ -93,8 +93,7 @@ class TensorBoardWriter:
         self.log_dir = log_dir
         try:
             os.makedirs(log_dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=log_dir):
-                pass
+            tempfile.TemporaryFile(dir=log_dir).close()
         except OSError as error:
             raise ValueError(f"cannot write TensorBoard logs to {log_dir!r}: "
                              f"{error.strerror or error}") from error
@@ -118,25 +117,18 @@ class TensorBoardWriter:
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run, a few microseconds per
-    gradient step. A context manager, so TensorBoard's events reach the disk (the event file is
-    closed) however the loop ends. Its `state_dict` is the priority figure's data."""
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of `config`, a few
+    microseconds per gradient step. A context manager, so that TensorBoard's event file is closed
+    however the loop ends. Its `state_dict` is the priority figure's data."""
 
     BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
-    def __init__(self, plot_path: str, priority_plot_path: str, *, env_name: str,
-                 description: str, seed: int, total_steps: int, memory_size: int, batch_size: int,
-                 train_frequency: int, eval_episodes: int, tensorboard_dir: str | None,
-                 tensorboard_every: int, prioritized: bool, image_states: bool, bfloat16: bool,
-                 warning: str | None) -> None:
+    def __init__(self, config: Namespace, plot_path: str, priority_plot_path: str, *,
+                 tensorboard_dir: str | None, image_states: bool, warning: str | None) -> None:
+        self.config, self.description = config, describe(config)
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
-        self.env_name, self.description, self.seed = env_name, description, seed
-        self.total_steps, self.train_frequency = total_steps, train_frequency
-        self.eval_episodes, self.prioritized = eval_episodes, prioritized
-        self.image_states, self.bfloat16 = image_states, bfloat16
-        self.warning = warning
-        self.priority_figure = PriorityFigure(memory_size, batch_size)
-        self.tensorboard_every = tensorboard_every
+        self.image_states, self.warning = image_states, warning
+        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
@@ -157,9 +149,8 @@ class TrainingReport:
         self.priority_figure.load_state_dict(arrays)
 
     def start(self, step: int, settings_notes: list[str]) -> None:
-        """The run's first lines: what trains, the preset notes, warnings, TensorBoard's place;
-        the clocks start at `step`."""
-        print(f"training on {self.env_name} until step {self.total_steps:,}: "
+        """The run's first lines (what trains, notes, warnings, TensorBoard's place) at `step`."""
+        print(f"training on {self.config.env_name} until step {self.config.total_steps:,}: "
               f"{self.description}; Keras on {BACKEND_NAMES[keras.backend.backend()]}",
               flush=True)
         if settings_notes:
@@ -170,7 +161,7 @@ class TrainingReport:
             log_dir = self.tensorboard.log_dir
             print(f"TensorBoard logs: {log_dir} (tensorboard --logdir "
                   f"{os.path.dirname(log_dir) or '.'})", flush=True)
-        if self.bfloat16 and not self.image_states:
+        if self.config.bfloat16 and not self.image_states:
             print("note: BFLOAT16 changes only the convolutions of an image torso; this game's "
                   "vector states keep their float32 MLP", flush=True)
         self._start_clocks(step)
@@ -180,7 +171,7 @@ class TrainingReport:
         now = time.perf_counter()
         self._last_plot_time = now
         self._start = self._interval_start = (now, step)  # (time, env step) of this process
-        self.forecast = Forecast(self.total_steps)
+        self.forecast = Forecast(self.config.total_steps)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         if self.tensorboard is not None:
@@ -193,11 +184,10 @@ class TrainingReport:
     def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
-        """Note one `replay` call's gradient steps (one row each); every TENSORBOARD_EVERY
+        """Note one `replay` call's gradient steps (one row each), numbered by env step (step //
+        TRAIN_FREQUENCY: the same in every run, learning started or not); every TENSORBOARD_EVERY
         steps their averaged scalars go to TensorBoard."""
-        # Gradient steps are numbered by env step (step // TRAIN_FREQUENCY): the figure's and
-        # TensorBoard's points fall on the same steps in every run, learning started or not.
-        last = step // self.train_frequency
+        last = step // self.config.train_frequency
         self.priority_figure.note_replay(slots, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
@@ -206,14 +196,14 @@ class TrainingReport:
                 range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
                 strict=True):
             self._interval_sums += (float(loss), float(errors.mean()), 1)
-            if gradient_step % self.tensorboard_every:
+            if gradient_step % self.config.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
             mean_loss, mean_error = self._interval_sums[:2] / self._interval_sums[2]
             scalars = {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error,
                        "train/epsilon": epsilon,
                        "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
-            if self.prioritized:
+            if self.config.use_per:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
@@ -228,7 +218,7 @@ class TrainingReport:
         estimate, left = self.forecast.tell(step, now)
         if estimate:
             print(estimate, flush=True)
-        print(f"episode: {episode}, step: {step}/{self.total_steps}, "
+        print(f"episode: {episode}, step: {step}/{self.config.total_steps}, "
               f"score: {score:g}, e: {epsilon:.2f}, average: {average:.1f}, "
               f"{(step - start_step) / (now - then):.0f} steps/s"
               + (f", {left} left" if left else ""), flush=True)
@@ -257,10 +247,10 @@ class TrainingReport:
         if evaluations:
             _, eval_episodes_at, eval_means = zip(*evaluations, strict=True)
             axes.plot(eval_episodes_at, eval_means, "k.", markersize=7,
-                      label=f"greedy evaluation ({self.eval_episodes} episodes)")
+                      label=f"greedy evaluation ({self.config.eval_episodes} episodes)")
         axes.set(xlabel="Episode", ylabel="Score")
-        axes.set_title(f"{self.env_name}: {self.description}\nseed {self.seed}, {step:,} "
-                       "environment steps", fontsize=10)
+        axes.set_title(f"{self.config.env_name}: {self.description}\nseed {self.config.seed}, "
+                       f"{step:,} environment steps", fontsize=10)
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left")
         with atomic_file(self.plot_path) as temporary:
@@ -272,7 +262,7 @@ class TrainingReport:
         """Draw the learning curve and the priority figure of `memory`; return "plots A
         and B" (or "plot A" before the first gradient step)."""
         self.draw_learning_curve(step, scores, average, evaluations)
-        title = f"{self.env_name}: what {memory.describe()} did, step {step:,}"
+        title = f"{self.config.env_name}: what {memory.describe()} did, step {step:,}"
         if self.priority_figure.draw(self.priority_plot_path, memory, title):
             return f"plots {self.plot_path} and {self.priority_plot_path}"
         return f"plot {self.plot_path}"

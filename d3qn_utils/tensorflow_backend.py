@@ -29,23 +29,16 @@ class GradientSteps(CompiledSteps):
         return tf.function(self.all_steps, autograph=False, jit_compile=xla
                            ).get_concrete_function(signature)
 
-    def __call__(self, batches: Any, env_step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Train on `batches` (`finish` says what comes back)."""
-        abs_errors, losses, applied = self.compiled(batches)
-        return self.finish(env_step, applied, abs_errors, losses)
-
     def all_steps(self, batches: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The traced call: `one_step` on each batch in turn; (|TD errors|, losses, applied)."""
-        def step(previous: tuple, batch: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            return self.one_step(batch, allowed=previous[2])
-
+        """The traced call: `one_step` on each batch in turn; (applied, |TD errors|, losses)."""
         if self.steps == 1:  # convolutions run several times slower inside a graph loop
             abs_errors, loss, applied = self.one_step(
                 type(batches)(*(field[0] for field in batches)), allowed=tf.constant(True))
-            return abs_errors[tf.newaxis], loss[tf.newaxis], applied
+            return applied, abs_errors[tf.newaxis], loss[tf.newaxis]
         first = (tf.zeros_like(batches.is_weights[0]), tf.constant(0.0), tf.constant(True))
-        abs_errors, losses, applied = tf.scan(step, batches, first)
-        return abs_errors, losses, applied[-1]
+        abs_errors, losses, applied = tf.scan(
+            lambda previous, batch: self.one_step(batch, allowed=previous[2]), batches, first)
+        return applied[-1], abs_errors, losses
 
     def one_step(self, batch: Any, allowed: tf.Tensor
                  ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:

@@ -21,15 +21,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class NonFiniteError(RuntimeError):
-    """A training step produced NaN or inf, or the environment returned one; the run stops with
-    its last good state saved (`saved_on`)."""
+    """NaN or inf from a training step or the environment: the run stops, last good state saved."""
 
 
 class StopRequest:
     """Set by a stop signal: `requested` is True and `signal_name` says which ("SIGTERM")."""
 
-    def __init__(self) -> None:
-        self.requested, self.signal_name = False, ""
+    requested, signal_name = False, ""
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.requested, self.signal_name = True, signal.Signals(signum).name
@@ -37,9 +35,8 @@ class StopRequest:
 
 @contextlib.contextmanager
 def stop_requests(handler: Callable[[int, Any], None] | None = None) -> Iterator[StopRequest]:
-    """While inside, Ctrl-C and SIGTERM set the yielded `StopRequest`, which the training loop
-    checks after each step, instead of ending the process (or call `handler(signum, frame)`);
-    the previous handlers come back on exit. (Only the main thread can do this.)"""
+    """While inside (main thread only), Ctrl-C and SIGTERM do not end the process: they set the
+    yielded `StopRequest`, which the loop checks after each step (or call `handler`)."""
     request = StopRequest()
     previous = {number: signal.signal(number, handler or request) for number in STOP_SIGNALS}
     try:
@@ -72,9 +69,8 @@ def exit_code(run: Callable[[], None]) -> int:
 
 
 class FiniteSteps(gym.Wrapper):
-    """An environment that raises NonFiniteError naming the env step and the value as soon as a
-    reward or an observation holds NaN or inf, before the agent stores it; `steps_taken()`: env
-    steps before this one."""
+    """The environment, raising NonFiniteError naming the env step and the value once a reward or
+    an observation holds NaN or inf, before the agent stores it (`steps_taken()`: steps so far)."""
 
     def __init__(self, env: gym.Env, steps_taken: Callable[[], int]) -> None:
         super().__init__(env)
@@ -99,8 +95,7 @@ class FiniteSteps(gym.Wrapper):
 def check_observation(observation: Any, where: str) -> None:
     """NonFiniteError naming `where` and the value if `observation` holds NaN or inf."""
     if not is_finite(observation):
-        observation = np.asarray(observation)
-        value = observation[~np.isfinite(observation)].flat[0].item()
+        value = np.asarray(observation)[~np.isfinite(observation)].flat[0].item()
         raise NonFiniteError(f"the environment returned an observation holding {value!r} at "
                              f"{where}")
 

@@ -57,7 +57,7 @@ def test_the_root_shows_the_tutorials_files_and_the_programs_a_user_runs():
         "rank_based.py"]
 
 
-GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar", "d3qn_utils.minatar_wrappers")
+GAME_PACKAGES = ("ale_py", "atari_wrappers", "minatar")  # not d3qn_utils.minatar_wrappers: light
 
 
 def game_packages_imported(*steps: str) -> list[list[str]]:
