@@ -48,7 +48,7 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from d3qn_agent import DQNAgent, OurModel, episode_seed, td_errors
+from d3qn_agent import ADVANTAGE_LAYER, DQNAgent, OurModel, episode_seed, td_errors
 from d3qn_utils import settings, training_session
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.checks import check_block, check_non_negative, is_integer
@@ -266,7 +266,7 @@ class Actor:
         function call costs about a millisecond, `model.predict` ~70 ms). Closures, not methods:
         Ray's actor wrapper adds an argument to every method, which tf.function would trace."""
         model, target_model, double = self.model, self.target_model, self.config.ddqn
-        self.greedy_actions = GreedyPolicy(model, dtype, head="action_advantage")  # as DQNAgent
+        self.greedy_actions = GreedyPolicy(model, dtype, head=ADVANTAGE_LAYER)
 
         def abs_td_errors(states: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor,
                           next_states: tf.Tensor, dones: tf.Tensor,

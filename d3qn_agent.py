@@ -98,6 +98,9 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - keras.ops.mean(advantage, axis=-1, keepdims=True)
 
 
+ADVANTAGE_LAYER = "action_advantage"  # argmax_a A(s, a) = argmax_a Q(s, a): what acting reads
+
+
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
              hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False) -> keras.Model:
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself). A
@@ -117,7 +120,7 @@ def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # 
                          f"got {input_shape}")
     if dueling:
         state_value = keras.layers.Dense(1, name="state_value")(x)
-        action_advantage = keras.layers.Dense(action_space, name="action_advantage")(x)
+        action_advantage = keras.layers.Dense(action_space, name=ADVANTAGE_LAYER)(x)
         q_values = DuelingCombine(name="q_values")([state_value, action_advantage])
     else:
         q_values = keras.layers.Dense(action_space, name="q_values")(x)
@@ -261,8 +264,7 @@ class DQNAgent:
         self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
                           if config.optimizer == "rmsprop"
                           else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
-        # argmax_a Q(s, a) = argmax_a A(s, a): acting reads the dueling head's advantages only.
-        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype, head="action_advantage")
+        self.greedy_actions = GreedyPolicy(self.model, self.state_dtype, head=ADVANTAGE_LAYER)
         self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
                               loss=config.loss),

@@ -17,8 +17,8 @@ NO_EVALUATION = (0, 0, math.nan)
 def skip_end_of_run(agent: Any) -> None:
     """Stub out what `DQNAgent.run` does once its budget is spent: the final evaluation, saving
     the last network, the plots and the summary line. A real run does them once, at its end.
-    Checkpoints are off too (the Pong preset writes one every 25,000 steps and at the end)."""
-    agent.config.checkpoint_every = 0
+    The callers build the agent with CHECKPOINT_EVERY 0 (Pong's preset writes one every 25,000
+    steps and at the end)."""
     agent.evaluate_and_keep_best = lambda: agent.evaluations.append(NO_EVALUATION)
     agent.save = lambda name: None
     agent.report.draw = lambda *values: ""
@@ -31,7 +31,8 @@ def skip_end_of_run(agent: Any) -> None:
 
 def run_steps(agent: Any, count: int) -> float:
     """Run `count` more steps of the agent's own loop (`run`, its budget ending `count` steps
-    on, after `skip_end_of_run`); return the wall time in seconds. Its lines go to a buffer."""
+    on, after `skip_end_of_run`); return the wall time in seconds. Its lines go to a buffer.
+    The budget moves as a resumed run's TOTAL_STEPS may (agent_checkpoint.MAY_CHANGE_ON_RESUME)."""
     agent.config.total_steps = agent.step + count
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # run's first line, the per-episode lines

@@ -66,21 +66,20 @@ def throughput(num_actors: int, updates_per_step: float, steps: int, directory: 
     learner.launch()
     try:
         learner.train()
-        learner.training_end = (time.perf_counter(), learner.env_steps, learner.updates)
+        return learner.rates()  # to now: the end of training
     finally:
         learner.stop_actors()
-    return learner.rates()
 
 
 def component_costs(directory: str) -> dict[str, float]:
     """Seconds per operation of each part, with apex.py's CartPole defaults."""
-    config, _ = apex.resolve_config({"num_actors": 1, "model_dir": directory,
+    # Epsilon 0: every step pays for a forward pass, as nearly all do late in a run.
+    config, _ = apex.resolve_config({"num_actors": 1, "epsilon": 0.0, "model_dir": directory,
                                      "plot_dir": directory})
     learner = apex.Learner(config)
     weights = (learner.agent.model.get_weights(), learner.agent.target_model.get_weights())
     actor = apex.Actor(0, config)
     actor.set_weights(weights)
-    actor.epsilon = 0.0  # every step pays for a forward pass, as nearly all do late in a run
     blocks = []
     start, steps = time.perf_counter(), actor.steps
     while actor.steps - steps < 3_000:

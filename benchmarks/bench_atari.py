@@ -251,7 +251,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         flags = dict(use_per=args.use_per, seed=args.seed, memory_size=args.memory_size,
                      learning_starts=args.learning_starts,
                      exploration_steps=args.exploration_steps,
-                     train_frequency=args.train_frequency, model_dir=work_dir, plot_dir=work_dir)
+                     train_frequency=args.train_frequency, model_dir=work_dir, plot_dir=work_dir,
+                     checkpoint_every=0)
         if args.gradient_steps_per_call:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)

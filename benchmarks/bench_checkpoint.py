@@ -41,7 +41,7 @@ def main() -> None:
         agent = DQNAgent(
             args.env_name, memory_size=args.memory_size, model_dir=directory, seed=args.seed,
             total_steps=args.memory_size, exploration_steps=never, learning_starts=never,
-            eval_every=never, plot_dir=directory,
+            eval_every=never, plot_dir=directory, checkpoint_every=0,
         )
         skip_end_of_run(agent)
         print(f"filling the replay with {args.memory_size:,} random-play transitions ...")

@@ -87,7 +87,7 @@ def sample_cost(observed: bool, repeats: int = 2_000) -> float:
         start = time.perf_counter()
         tree_idx, _, _ = memory.sample(128)
         if observed:
-            stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
+            stats.note_sample(memory.slots_of(tree_idx), len(memory))
         times.append(time.perf_counter() - start)
     return 1e6 * statistics.median(times)
 

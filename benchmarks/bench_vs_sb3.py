@@ -83,7 +83,7 @@ def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bo
     changes = game_settings(env_name)[1]["changes"]
     with tempfile.TemporaryDirectory() as work_dir:
         agent = DQNAgent(env_name, seed=seed, exploration_steps=1, bfloat16=bfloat16,
-                         model_dir=work_dir, plot_dir=work_dir, **changes)
+                         model_dir=work_dir, plot_dir=work_dir, checkpoint_every=0, **changes)
         skip_end_of_run(agent)
         run_steps(agent, warmup)
         return steps / run_steps(agent, steps)

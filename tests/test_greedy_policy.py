@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from d3qn_agent import OurModel
+from d3qn_agent import ADVANTAGE_LAYER, OurModel
 from d3qn_utils.greedy_policy import GreedyPolicy, numpy_layers
 
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_forward_picks_the_networks_greedy_actions(dueling):
     model = OurModel((4,), 3, dueling, hidden_units=(32, 16))
-    policy = GreedyPolicy(model, np.float32, head="action_advantage")
+    policy = GreedyPolicy(model, np.float32, head=ADVANTAGE_LAYER)
     assert [layer.name for layer in policy.layers][-1] == (
         "action_advantage" if dueling else "q_values")  # argmax A is argmax Q
     assert (numpy_layers(model) is None) == dueling  # without `head`, the dueling merge is compiled
@@ -24,7 +24,7 @@ def test_numpy_forward_picks_the_networks_greedy_actions(dueling):
 
 def test_the_weights_are_copied_again_only_after_weights_changed():
     model = OurModel((4,), 2, True, hidden_units=(8,))
-    policy = GreedyPolicy(model, np.float32, head="action_advantage")
+    policy = GreedyPolicy(model, np.float32, head=ADVANTAGE_LAYER)
     states = np.random.default_rng(1).normal(size=(200, 4)).astype(np.float32)
     before = policy(states)
     model.set_weights([-w for w in model.get_weights()])  # flips the sign of A, so of argmax
@@ -38,7 +38,7 @@ def test_the_weights_are_copied_again_only_after_weights_changed():
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_actions(dueling):
     model = OurModel((10, 10, 7), 3, dueling)  # MinAtar's Freeway: 7 channels
-    policy = GreedyPolicy(model, np.uint8, head="action_advantage")
+    policy = GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)
     assert [layer.__class__.__name__ for layer in policy.layers] == [
         "Rescaling", "PatchConv2D", "Flatten", "Dense", "Dense"]
     frames = np.random.default_rng(3).integers(2, size=(500, 10, 10, 7), dtype=np.uint8) * 255
@@ -51,15 +51,15 @@ def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_action
 
 def test_atari_images_go_through_the_backends_compiled_call():
     model = OurModel((84, 84, 4), 6, True)
-    assert numpy_layers(model, "action_advantage") is None
-    policy = GreedyPolicy(model, np.uint8, head="action_advantage")
+    assert numpy_layers(model, ADVANTAGE_LAYER) is None
+    policy = GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)
     frames = np.random.default_rng(2).integers(256, size=(5, 84, 84, 4), dtype=np.uint8)
     np.testing.assert_array_equal(policy(frames), np.asarray(model(frames)).argmax(axis=1))
 
 
 def test_a_bfloat16_torso_goes_through_the_backends_compiled_call():
     model = OurModel((10, 10, 7), 3, True, bfloat16=True)  # float32 numpy would differ from it
-    assert numpy_layers(model, "action_advantage") is None
+    assert numpy_layers(model, ADVANTAGE_LAYER) is None
     frames = np.random.default_rng(6).integers(2, size=(50, 10, 10, 7), dtype=np.uint8) * 255
-    np.testing.assert_array_equal(GreedyPolicy(model, np.uint8, head="action_advantage")(frames),
+    np.testing.assert_array_equal(GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)(frames),
                                   np.asarray(model(frames)).argmax(axis=1))
