@@ -83,9 +83,8 @@ class Checkpoint(NamedTuple):
 def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any]
          ) -> Checkpoint:
     """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`): the
-    weights into `networks` (online, target), the rest returned, with lines saying from where
-    ("resuming from <checkpoint> at step <N>": benchmarks/pong_logs.py), the run it continues and
-    the flags changed. ValueError naming the checkpoint and what is wrong with it."""
+    weights into `networks` (online, target), the rest a `Checkpoint`, its lines beginning
+    "resuming from <checkpoint> at step <N>" (benchmarks/pong_logs.py). ValueError if unusable."""
     directory = choose_checkpoint(checkpoint_root, where, config)
     saved, arrays = read_state(directory)
     run = saved["run"]
@@ -119,17 +118,14 @@ def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.
     """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
     this FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
     progress = read_progress(directory)
-    if progress.get("format", 1) == FORMAT:
-        arrays = {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
-    else:
-        progress, arrays = from_format_1(directory, progress)
-    return progress, arrays
+    if progress.get("format", 1) != FORMAT:
+        return from_format_1(directory, progress)
+    return progress, {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
 
 
 def read_progress(directory: Path) -> dict[str, Any]:
-    """The progress.json of the checkpoint in `directory`, of FORMAT or 1 (no number, a
-    "fingerprint"), with a valid run record (id, start time, flags) and counters; ValueError
-    naming the file if it is missing or corrupt, or another format."""
+    """The progress.json in `directory`, of FORMAT or 1 (no number, a "fingerprint"), with a
+    valid run record (id, start time, flags) and counters; else ValueError naming the file."""
     path = directory / "progress.json"
     try:
         progress = json.loads(path.read_text())

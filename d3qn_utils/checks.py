@@ -130,9 +130,10 @@ def all_finite(values: np.ndarray) -> bool:  # pragma: no cover (compiled)
     return True
 
 
-def check_range(name: str, value: float, low: float, high: float) -> None:
+def check_range(name: str, value: float, low: float, high: float) -> float:
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+    return float(value)
 
 
 @numba.njit(cache=True)

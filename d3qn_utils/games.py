@@ -15,7 +15,7 @@ import keras
 
 from d3qn_utils import minatar_wrappers  # light: it imports minatar for a MinAtar id only
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
+from d3qn_utils.replay_storage import FrameStackStorage, storage_type
 
 # The Nature torso's convolution layer: TensorFlow's Conv2D, oneDNN's kernels where TensorFlow
 # turns them on (benchmarks/bench_pong_kernels.py sets it to time PatchConv2D against it).
@@ -76,7 +76,6 @@ def replay_storage(env_name: str, state_shape: tuple[int, ...], capacity: int
                    ) -> FrameStackStorage | None:
     """Where a replay memory keeps this game's transitions: each image frame once, as uint8
     (Atari's four stacked on the last axis), or None (a `TransitionStorage`) for vectors."""
-    if storage_type(state_shape) is TransitionStorage:
-        return None
-    return FrameStackStorage(capacity, stack_axis=-1 if is_atari(env_name) else None)
+    return (FrameStackStorage(capacity, stack_axis=-1 if is_atari(env_name) else None)
+            if storage_type(state_shape) is FrameStackStorage else None)
 

@@ -25,8 +25,7 @@ class BinaryFrame(gymnasium.ObservationWrapper):
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
-        shape = env.observation_space.shape
-        self.observation_space = gymnasium.spaces.Box(0, 255, shape, dtype=np.uint8)
+        self.observation_space = gymnasium.spaces.Box(0, 255, env.observation_space.shape, np.uint8)
         self.metadata = {**env.metadata, "render_fps": FRAMES_PER_SECOND}
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:

@@ -102,8 +102,7 @@ class PriorityFigure:
         return True
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The counters ("stats.<name>"), the history and the recent weights as plain arrays
-        (the arrays themselves), for a checkpoint."""
+        """The counters ("stats.<name>"), history and recent weights for a checkpoint, uncopied."""
         return {**{f"stats.{name}": np.asarray(getattr(self, name)) for name in self.COUNTERS},
                 "history": np.array(self.history, dtype=np.float64).reshape(-1, 4),
                 "recent_is_weights": self.recent_is_weights,
@@ -123,9 +122,8 @@ class PriorityFigure:
     @staticmethod
     def format_1_state(memory: dict[str, np.ndarray], progress: dict[str, Any]
                        ) -> dict[str, np.ndarray]:
-        """The `state_dict` of a format-1 checkpoint, popped out of its memory.npz arrays
-        `memory` (the counters) and progress.json `progress` (the rest); KeyError or ValueError
-        if `progress` lacks them."""
+        """The `state_dict` of a format-1 checkpoint, popped out of `memory` (memory.npz: the
+        counters) and `progress` (progress.json: the rest); KeyError or ValueError if missing."""
         state = {key: memory.pop(key) for key in list(memory) if key.startswith("stats.")}
         state["history"] = np.array(progress.pop("priority_history"),
                                     dtype=np.float64).reshape(-1, 4)

@@ -31,8 +31,7 @@ def check_gif_path(path: str) -> Path:
     if target.is_dir():  # else only writing the GIF, after the episode, would fail
         raise ValueError(f"cannot record to {path!r}: it is a directory")
     try:
-        with tempfile.TemporaryFile(dir=target.parent):
-            pass
+        tempfile.TemporaryFile(dir=target.parent).close()
     except OSError as err:
         raise ValueError(f"cannot record to {path!r}: cannot write in {str(target.parent)!r} "
                          f"({err.strerror or err})") from err

@@ -26,8 +26,7 @@ class ReplayMemory:
                  ) -> None:
         self.capacity = check_integer("capacity", capacity, 1)
         self.n_step = check_integer("n_step", n_step, 1)
-        check_range("gamma", gamma, 0.0, 1.0)
-        self.gamma = float(gamma)
+        self.gamma = check_range("gamma", gamma, 0.0, 1.0)
         self.storage = storage if storage is not None else TransitionStorage(self.capacity)
         if self.storage.capacity != self.capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} differs from memory "
@@ -63,15 +62,13 @@ class ReplayMemory:
 
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
-        check_range("alpha", alpha, 0.0, np.inf)
-        check_range("beta", beta, 0.0, 1.0)
-        self.alpha, self.beta = float(alpha), float(beta)
+        self.alpha = check_range("alpha", alpha, 0.0, np.inf)
+        self.beta = check_range("beta", beta, 0.0, 1.0)
         self.set_beta_increment(beta_increment)
 
     def set_beta_increment(self, beta_increment: float) -> None:
         """Set beta's growth per `sample` (none for uniform replay); ValueError unless in [0, 1]."""
-        check_range("beta_increment", beta_increment, 0.0, 1.0)
-        self.beta_increment = float(beta_increment)
+        self.beta_increment = check_range("beta_increment", beta_increment, 0.0, 1.0)
 
     def check_sample_size(self, n: Any) -> None:
         """ValueError unless n is a positive integer and the memory holds a transition."""
@@ -111,9 +108,8 @@ class ReplayMemory:
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit."""
         self.check_state(arrays)
-        prefix = "storage."
-        self.storage.load_state_dict({key[len(prefix):]: value for key, value in arrays.items()
-                                      if key.startswith(prefix)})
+        self.storage.load_state_dict({key.removeprefix("storage."): value for key, value in
+                                      arrays.items() if key.startswith("storage.")})
         try:
             self.rng.bit_generator.state = json.loads(arrays["rng"].item())
         except (TypeError, ValueError, KeyError) as error:
@@ -121,10 +117,9 @@ class ReplayMemory:
 
     def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
         """Add k transitions (columns as `checks.check_block` returns them) with these leaf
-        priorities (PER.Memory's `write_priorities`); return their slots. O(k log N). Slots freed
-        get 0; a slot written twice keeps its last. A transition the storage refuses raises
-        ValueError; those before it (a frame storage adds one at a time) stay, with priorities.
-        """
+        priorities (PER.Memory's `write_priorities`); their slots. O(k log N). Slots freed get 0;
+        a slot written twice keeps its last. A transition the storage refuses raises ValueError;
+        those before it (a frame storage adds one at a time) stay, with their priorities."""
         writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
         stored = 0
         try:
@@ -144,10 +139,6 @@ class ReplayMemory:
         next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
         transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
         chain stops at a termination, a truncation, the newest transition. O(n_step * n)."""
-        if self.n_step == 1:  # the stored transitions as they are, with discounts gamma
-            states, actions, rewards, next_states, dones = self.storage.get(slots)
-            return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
-                    np.full(len(slots), self.gamma, dtype=np.float32))
         rewards, dones = self.storage.rewards_and_dones(slots)
         returns = rewards.astype(np.float64)
         dones = dones.astype(bool)

@@ -5,7 +5,7 @@ slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block
 `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
 `load_state_dict`. Its memory checked each transition (checks.py); it checks only shapes, and
 frames' dtype and shift. `TransitionStorage` keeps one row per transition (vector states);
-`FrameStackStorage` each uint8 frame once (Atari's stacks: ~7 KB a transition, not ~56 KB).
+`FrameStackStorage` each uint8 frame once (Atari's stacks: 7,070 bytes a slot, not ~56 KB).
 """
 
 from __future__ import annotations
@@ -47,26 +47,24 @@ class TransitionStorage:
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one (state, action, reward, next_state, done); return its slot, none freed."""
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
-        slot = self.write_pointer
-        self._put(slot, experience, 1)
-        return slot, NO_SLOTS
+        return self._put(self.write_pointer, experience, 1), NO_SLOTS
 
     def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Store k transitions, five columns of length k, as `add` would one by one, in one write;
         yield (their slots, none freed) once. O(k). ValueError, nothing stored, for a bad shape."""
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
-        slots = (self.write_pointer + np.arange(k)) % self.capacity
-        self._put(slots, columns, k)
-        yield slots, NO_SLOTS
+        yield self._put((self.write_pointer + np.arange(k)) % self.capacity, columns, k), NO_SLOTS
 
-    def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> None:
-        """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones."""
+    def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> int | np.ndarray:
+        """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones;
+        return `slots`."""
         for field, value in zip(self.fields, values, strict=True):
             field[slots] = value
         self.holds_transition[slots] = True
         self.write_pointer = (self.write_pointer + count) % self.capacity
         self.written = min(self.written + count, self.capacity)
+        return slots
 
     def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         """Allocate the arrays on the first write; ValueError naming a field of another shape."""
@@ -92,8 +90,7 @@ class TransitionStorage:
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
         """Whether slot+1 holds the transition after slot's, in its episode. O(n * state size)."""
         following = (slots + 1) % self.capacity
-        states, next_states = self.fields[0], self.fields[3]
-        same = states[following] == next_states[slots]
+        same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
         same = same.all(axis=tuple(range(1, same.ndim)))
         return same & self.holds_transition[following] & (following != self.write_pointer)
 
@@ -149,8 +146,6 @@ class FrameStackStorage:
     and no earlier episode's frame leaks into a stack. Writing slot w breaks the transitions of
     slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
     the last axis; None, MinAtar's single frames (S = 1).
-
-    Memory: 7,070 bytes a slot for 84x84 frames (`bytes_per_slot`).
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
@@ -237,13 +232,12 @@ class FrameStackStorage:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written slots' frames only)."""
-        shape = () if self.state_shape is None else self.state_shape
         frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
-        axis = [] if self.stack_axis is None else [-1]
-        return {"capacity": np.array(self.capacity), "stack_axis": np.array(axis, np.int64),
-                "state_shape": np.array(shape, dtype=np.int64), "written": np.array(self.written),
-                "next_slot": np.array(self._next_slot), "frames": frames,
-                "pending_slot": np.array(self._pending_slot),
+        return {"capacity": np.array(self.capacity),
+                "stack_axis": np.array([] if self.stack_axis is None else [-1], np.int64),
+                "state_shape": np.array(self.state_shape or (), np.int64),
+                "written": np.array(self.written), "next_slot": np.array(self._next_slot),
+                "frames": frames, "pending_slot": np.array(self._pending_slot),
                 **{name: getattr(self, name).copy() for name in SLOT_ARRAYS}}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
@@ -319,8 +313,6 @@ class FrameStackStorage:
     def _write(self, frames: list[np.ndarray]) -> np.ndarray:
         """Write `frames` to the next slots; return the slots whose transitions this broke."""
         start = self._next_slot
-        # A transition reads S slots back and one ahead, so writing slot w breaks those of
-        # slots w .. w+S-1.
         span = min(len(frames) + self.stack_size - 1, self.capacity)
         readers = (start + np.arange(span)) % self.capacity
         broken = readers[self.holds_transition[readers]]

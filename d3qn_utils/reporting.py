@@ -259,8 +259,7 @@ class TrainingReport:
 
     def draw(self, step: int, scores: list[float], average: list[float],
              evaluations: list[tuple[int, int, float]], memory: Any) -> str:
-        """Draw the learning curve and the priority figure of `memory`; return "plots A
-        and B" (or "plot A" before the first gradient step)."""
+        """Draw the learning curve and `memory`'s priority figure: "plots A and B" (or "plot A")."""
         self.draw_learning_curve(step, scores, average, evaluations)
         title = f"{self.config.env_name}: what {memory.describe()} did, step {step:,}"
         if self.priority_figure.draw(self.priority_plot_path, memory, title):

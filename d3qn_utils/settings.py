@@ -335,12 +335,11 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
     modes = parser.add_argument_group("modes")
     modes.add_argument("--test", action="store_true",
                        help="play the saved model greedily instead of training")
-    modes.add_argument("--model", default=None, metavar="PATH",
-                       help="with --test: play this .keras file instead of MODEL_DIR/<run "
-                       "name>.keras")
-    modes.add_argument("--record", default=None, metavar="FILE.gif",
+    modes.add_argument("--model", metavar="PATH", help="with --test: play this .keras file "
+                       "instead of MODEL_DIR/<run name>.keras")
+    modes.add_argument("--record", metavar="FILE.gif",
                        help="with --test: also write the first episode as an animated GIF")
-    modes.add_argument("--resume", nargs="?", const=LATEST, default=None, metavar="CHECKPOINT",
+    modes.add_argument("--resume", nargs="?", const=LATEST, metavar="CHECKPOINT",
                        help="continue training from the newest checkpoint of this run (or from "
                        "CHECKPOINT, a step-* directory)")
     return parser
