@@ -136,7 +136,7 @@ APEX_FLAGS: dict[str, Flag] = {
     "publish_every": Flag(10, AT_LEAST_ONE),
     "updates_per_step": Flag(0.5, NON_NEGATIVE),
     "memory_size": Flag(50_000, AT_LEAST_ONE),
-    "batch_size": Flag(128, AT_LEAST_ONE),
+    "batch_size": Flag(128, AT_LEAST_ONE, at_most="memory_size"),
     "learning_starts": Flag(1_000, NON_NEGATIVE),
     "target_update": Flag(50, AT_LEAST_ONE),
     "n_step": Flag(3, AT_LEAST_ONE),

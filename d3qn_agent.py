@@ -98,7 +98,8 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - keras.ops.mean(advantage, axis=-1, keepdims=True)
 
 
-ADVANTAGE_LAYER = "action_advantage"  # argmax_a A(s, a) = argmax_a Q(s, a): what acting reads
+# argmax_a A(s, a) = argmax_a Q(s, a): acting reads the dueling head's advantages only.
+ADVANTAGE_LAYER = "action_advantage"
 
 
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name

@@ -30,13 +30,15 @@ Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
 class Flag:
     """A flag of a script's flag block: its value as shipped and what a value must satisfy:
     `rule` (description, test); `kind`, the command-line type when `shipped` is None or a tuple;
-    `cli`, the command-line name if not the constant's; `alone`: given without a value, True."""
+    `cli`, the command-line name if not the constant's; `alone`: given without a value, True;
+    `at_most`: the flag whose value this one must not exceed."""
 
     shipped: Any
     rule: tuple[str, Callable[[Any], bool]] | None = None
     kind: type | None = None
     cli: str | None = None
     alone: bool = False
+    at_most: str | None = None
 
 
 POSITIVE = ("positive", lambda value: value > 0)
@@ -62,11 +64,11 @@ D3QN_FLAGS: dict[str, Flag] = {
     "target_update": Flag(500, POSITIVE),
     "epsilon_greedy": Flag(False),
     "epsilon_start": Flag(1.0, UNIT),
-    "epsilon_min": Flag(0.01, UNIT),
+    "epsilon_min": Flag(0.01, UNIT, at_most="epsilon_start"),  # exploration must not rise
     "exploration_steps": Flag(10_000, POSITIVE),
     "epsilon_decay": Flag(0.0005, NON_NEGATIVE),
     "memory_size": Flag(50_000, POSITIVE),
-    "batch_size": Flag(128, POSITIVE),
+    "batch_size": Flag(128, POSITIVE, at_most="memory_size"),
     "gamma": Flag(0.99, UNIT),
     "n_step": Flag(3, POSITIVE),
     "optimizer": Flag("adam", ("adam or rmsprop", lambda value: value in ("adam", "rmsprop"))),
@@ -221,18 +223,17 @@ def resolve(script: ModuleType, table: dict[str, Flag],
 
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
-    """ValueError naming the first flag whose value has the wrong type or is out of range."""
+    """ValueError naming the first flag whose value has the wrong type, is out of its range or
+    exceeds its `at_most` flag's."""
     for name, flag in table.items():
         for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
             if not valid(values[name]):
                 raise ValueError(f"{name.upper()} ({option(name, flag)}) must be "
                                  f"{description}, got {values[name]!r}")
-    if values["batch_size"] > values["memory_size"]:
-        raise ValueError(f"BATCH_SIZE ({values['batch_size']}) must not exceed MEMORY_SIZE "
-                         f"({values['memory_size']})")
-    if values.get("epsilon_min", 0.0) > values.get("epsilon_start", 1.0):
-        raise ValueError(f"EPSILON_MIN ({values['epsilon_min']}) must not exceed EPSILON_START "
-                         f"({values['epsilon_start']}): exploration would rise")
+    for name, flag in table.items():  # once every value has its type
+        if flag.at_most and values[name] > values[flag.at_most]:
+            raise ValueError(f"{name.upper()} ({values[name]}) must not exceed "
+                             f"{flag.at_most.upper()} ({values[flag.at_most]})")
 
 
 def first_gradient_step(config: argparse.Namespace) -> int:
