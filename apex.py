@@ -336,7 +336,7 @@ class Actor:
     def _take_block(self, context: int) -> tuple:
         outbox = self.outbox
         size = len(outbox)
-        transitions = outbox.storage.columns()
+        transitions = outbox.block()  # slot i holds the i-th: the outbox never wraps
         abs_errors = self.abs_td_errors(outbox.n_step_batch(np.arange(size - context)))
         self.outbox = self._new_outbox()
         for row in zip(*(field[size - context:] for field in transitions), strict=True):

@@ -512,7 +512,7 @@ class DQNAgent:
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
         return agent_checkpoint.save(self.checkpoint_root, self.training_run, self.config,
-                                     self.state_dict(), (self.model, self.target_model))
+                                     self.step, self.state_dict(), (self.model, self.target_model))
 
     def resume(self, where: str = run_files.LATEST) -> str:
         """Continue the run of checkpoint `where` (LATEST or a `step-*` directory); what to say."""

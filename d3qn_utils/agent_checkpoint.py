@@ -47,11 +47,11 @@ MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_epis
 CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
 
-def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, state: dict[str, Any],
-         networks: Sequence[Any]) -> str:
-    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to a
-    new checkpoint of `run`; its path. WriteError if a write fails or the disk lacks room (checked
-    first: HDF5 can crash the process when the disk fills mid-write)."""
+def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, step: int,
+         state: dict[str, Any], networks: Sequence[Any]) -> str:
+    """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to
+    checkpoint `step` of `run`; its path. WriteError if a write fails or the disk lacks room
+    (checked first: HDF5 can crash the process when the disk fills mid-write)."""
     run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
     progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
                           indent=1)
@@ -67,7 +67,7 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
             network.save_weights(directory / file)
 
     root = Path(checkpoint_root) / run.run_id
-    return str(run_files.write_checkpoint(root, state["progress"]["step"], write, size=size))
+    return str(run_files.write_checkpoint(root, step, write, size=size))
 
 
 class Checkpoint(NamedTuple):

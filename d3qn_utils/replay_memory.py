@@ -115,6 +115,11 @@ class ReplayMemory:
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
+    def block(self) -> tuple[np.ndarray, ...]:
+        """The stored transitions as the five columns `store_block` takes, in slot order: the
+        order they came in until the ring wraps (slot i holds the i-th). TransitionStorage only."""
+        return self.storage.columns()
+
     def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
         """Add k transitions (columns as `checks.check_block` returns them) with these leaf
         priorities (PER.Memory's `write_priorities`); their slots. O(k log N). Slots freed get 0;
