@@ -169,7 +169,7 @@ class Memory(ReplayMemory):
     """
 
     kind = "proportional"
-    BYTES_PER_SLOT = 5 * 8  # sum and min trees, two float64 nodes a slot each; 8 of headroom
+    BYTES_PER_SLOT = 2 * 2 * 8 + 8  # sum and min trees, two float64 nodes a slot each; headroom
 
     def __init__(
         self,
@@ -209,7 +209,7 @@ class Memory(ReplayMemory):
         self.tree = SumTree(self.capacity)
         # The highest p^alpha ever given; it never falls: the paper's rule for new transitions
         # (Algorithm 1: p_t = max_{i<t} p_i), O(1). The tutorial took the max over the current
-        # leaves, which falls when the largest is lowered. Before any error: |delta| = clip or 1.
+        # leaves, which falls when the largest is lowered. Before any error: min(1, clip)^alpha.
         self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple) -> int:
@@ -246,8 +246,8 @@ class Memory(ReplayMemory):
         """Give the sampled transitions new priorities from their |TD errors|. O(k log N).
 
         NaN, infinite or negative errors raise ValueError and change nothing. Slots that no
-        longer hold a transition (overwritten frames) are skipped; a slot named twice takes its
-        last error.
+        longer hold a transition (overwritten frames) get priority 0, so they are never drawn; a
+        slot named twice takes its last error.
         """
         leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
         # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.

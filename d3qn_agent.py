@@ -44,8 +44,8 @@ TUTORIAL = False  # True: the tutorial's own values for the flags below left as 
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
-PER_ALPHA = 0.6  # how strongly priorities shape sampling (0 = uniform); rank-based default 0.7
-PER_BETA = 0.4  # initial importance-sampling exponent, annealed to 1 over the run; rank-based 0.5
+PER_ALPHA = 0.6  # how strongly priorities shape sampling (0 = uniform); rank-based preset 0.7
+PER_BETA = 0.4  # initial importance-sampling exponent, annealed to 1 over the run; rank-based: 0.5
 DDQN = True  # double DQN target: online net picks the next action, target net evaluates it
 DUELING = True  # dueling head Q = V + (A - mean A) instead of a plain Q layer
 SOFT_UPDATE = False  # Polyak-average the target net after each gradient step instead of copying
@@ -98,7 +98,7 @@ class DuelingCombine(keras.layers.Layer):
         return value + advantage - keras.ops.mean(advantage, axis=-1, keepdims=True)
 
 
-# argmax_a A(s, a) = argmax_a Q(s, a): acting reads the dueling head's advantages only.
+# The dueling head's A layer: argmax_a A = argmax_a Q, so acting in numpy stops there.
 ADVANTAGE_LAYER = "action_advantage"
 
 
@@ -166,14 +166,14 @@ def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, l
 
     The importance-sampling weights w_i = (N P(i))^-beta / max_j w_j undo PER's sampling bias,
     one per sample's loss (Schaul et al. 2016, Algorithm 1; the tutorial had none)."""
-    errors = td_errors(model, target_model, batch[:6], double, training=True)
+    errors = td_errors(model, target_model, batch[:6], double, training=True)  # not w_i
     losses = huber(errors) if loss == "huber" else ops.square(errors)
     return ops.mean(batch.is_weights * losses), errors
 
 
 def episode_seed(seed: int, *indices: int) -> int:
-    """A reset seed for one episode, so that every episode can be replayed from its seed alone
-    (numpy's SeedSequence: runs with nearby seeds do not share episodes)."""
+    """A reset seed for one episode (indices: 0 training, 1 evaluation, 2 test, then its number),
+    so it replays from its seed alone (SeedSequence: nearby seeds share no episodes)."""
     return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
 
 
@@ -254,8 +254,8 @@ class DQNAgent:
                 settings.first_gradient_step(config), config.total_steps, config.learning_starts))
 
     def compile(self) -> None:
-        """Adam (the tutorial's RMSprop), the greedy policy and the compiled gradient steps on
-        `weighted_loss` (the tutorial's `fit`); again after `load`."""
+        """Adam (or OPTIMIZER "rmsprop", the tutorial's), the greedy policy and the compiled
+        gradient steps on `weighted_loss` (the tutorial's `fit`); again after `load`."""
         config = self.config
         learning_rate = config.learning_rate
         if config.lr_decay:
@@ -318,9 +318,9 @@ class DQNAgent:
         priority, the error from before its step (the tutorial's `target_old`); here for
         K = GRADIENT_STEPS_PER_CALL minibatches in one compiled call, an optimizer step on
         `weighted_loss` (-> `td_errors`) each, `self.learn` from `compile()` (returns the losses).
-        One stratified draw of K x BATCH_SIZE is dealt round-robin: minibatch k holds the k-th of
-        every K neighbouring strata, so each spans the priority range; it keeps its IS weights and
-        misses the k - 1 updates before."""
+        One stratified draw of K x BATCH_SIZE is dealt round-robin: minibatch k (from 0) holds the
+        k-th of every K neighbouring strata, so each spans the priority range; it keeps its IS
+        weights and misses the k updates before it."""
         steps = self.config.gradient_steps_per_call
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
@@ -388,7 +388,7 @@ class DQNAgent:
                 if (self.step >= config.learning_starts and len(self.MEMORY) >= config.batch_size
                         and self.step % (config.train_frequency
                                          * config.gradient_steps_per_call) == 0):
-                    self.replay()
+                    self.replay()  # settings.first_gradient_step: the first step that gets here
                 if not config.soft_update and self.step % config.target_update == 0:
                     self.update_target_model()
                 if terminated or truncated:
@@ -464,7 +464,7 @@ class DQNAgent:
         """Reset the environment with this episode's own seed; clear the episode's record."""
         self.episode_score = 0.0
         self.episode_actions = []
-        self.state = None  # until the reset returns: a checkpoint then holds an empty episode
+        self.state = None  # if the reset fails (NaN), the checkpoint then holds no open episode
         self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
 
     # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
@@ -483,8 +483,8 @@ class DQNAgent:
                 "priority_figure": self.report.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take back what `state_dict` gave (ValueError for a part that does not fit), then
-        replay the episode in progress: the same seed and actions give the same observation."""
+        """Take back what `state_dict` gave, and the flags `agent_checkpoint.load` adds (ValueError
+        for a part that does not fit); replay the episode in progress from its seed and actions."""
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
@@ -522,7 +522,7 @@ class DQNAgent:
             self.load_state_dict(checkpoint.state)
         self.training_run = checkpoint.run
         self.greedy_actions.weights_changed()
-        return checkpoint.lines
+        return f"resuming from {checkpoint.directory} at step {self.step}\n{checkpoint.lines}"
 
     def begin(self, resume: str | None = None) -> None:
         """Start the run holding the lock of its files, so that no second run writes them
@@ -535,7 +535,7 @@ class DQNAgent:
             else:
                 for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
                     print(f"note: {note}", flush=True)
-        self.training_run.lock = lock
+        self.training_run.hold(lock)
 
 
 def main(argv: list[str] | None = None) -> int:

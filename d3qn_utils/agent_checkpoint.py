@@ -72,7 +72,8 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
 
 class Checkpoint(NamedTuple):
     """A checkpoint `load` read: the run it continues, its directory, the state for
-    `DQNAgent.load_state_dict` (with the run's flags under "flags") and the lines to print."""
+    `DQNAgent.load_state_dict` (with the run's flags under "flags") and the line saying which run
+    it continues (after the agent's "resuming from <checkpoint> at step <N>")."""
 
     run: run_files.TrainingRun
     directory: Path
@@ -83,8 +84,7 @@ class Checkpoint(NamedTuple):
 def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any]
          ) -> Checkpoint:
     """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`): the
-    weights into `networks` (online, target), the rest a `Checkpoint`, its lines beginning
-    "resuming from <checkpoint> at step <N>" (benchmarks/pong_logs.py). ValueError if unusable."""
+    weights into `networks` (online, target), the rest a `Checkpoint`. ValueError if unusable."""
     directory = choose_checkpoint(checkpoint_root, where, config)
     saved, arrays = read_state(directory)
     run = saved["run"]
@@ -95,8 +95,7 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
         except Exception as error:  # Keras raises several types for a bad weights file
             raise ValueError(f"checkpoint file {directory / file} is missing or does not "
                              f"fit the network: {error}") from error
-    lines = (f"resuming from {directory} at step {saved['progress']['step']}\n"
-             f"continuing {run['id']}, started {run['started']}; changed flags: "
+    lines = (f"continuing {run['id']}, started {run['started']}; changed flags: "
              + (", ".join(changed) or "none"))
     return Checkpoint(run_files.TrainingRun(run["id"], run["started"]), directory,
                       {"progress": saved["progress"], "flags": run["flags"], **arrays}, lines)

@@ -85,6 +85,10 @@ class TrainingRun:
     started: str  # local time of its fresh start: 2025-01-01 12:00:00
     lock: RunLock | None = None  # held while it trains
 
+    def hold(self, lock: RunLock) -> None:
+        """Hold `lock`, the lock of the run's files, until the run ends (`__exit__`)."""
+        self.lock = lock
+
     def __enter__(self) -> TrainingRun:
         return self
 
