@@ -391,7 +391,7 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
 
     Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store` would
     refuse) raises ValueError and changes nothing, but for a frame storage's refusal of a next
-    state that is not its state shifted by a frame (`ReplayMemory.store_block`).
+    state that is not its state shifted by a frame (`Memory.store_block`).
     """
     columns = check_block(transitions, memory.capacity)
     k = len(columns[0])

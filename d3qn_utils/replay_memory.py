@@ -116,28 +116,10 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def block(self) -> tuple[np.ndarray, ...]:
-        """The stored transitions as the five columns `store_block` takes, in slot order: the
-        order they came in until the ring wraps (slot i holds the i-th). TransitionStorage only."""
+        """The stored transitions as the five columns `PER.Memory.store_block` takes, in slot
+        order: the order they came in until the ring wraps (slot i holds the i-th); a
+        TransitionStorage only."""
         return self.storage.columns()
-
-    def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
-        """Add k transitions (columns as `checks.check_block` returns them) with these leaf
-        priorities (PER.Memory's `write_priorities`); their slots. O(k log N). Slots freed get 0;
-        a slot written twice keeps its last. A transition the storage refuses raises ValueError;
-        those before it (a frame storage adds one at a time) stay, with their priorities."""
-        writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
-        stored = 0
-        try:
-            for slots, freed in self.storage.add_block(columns):
-                writes += [(freed, np.zeros(len(freed))),
-                           (slots, priorities[stored:stored + len(slots)])]
-                stored += len(slots)
-        finally:  # one tree update for the block: far cheaper than one per transition
-            if writes:
-                leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
-                values = np.concatenate([values for _, values in writes])
-                self.write_priorities(leaves + (self.capacity - 1), values)
-        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,
