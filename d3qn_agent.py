@@ -251,7 +251,7 @@ class DQNAgent:
             config, self.Plot_name, self.Priority_plot_name,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(
-                settings.first_gradient_step(config), config.total_steps, config.learning_starts))
+                self.first_gradient_step(), config.total_steps, config.learning_starts))
 
     def compile(self) -> None:
         """Adam (or OPTIMIZER "rmsprop", the tutorial's), the greedy policy and the compiled
@@ -282,6 +282,12 @@ class DQNAgent:
         draws = (config.total_steps - max(step, config.learning_starts)) // (
             config.train_frequency * config.gradient_steps_per_call)
         return (1.0 - beta) / max(1, draws)
+
+    def first_gradient_step(self) -> int:
+        """The first env step at which `run` trains: the first multiple of TRAIN_FREQUENCY *
+        GRADIENT_STEPS_PER_CALL with LEARNING_STARTS steps and a batch collected."""
+        period = self.config.train_frequency * self.config.gradient_steps_per_call
+        return -(-max(self.config.learning_starts, self.config.batch_size, 1) // period) * period
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -388,7 +394,7 @@ class DQNAgent:
                 if (self.step >= config.learning_starts and len(self.MEMORY) >= config.batch_size
                         and self.step % (config.train_frequency
                                          * config.gradient_steps_per_call) == 0):
-                    self.replay()  # settings.first_gradient_step: the first step that gets here
+                    self.replay()  # first at env step `first_gradient_step()`
                 if not config.soft_update and self.step % config.target_update == 0:
                     self.update_target_model()
                 if terminated or truncated:
@@ -483,8 +489,8 @@ class DQNAgent:
                 "priority_figure": self.report.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take back what `state_dict` gave, and the flags `agent_checkpoint.load` adds (ValueError
-        for a part that does not fit); replay the episode in progress from its seed and actions."""
+        """Take back what `state_dict` gave (ValueError for a part that does not fit), then
+        replay the episode in progress: the same seed and actions give the same observation."""
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
@@ -497,9 +503,6 @@ class DQNAgent:
                             for step, episode, mean in progress["evaluations"]]
         self.best_evaluation = float(progress["best_evaluation"])
         self.steps_to_solve = progress["steps_to_solve"]
-        budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
-        if any(state["flags"][flag] != getattr(self.config, flag) for flag in budget):
-            self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.start_episode()
         actions = [int(action) for action in progress["episode_actions"]]
         for action in actions:
@@ -520,6 +523,9 @@ class DQNAgent:
                                            (self.model, self.target_model))
         with agent_checkpoint.restoring(checkpoint.directory):
             self.load_state_dict(checkpoint.state)
+        budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
+        if any(checkpoint.flags.get(flag) != getattr(self.config, flag) for flag in budget):
+            self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.training_run = checkpoint.run
         self.greedy_actions.weights_changed()
         return f"resuming from {checkpoint.directory} at step {self.step}\n{checkpoint.lines}"

@@ -1,5 +1,5 @@
-"""The agent's files: what a checkpoint holds and in which file, its format version, resuming
-with the flags allowed to change, and the error for a `.keras` file that will not load.
+"""The agent's files: its checkpoints (what one holds, in which file, its format version, resuming
+with the flags allowed to change) and the error for a `.keras` file that will not load.
 
 A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holding
 
@@ -35,7 +35,6 @@ from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.training_session import NonFiniteError, is_finite
 
 FORMAT = 2
-ARRAY_FILES = ("memory", "priority_figure", "optimizer")  # <name>.npz, the largest first
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # The flags a resumed run may change (docs/usage.md lists them): its budget, the cadence of
 # evaluations, checkpoints and logs, where files go, and the fast path (the same gradient steps
@@ -55,13 +54,14 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
     run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
     progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
                           indent=1)
-    arrays = [*(value for name in ARRAY_FILES for value in state[name].values()),
+    parts = {name: part for name, part in state.items() if name != "progress"}  # <name>.npz
+    arrays = [*(value for part in parts.values() for value in part.values()),
               *(weight for network in networks for weight in network.get_weights())]
     size = sum(array.nbytes for array in arrays) + len(progress) + CHECKPOINT_HEADROOM_BYTES
 
     def write(directory: Path) -> None:
-        for name in ARRAY_FILES:
-            write_arrays(directory / f"{name}.npz", state[name])
+        for name, part in parts.items():
+            write_arrays(directory / f"{name}.npz", part)
         (directory / "progress.json").write_text(progress)
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             network.save_weights(directory / file)
@@ -72,12 +72,13 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
 
 class Checkpoint(NamedTuple):
     """A checkpoint `load` read: the run it continues, its directory, the state for
-    `DQNAgent.load_state_dict` (with the run's flags under "flags") and the line saying which run
-    it continues (after the agent's "resuming from <checkpoint> at step <N>")."""
+    `DQNAgent.load_state_dict`, the flags it was made with and the line saying which run it
+    continues (after the agent's "resuming from <checkpoint> at step <N>")."""
 
     run: run_files.TrainingRun
     directory: Path
     state: dict[str, Any]
+    flags: dict[str, Any]
     lines: str
 
 
@@ -98,7 +99,7 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
     lines = (f"continuing {run['id']}, started {run['started']}; changed flags: "
              + (", ".join(changed) or "none"))
     return Checkpoint(run_files.TrainingRun(run["id"], run["started"]), directory,
-                      {"progress": saved["progress"], "flags": run["flags"], **arrays}, lines)
+                      {"progress": saved["progress"], **arrays}, run["flags"], lines)
 
 
 @contextlib.contextmanager
@@ -114,12 +115,12 @@ def restoring(directory: Path) -> Iterator[None]:
 
 
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """(progress.json, the arrays of each of ARRAY_FILES) of the checkpoint in `directory`, in
-    this FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
+    """(progress.json, the arrays of each `<name>.npz`) of the checkpoint in `directory`, in this
+    FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
     progress = read_progress(directory)
     if progress.get("format", 1) != FORMAT:
         return from_format_1(directory, progress)
-    return progress, {name: read_arrays(directory / f"{name}.npz") for name in ARRAY_FILES}
+    return progress, {path.stem: read_arrays(path) for path in sorted(directory.glob("*.npz"))}
 
 
 def read_progress(directory: Path) -> dict[str, Any]:

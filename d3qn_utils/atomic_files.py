@@ -2,8 +2,9 @@
 
 `atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
 flushed: a process killed at any moment leaves the old file or the new one, never half of one.
-A write that fails (disk full) removes what it wrote and raises `WriteError`. `read_arrays` never
-unpickles, and a missing or damaged `.npz` file is one ValueError naming it.
+A write that fails (disk full) removes what it wrote and raises `WriteError`; `being_written` tells
+a live writer's temporary file from a killed one's. `read_arrays` never unpickles, and a missing
+or damaged `.npz` file is one ValueError naming it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +37,18 @@ def temporary_path(path: Path) -> Path:
     """Where `path` is written before its rename: beside it, named for this process (two writing
     one file do not share it), keeping the suffix that Keras and matplotlib go by."""
     return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
+
+
+def being_written(path: Path) -> bool:
+    """Whether the temporary `path` (`.tmp-<pid>-...`) is another live process's write."""
+    match = re.match(re.escape(TEMPORARY_PREFIX) + r"([1-9][0-9]*)-", path.name)
+    if match is None or int(match[1]) == os.getpid():
+        return False
+    try:
+        os.kill(int(match[1]), 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, PermissionError) as error:
+        return isinstance(error, PermissionError)  # PermissionError: another user's, alive
+    return True
 
 
 @contextlib.contextmanager

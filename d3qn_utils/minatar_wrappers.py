@@ -31,7 +31,10 @@ class BinaryFrame(gymnasium.ObservationWrapper):
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset the game and its sticky last action, so that the seed alone fixes an episode
         (a resumed checkpoint replays episodes so)."""
-        self.env.unwrapped.game.last_action = 0
+        game = self.env.unwrapped.game
+        if not hasattr(game, "last_action"):  # MinAtar's own field: fail, not silently differ
+            raise RuntimeError("this MinAtar has no Game.last_action to reset (minatar changed)")
+        game.last_action = 0
         return super().reset(**kwargs)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import shutil
 import socket
 import time
@@ -144,24 +143,12 @@ def remove_leftovers(model_path: str, checkpoint_root: str, plot_dir: str) -> No
                  *root.glob(atomic_files.TEMPORARY_PREFIX + "*"),
                  *root.glob(f"{RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")]
     for leftover in leftovers:
-        if being_written(leftover):
+        if atomic_files.being_written(leftover):
             continue
         if leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
-
-
-def being_written(path: Path) -> bool:
-    """Whether the temporary `path` (`.tmp-<pid>-...`) is another live process's write."""
-    match = re.match(re.escape(atomic_files.TEMPORARY_PREFIX) + r"([1-9][0-9]*)-", path.name)
-    if match is None or int(match[1]) == os.getpid():
-        return False
-    try:
-        os.kill(int(match[1]), 0)  # signal 0: only asks whether the process exists
-    except (ProcessLookupError, PermissionError) as error:
-        return isinstance(error, PermissionError)  # PermissionError: another user's, alive
-    return True
 
 
 def write_checkpoint(root: Path, step: int, write_files: Callable[[Path], None], size: int) -> Path:

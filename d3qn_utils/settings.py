@@ -1,4 +1,5 @@
-"""Where a run's settings come from: a script's flag block, presets, the command line.
+"""Where a run's settings come from (a script's flag block, presets, the command line), and
+d3qn_agent.py's own: its table of flags, its presets, its modes and its run's name.
 
 Each constant of a script's flag block is also a command-line flag (`N_STEP` is `--n-step`, its
 comment the help). A value comes from the first of: the command line; the flag block where the
@@ -234,13 +235,6 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
         if flag.at_most and values[name] > values[flag.at_most]:
             raise ValueError(f"{name.upper()} ({values[name]}) must not exceed "
                              f"{flag.at_most.upper()} ({values[flag.at_most]})")
-
-
-def first_gradient_step(config: argparse.Namespace) -> int:
-    """d3qn_agent.py's first env step that trains: the first multiple of TRAIN_FREQUENCY *
-    GRADIENT_STEPS_PER_CALL (a call's steps) with LEARNING_STARTS steps and a batch collected."""
-    period = config.train_frequency * config.gradient_steps_per_call
-    return -(-max(config.learning_starts, config.batch_size, 1) // period) * period
 
 
 def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:

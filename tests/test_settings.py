@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import keras
@@ -268,8 +269,8 @@ def test_an_exploration_rate_that_would_rise_is_refused(monkeypatch):
 ])
 def test_a_run_that_cannot_train_is_warned_of(given, first):
     config, _ = resolve(**given)
-    warning = settings.no_training_warning(settings.first_gradient_step(config),
-                                           config.total_steps, config.learning_starts)
+    step = DQNAgent.first_gradient_step(types.SimpleNamespace(config=config))  # its config alone
+    warning = settings.no_training_warning(step, config.total_steps, config.learning_starts)
     if first is None:
         assert warning is None
     else:
