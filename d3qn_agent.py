@@ -534,7 +534,8 @@ class DQNAgent:
         """Start the run holding the lock of its files, so that no second run writes them
         (run_files.py), or with `resume` continue one from its checkpoint; say which run it
         continues, or what of earlier runs a new one replaces."""
-        lock = run_files.take_lock(self.Model_name, self.checkpoint_root, self.config.plot_dir)
+        outputs = (self.Model_name, self.Last_model_name, self.Plot_name, self.Priority_plot_name)
+        lock = run_files.take_lock(outputs, self.checkpoint_root)
         with lock.released_on_error():
             if resume:
                 print(self.resume(resume), flush=True)

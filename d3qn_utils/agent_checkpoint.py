@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import zipfile
 from argparse import Namespace
 from collections.abc import Iterator, Sequence
@@ -66,8 +65,7 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             network.save_weights(directory / file)
 
-    root = Path(checkpoint_root) / run.run_id
-    return str(run_files.write_checkpoint(root, step, write, size=size))
+    return str(run_files.write_checkpoint(checkpoint_root, run, step, write, size=size))
 
 
 class Checkpoint(NamedTuple):
@@ -138,8 +136,7 @@ def read_progress(directory: Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
                          f"cannot read (it reads format {FORMAT} and converts format 1)")
     run = progress.get("run")
-    if not (isinstance(run, dict) and isinstance(run.get("id"), str)
-            and re.fullmatch(re.escape(run_files.RUN_PREFIX) + r"[0-9-]+", run["id"]) is not None
+    if not (isinstance(run, dict) and run_files.is_run_id(run.get("id"))
             and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)
             and (version == 1 or isinstance(progress.get("progress"), dict))):
         raise ValueError(f"checkpoint file {path} has no valid run record or counters (corrupt, "

@@ -12,10 +12,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,11 @@ class TrainingRun:
             self.lock = None
 
 
+def is_run_id(text: object) -> bool:
+    """Whether `text` is a run id as `new_run` makes them: run-20250101-120000, run-...-2."""
+    return isinstance(text, str) and bool(re.fullmatch(re.escape(RUN_PREFIX) + r"[0-9-]+", text))
+
+
 def new_run(checkpoint_root: str | Path) -> TrainingRun:
     """A run starting now, with an id that no earlier run under `checkpoint_root` has."""
     now = time.localtime()
@@ -108,12 +114,12 @@ def new_run(checkpoint_root: str | Path) -> TrainingRun:
     return TrainingRun(run_id, time.strftime("%Y-%m-%d %H:%M:%S", now))
 
 
-def take_lock(model_path: str, checkpoint_root: str, plot_dir: str) -> RunLock:
-    """The lock of the files of the run whose best network is `model_path` (ValueError naming
-    its holder), with what killed writers left of them removed (`remove_leftovers`)."""
-    lock = RunLock(Path(model_path).with_suffix(".lock"))
+def take_lock(outputs: Sequence[str], checkpoint_root: str) -> RunLock:
+    """The lock of a run's files, `outputs` (the first, its best network, names the lock) and its
+    checkpoints (ValueError naming its holder), with what killed writers left of them removed."""
+    lock = RunLock(Path(outputs[0]).with_suffix(".lock"))
     with lock.released_on_error():
-        remove_leftovers(model_path, checkpoint_root, plot_dir)
+        remove_leftovers(outputs, checkpoint_root)
     return lock
 
 
@@ -133,13 +139,13 @@ def earlier_runs(model_path: str, checkpoint_root: str) -> list[str]:
     return notes
 
 
-def remove_leftovers(model_path: str, checkpoint_root: str, plot_dir: str) -> None:
-    """Remove what writers killed mid-write left (`.tmp-*`) of a run's networks and plots (named
-    after `model_path`'s stem) and checkpoints (all under `checkpoint_root`: only runs of this
-    name write there); not those a live process is writing."""
+def remove_leftovers(outputs: Sequence[str], checkpoint_root: str) -> None:
+    """Remove what writers killed mid-write left (`.tmp-*<name>`) of a run's `outputs` and its
+    checkpoints (all under `checkpoint_root`: only runs of this name write there); not those a
+    live process is writing."""
     root = Path(checkpoint_root)
-    ours = f"{atomic_files.TEMPORARY_PREFIX}*{Path(model_path).stem}*"
-    leftovers = [*Path(model_path).parent.glob(ours), *Path(plot_dir).glob(ours),
+    leftovers = [*(leftover for output in map(Path, outputs) for leftover in
+                   output.parent.glob(f"{atomic_files.TEMPORARY_PREFIX}*{output.name}")),
                  *root.glob(atomic_files.TEMPORARY_PREFIX + "*"),
                  *root.glob(f"{RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")]
     for leftover in leftovers:
@@ -151,10 +157,13 @@ def remove_leftovers(model_path: str, checkpoint_root: str, plot_dir: str) -> No
             leftover.unlink(missing_ok=True)
 
 
-def write_checkpoint(root: Path, step: int, write_files: Callable[[Path], None], size: int) -> Path:
-    """Write checkpoint `step` under `root` atomically (`write_files` fills a temporary directory,
-    renamed into place once on disk), keeping the newest two; one of this step stays as it was.
-    WriteError if the disk has under `size` bytes free or a write fails, nothing of it left."""
+def write_checkpoint(checkpoint_root: str, run: TrainingRun, step: int,
+                     write_files: Callable[[Path], None], size: int) -> Path:
+    """Write checkpoint `step` of `run` under `checkpoint_root` atomically (`write_files` fills a
+    temporary directory, renamed into place once on disk), keeping the run's newest two; one of
+    this step stays as it was. WriteError if the disk has under `size` bytes free or a write
+    fails, nothing of it left."""
+    root = Path(checkpoint_root) / run.run_id
     final = root / f"{PREFIX}{step:010d}"
     temporary = atomic_files.temporary_path(final)
     try:
