@@ -26,8 +26,6 @@ The walks up and down the tree are the tutorial's loops, fixed and compiled by n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numba
 import numpy as np
 
@@ -267,26 +265,7 @@ class Memory(ReplayMemory):
         tutorial's PER_e, absolute_error_upper and PER_a, for a batch."""
         return np.minimum(abs_errors + self.epsilon, self.abs_err_upper) ** self.alpha
 
-    # ---- Beyond the tutorial: Ape-X's blocks, what the priority figure and a checkpoint hold ----
-    def store_block(self, columns: Sequence[np.ndarray], priorities: np.ndarray) -> np.ndarray:
-        """Add k transitions (columns as `checks.check_block` returns them) with these leaf
-        priorities (p^alpha: `leaf_priorities`); their slots. O(k log N). Slots freed get 0; a
-        slot written twice keeps its last. A transition the storage refuses raises ValueError;
-        those before it (a frame storage adds one at a time) stay, with their priorities."""
-        writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
-        stored = 0
-        try:
-            for slots, freed in self.storage.add_block(columns):
-                writes += [(freed, np.zeros(len(freed))),
-                           (slots, priorities[stored:stored + len(slots)])]
-                stored += len(slots)
-        finally:  # one tree update for the block: far cheaper than one per transition
-            if writes:
-                leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
-                values = np.concatenate([values for _, values in writes])
-                self.write_priorities(leaves + (self.capacity - 1), values)
-        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
-
+    # ---- Beyond the tutorial: what the priority figure shows, what a checkpoint holds ----
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, their P(i) = p_i^alpha / sum_k p_k^alpha). O(N)."""
         slots = self.held_slots()

@@ -14,10 +14,10 @@ Three parts, built from this repository's own pieces:
            a small local `PER.UniformMemory`, computes their |TD errors| with the learner's own
            `d3qn_agent.td_errors`, and sends them in blocks of BLOCK_SIZE, with those
            priorities, to the replay. Every WEIGHT_SYNC_EVERY env steps it pulls fresh weights.
-  replay   one Ray actor holding a `PER.Memory` (with `FrameStackStorage` for image games):
-           `store_block` inserts a block with its priorities, `sample` serves prioritized
-           batches with IS weights, `batch_update` takes the learner's new priorities, and the
-           oldest transitions are overwritten first.
+  replay   one Ray actor holding a `BlockMemory`, a `PER.Memory` (with `FrameStackStorage` for
+           image games): `store_block` inserts a block with its priorities, `sample` serves
+           prioritized batches with IS weights, `batch_update` takes the learner's new
+           priorities, and the oldest transitions are overwritten first.
   learner  this process: a `d3qn_agent.DQNAgent`, whose network (`OurModel`), compiled
            double-DQN IS-weighted train step, target copy, greedy evaluation and saving are used
            as they are. It requests the next batch before training on the current one, so
@@ -376,35 +376,53 @@ class Actor:
                 next_sync = self.steps + self.config.weight_sync_every
 
 
-def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, context: int = 0
-                ) -> np.ndarray:
-    """Add k consecutive transitions to a proportional `memory` with the priorities their actor
-    computed; return the k slots that hold them. O(k log N).
+class BlockMemory(Memory):
+    """`PER.Memory` that also takes an actor's block of transitions with the priorities the actor
+    measured (`store_block`): the Ape-X replay's memory."""
 
-    An actor computes the |TD errors| of its own transitions, so they enter with a measured
-    priority instead of the maximum. `transitions` is (states, actions, rewards, next_states,
-    dones) with leading dimension k, in the order they happened; `abs_errors` are the |TD errors|
-    of the first k - `context`, turned into priorities as `Memory.batch_update` does. The last
-    `context` transitions are stored only so that the n-step chains of the others run through to
-    their end (the actor sends them again at the head of its next block): they get priority 0 and
-    are never sampled.
+    def store_block(self, transitions: tuple, abs_errors: np.ndarray, context: int = 0
+                    ) -> np.ndarray:
+        """Add k consecutive transitions with the priorities their actor computed; return the k
+        slots that hold them. O(k log N).
 
-    Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store` would
-    refuse) raises ValueError and changes nothing, but for a frame storage's refusal of a next
-    state that is not its state shifted by a frame (`Memory.store_block`).
-    """
-    columns = check_block(transitions, memory.capacity)
-    k = len(columns[0])
-    if not is_integer(context) or not 0 <= context < k:
-        raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
-                         f"got {context!r}")
-    errors = np.asarray(abs_errors, dtype=np.float64).ravel()
-    if errors.size != k - context:
-        raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
-                         f"{context} of context (expected {k - context})")
-    check_non_negative("absolute TD error", errors)
-    priorities = np.concatenate([memory.leaf_priorities(errors), np.zeros(context)])
-    return memory.store_block(columns, priorities)
+        An actor computes the |TD errors| of its own transitions, so they enter with a measured
+        priority instead of the maximum. `transitions` is (states, actions, rewards, next_states,
+        dones) with leading dimension k, in the order they happened; `abs_errors` are the |TD
+        errors| of the first k - `context`, turned into priorities as `batch_update` does. The
+        last `context` transitions are stored only so that the n-step chains of the others run
+        through to their end (the actor sends them again at the head of its next block): they get
+        priority 0 and are never sampled. Slots the block frees get 0; a slot written twice keeps
+        its last priority.
+
+        Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store`
+        would refuse) raises ValueError and changes nothing, but for a frame storage's refusal of
+        a next state that is not its state shifted by a frame: the transitions before it (a frame
+        storage adds one at a time) stay, with their priorities.
+        """
+        columns = check_block(transitions, self.capacity)
+        k = len(columns[0])
+        if not is_integer(context) or not 0 <= context < k:
+            raise ValueError(f"context must be an integer in 0..{k - 1} for a block of {k}, "
+                             f"got {context!r}")
+        errors = np.asarray(abs_errors, dtype=np.float64).ravel()
+        if errors.size != k - context:
+            raise ValueError(f"got {errors.size} errors for a block of {k} transitions with "
+                             f"{context} of context (expected {k - context})")
+        check_non_negative("absolute TD error", errors)
+        priorities = np.concatenate([self.leaf_priorities(errors), np.zeros(context)])
+        writes: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, priorities), in write order
+        stored = 0
+        try:
+            for slots, freed in self.storage.add_block(columns):
+                writes += [(freed, np.zeros(len(freed))),
+                           (slots, priorities[stored:stored + len(slots)])]
+                stored += len(slots)
+        finally:  # one tree update for the block: far cheaper than one per transition
+            if writes:
+                leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
+                values = np.concatenate([values for _, values in writes])
+                self.write_priorities(leaves + (self.capacity - 1), values)
+        return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,12 +431,12 @@ def store_block(memory: Memory, transitions: tuple, abs_errors: np.ndarray, cont
 class Replay:
     """The shared prioritized replay, as one Ray actor, plus the run's bookkeeping hub.
 
-    Holds `PER.Memory` (proportional, fixed beta) and, per slot, the insertion number of the
-    transition in it, so that a priority update for a transition that has meanwhile been
-    overwritten (the oldest go first) is dropped instead of landing on its successor. It also
-    keeps the reference to the newest published weights (a few bytes; the weights themselves
-    stay in the object store), the env steps and episode returns the actors report, and how
-    long its own operations take (for benchmarks/bench_apex.py).
+    Holds a `BlockMemory` (a `PER.Memory`: proportional, fixed beta) and, per slot, the
+    insertion number of the transition in it, so that a priority update for a transition that
+    has meanwhile been overwritten (the oldest go first) is dropped instead of landing on its
+    successor. It also keeps the reference to the newest published weights (a few bytes; the
+    weights themselves stay in the object store), the env steps and episode returns the actors
+    report, and how long its own operations take (for benchmarks/bench_apex.py).
     """
 
     BYTES_PER_SLOT = 8  # `stamps`, beside the memory's own (Memory.check_fits)
@@ -426,10 +444,10 @@ class Replay:
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
         storage = replay_storage(config.env_name, state_shape, config.memory_size)
-        self.memory = Memory(config.memory_size, alpha=config.per_alpha, beta=config.per_beta,
-                             beta_increment=0.0, storage=storage,
-                             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step,
-                             gamma=config.gamma)
+        self.memory = BlockMemory(config.memory_size, alpha=config.per_alpha,
+                                  beta=config.per_beta, beta_increment=0.0, storage=storage,
+                                  rng=np.random.default_rng([config.seed, 1]),
+                                  n_step=config.n_step, gamma=config.gamma)
         self.stamps = np.full(config.memory_size, -1, dtype=np.int64)
         self.inserted = 0
         self.env_steps = np.zeros(config.num_actors, dtype=np.int64)
@@ -450,7 +468,7 @@ class Replay:
                   new_steps: int, returns: list[float]) -> str:
         """Insert an actor's block with its priorities; answer as `pace` does."""
         start = time.perf_counter()
-        slots = store_block(self.memory, transitions, abs_errors, context)
+        slots = self.memory.store_block(transitions, abs_errors, context)
         self.stamps[slots] = self.inserted + np.arange(len(slots))
         self.inserted += len(slots)
         self.env_steps[actor] += new_steps

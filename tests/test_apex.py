@@ -72,7 +72,7 @@ def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
     actor.set_weights(weights_of(learner))
     replay = apex.Replay(config, learner.agent.state_shape)
     transitions, abs_errors, context, _, _ = actor.collect_block()
-    slots = apex.store_block(replay.memory, transitions, abs_errors, context)
+    slots = replay.memory.store_block(transitions, abs_errors, context)
     # The batch the learner would get for these transitions, read back from the replay.
     batch = replay.memory.n_step_batch(slots[:len(abs_errors)])
     is_weights = np.ones(len(abs_errors), np.float32)

@@ -1,7 +1,7 @@
 """Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`), the memories' `check_fits` and
-apex.py's `store_block`: small trees checked by hand, the compiled walks against their Python
-form and a from-scratch reference, then statistics with fixed seeds. rank_based.py's memory is
-tested in test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
+apex.py's `BlockMemory.store_block`: small trees checked by hand, the compiled walks against
+their Python form and a from-scratch reference, then statistics with fixed seeds. rank_based.py's
+memory is tested in test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
 
 import functools
 import re
@@ -722,7 +722,7 @@ def test_storage_capacity_must_match():
         UniformMemory(8, storage=TransitionStorage(4))
 
 
-# Blocks with their own priorities (Ape-X actors, apex.store_block) ------------------------------
+# Blocks with their own priorities (Ape-X actors, apex.BlockMemory.store_block) -------------------
 
 
 def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, ...]:
@@ -734,8 +734,9 @@ def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, .
 
 
 def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampled():
-    memory = Memory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3, gamma=0.5)
-    slots = apex.store_block(memory, block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
+    memory = apex.BlockMemory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3,
+                              gamma=0.5)
+    slots = memory.store_block(block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
     np.testing.assert_array_equal(slots, [0, 1, 2, 3, 4])
     assert slots.dtype == np.int64
     # p = min(|delta| + epsilon, 1) ** alpha; the two context transitions get 0.
@@ -752,9 +753,9 @@ def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampl
 
 def test_store_block_matches_store_then_batch_update():
     errors = np.abs(np.sin(np.arange(6)))
-    blocked = Memory(16, rng=4)
-    apex.store_block(blocked, block(0, 6), errors)
-    stepped = Memory(16, rng=4)
+    blocked = apex.BlockMemory(16, rng=4)
+    blocked.store_block(block(0, 6), errors)
+    stepped = apex.BlockMemory(16, rng=4)
     for row in zip(*block(0, 6), strict=True):
         stepped.store(row)
     stepped.batch_update(np.arange(15, 21), errors)
@@ -766,10 +767,10 @@ def test_store_block_matches_store_then_batch_update():
 
 
 def test_store_block_wraps_around_and_evicts_the_oldest():
-    memory = Memory(8, rng=0)
+    memory = apex.BlockMemory(8, rng=0)
     np.testing.assert_array_equal(
-        apex.store_block(memory, block(0, 6), np.full(6, 0.5)), [0, 1, 2, 3, 4, 5])
-    slots = apex.store_block(memory, block(100, 5), np.full(4, 2.0), context=1)
+        memory.store_block(block(0, 6), np.full(6, 0.5)), [0, 1, 2, 3, 4, 5])
+    slots = memory.store_block(block(100, 5), np.full(4, 2.0), context=1)
     np.testing.assert_array_equal(slots, [6, 7, 0, 1, 2])
     states = memory.storage.fields[0][:, 0]
     np.testing.assert_array_equal(states, [102, 103, 104, 3, 4, 5, 100, 101])
@@ -779,10 +780,10 @@ def test_store_block_wraps_around_and_evicts_the_oldest():
 
 
 def test_store_block_through_a_frame_store_rebuilds_the_stacks():
-    memory = Memory(16, storage=FrameStackStorage(16), rng=0)
+    memory = apex.BlockMemory(16, storage=FrameStackStorage(16), rng=0)
     stacks = frame_stacks(6)  # (6, 2, 2, 2)
     transitions = (stacks[:5], np.arange(5), np.ones(5), stacks[1:], np.zeros(5, bool))
-    slots = apex.store_block(memory, transitions, np.full(4, 0.5), context=1)
+    slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
     # The frame store takes the block one transition at a time; the context leaf is empty.
     assert len(slots) == 5
     np.testing.assert_array_equal(memory.tree.tree[slots[:4] + 15], np.full(4, 0.51**0.6))
@@ -796,10 +797,10 @@ def test_store_block_through_a_frame_store_rebuilds_the_stacks():
 def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
     # A block that runs once round a ring of 4 (stacks of 2 frames) overwrites frames of its
     # own first transitions: their leaves end empty, whatever priority they entered with.
-    memory = Memory(4, storage=FrameStackStorage(4), rng=0)
+    memory = apex.BlockMemory(4, storage=FrameStackStorage(4), rng=0)
     stacks = frame_stacks(5)
     transitions = (stacks[:4], np.arange(4), np.ones(4), stacks[1:], np.zeros(4, bool))
-    slots = apex.store_block(memory, transitions, np.full(4, 0.5))
+    slots = memory.store_block(transitions, np.full(4, 0.5))
     np.testing.assert_array_equal(slots, [1, 2, 3, 0])
     holds = memory.storage.holds_transition
     np.testing.assert_array_equal(memory.tree.tree[3:] > 0, holds)
@@ -807,8 +808,8 @@ def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
 
 
 def test_store_block_bad_input_raises_and_changes_nothing():
-    memory = Memory(8, rng=0)
-    apex.store_block(memory, block(0, 2), np.ones(2))
+    memory = apex.BlockMemory(8, rng=0)
+    memory.store_block(block(0, 2), np.ones(2))
     before = snapshot(memory)
     bad_calls = [
         ((block(0, 3), np.ones(2)), {}, "got 2 errors for a block of 3"),
@@ -826,14 +827,14 @@ def test_store_block_bad_input_raises_and_changes_nothing():
     ]
     for args, kwargs, message in bad_calls:
         with pytest.raises(ValueError, match=message):
-            apex.store_block(memory, *args, **kwargs)
+            memory.store_block(*args, **kwargs)
         assert states_equal(snapshot(memory), before), message
     assert len(memory) == 2 and memory.storage.write_pointer == 2
 
 
 def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing():
-    memory = Memory(8, rng=0)
-    apex.store_block(memory, block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
+    memory = apex.BlockMemory(8, rng=0)
+    memory.store_block(block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
     before = snapshot(memory)
 
     def with_bad(field: int, value: object) -> tuple:
@@ -853,5 +854,5 @@ def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing(
     ]
     for transitions, message in refused:
         with pytest.raises(ValueError, match=message):
-            apex.store_block(memory, transitions, np.ones(4))
+            memory.store_block(transitions, np.ones(4))
         assert states_equal(snapshot(memory), before), message
