@@ -51,9 +51,9 @@ class CompiledSteps:
     """`steps` gradient steps of `loss(batch)` -> (scalar loss, TD errors) on `model`'s weights
     with `optimizer`, in one call of `compiled` (the backend's `compile`: batches -> (applied,
     |TD errors|, losses)). Each step clips the gradient's global norm to `grad_clip`, applies it,
-    then calls `after_step` (or None); `after_call` runs after each call. No step is applied from
-    one whose loss or gradient norm is not finite on, and the call raises NonFiniteError: a NaN
-    would poison the weights and, through the TD errors, the sum tree."""
+    then calls `after_step` (or None); `after_call` runs after each call. A step whose loss or
+    gradient norm is not finite is not applied, nor any after it, and the call raises
+    NonFiniteError: a NaN would poison the weights and, through the TD errors, the sum tree."""
 
     def __init__(self, loss: Callable[[Batches], tuple[Any, Any]], model: Any, target_model: Any,
                  optimizer: Any, grad_clip: float, after_step: Callable[[], None] | None,

@@ -276,7 +276,8 @@ class FrameStackStorage:
                 raise ValueError(f"{name} must be uint8 frames, got dtype {value.dtype}")
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
-        if self.stack_axis is not None and self.capacity < shape[-1] + 1:
+        first = self.state_shape is None  # the first transition sets the shape: check capacity
+        if first and self.stack_axis is not None and self.capacity < shape[-1] + 1:
             raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
                              "frames plus its next frame")
         # Contiguous copies first (np.array): comparing strided views is several times slower.
@@ -284,7 +285,7 @@ class FrameStackStorage:
                               np.array(self._frames(next_state)[:-1])):
             raise ValueError("next_state must be state shifted by one frame along the last axis "
                              "(as frame stacking produces)")
-        if self.state_shape is None:
+        if first:
             self._allocate(shape)
 
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
