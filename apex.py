@@ -49,10 +49,10 @@ from matplotlib.figure import Figure
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from d3qn_agent import ADVANTAGE_LAYER, DQNAgent, OurModel, episode_seed, td_errors
-from d3qn_utils import settings, training_session
+from d3qn_utils import games, settings, training_session
 from d3qn_utils.atomic_files import atomic_file
 from d3qn_utils.checks import check_block, check_non_negative, is_integer
-from d3qn_utils.games import is_atari, is_minatar, make_env, replay_storage
+from d3qn_utils.games import make_env, replay_storage, torso
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.greedy_policy import GreedyPolicy
 from d3qn_utils.reporting import Forecast, TensorBoardWriter, tensorboard_dir
@@ -175,17 +175,11 @@ def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
             "updates_per_step": 1.0 / preset["train_frequency"]}
 
 
-APEX_ATARI_PRESET = apex_preset(settings.ATARI_PRESET)
-APEX_MINATAR_PRESET = apex_preset(settings.MINATAR_PRESET)
-
-
 def apex_presets(values: dict[str, Any]) -> list[Preset]:
-    """The presets apex.py applies: Atari and MinAtar ids only."""
-    if is_atari(values["env_name"]):
-        return [("Atari", APEX_ATARI_PRESET)]
-    if is_minatar(values["env_name"]):
-        return [("MinAtar", APEX_MINATAR_PRESET)]
-    return []
+    """The presets apex.py applies: the game's family's (d3qn_utils/games.py: Atari, MinAtar) as
+    apex.py's flags; a game's own preset is d3qn_agent.py's alone."""
+    family = games.family(values["env_name"])
+    return [(family.name, apex_preset(family.preset))] if family.preset else []
 
 
 def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
@@ -247,9 +241,11 @@ class Actor:
         self.env = make_env(config.env_name, config.max_episode_steps)
         state_shape = tuple(self.env.observation_space.shape)
         self.action_size = int(self.env.action_space.n)
-        self.model = OurModel(state_shape, self.action_size, config.dueling, config.hidden_units)
+        image_torso = torso(config.env_name)
+        self.model = OurModel(state_shape, self.action_size, config.dueling, config.hidden_units,
+                              image_torso=image_torso)
         self.target_model = OurModel(state_shape, self.action_size, config.dueling,
-                                     config.hidden_units)
+                                     config.hidden_units, image_torso=image_torso)
         self.rng = np.random.default_rng([config.seed, 2, index])
         self._compile_functions(tf.as_dtype(self.env.observation_space.dtype), state_shape)
         self.weights_version = -1
@@ -443,7 +439,7 @@ class Replay:
 
     def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
         self.config = config
-        storage = replay_storage(config.env_name, state_shape, config.memory_size)
+        storage = replay_storage(config.env_name, config.memory_size)
         self.memory = BlockMemory(config.memory_size, alpha=config.per_alpha,
                                   beta=config.per_beta, beta_increment=0.0, storage=storage,
                                   rng=np.random.default_rng([config.seed, 1]),
@@ -976,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = settings.build_parser(
         sys.modules[__name__], APEX_FLAGS,
         "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
-        [("Atari ids", APEX_ATARI_PRESET), ("MinAtar ids", APEX_MINATAR_PRESET)])
+        [(family.ids, apex_preset(family.preset)) for family in games.FAMILIES if family.preset])
     flags = settings.explicit_flags(argv, parser)
     try:
         config, notes = resolve_config(flags)

@@ -27,7 +27,7 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.games import image_torso, make_env, replay_storage
+from d3qn_utils.games import make_env, replay_storage, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
 from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
@@ -103,12 +103,13 @@ ADVANTAGE_LAYER = "action_advantage"
 
 
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
-             hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False) -> keras.Model:
+             hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False,
+             image_torso: Any = None) -> keras.Model:
     """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself). A
-    vector state gets an MLP with `hidden_units`, a (height, width, channels) uint8 image a
-    convolutional torso (games.py), its convolutions in bfloat16 if `bfloat16`. The head is one
-    linear layer, or the dueling pair V, A combined by `DuelingCombine`."""
-    if len(input_shape) == 3:
+    vector state gets an MLP with `hidden_units`, a game of uint8 images its `image_torso`
+    (games.py), its convolutions in bfloat16 if `bfloat16`. The head is one linear layer, or
+    the dueling pair V, A combined by `DuelingCombine`."""
+    if image_torso is not None:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
         x = image_torso(inputs, bfloat16)
     elif len(input_shape) == 1:
@@ -117,8 +118,8 @@ def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # 
         for units in hidden_units:
             x = keras.layers.Dense(units, activation="relu", kernel_initializer="he_uniform")(x)
     else:
-        raise ValueError(f"input_shape must be (features,) or (height, width, channels), "
-                         f"got {input_shape}")
+        raise ValueError(f"input_shape must be (features,) for the MLP, got {input_shape}: a "
+                         "game of images has a torso in its family's record (d3qn_utils/games.py)")
     if dueling:
         state_value = keras.layers.Dense(1, name="state_value")(x)
         action_advantage = keras.layers.Dense(action_space, name=ADVANTAGE_LAYER)(x)
@@ -209,7 +210,7 @@ class DQNAgent:
         memory_class.check_fits(config.memory_size, self.state_shape, self.state_dtype,
                                 TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
-            storage=replay_storage(config.env_name, self.state_shape, config.memory_size),
+            storage=replay_storage(config.env_name, config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
@@ -218,10 +219,11 @@ class DQNAgent:
                                   beta_increment=self.beta_increment(config.per_beta, 0))
         self.MEMORY = memory_class(config.memory_size, **replay_options)
 
+        image_torso = torso(config.env_name)  # None: vector states, the MLP
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
-                              config.hidden_units, config.bfloat16)
+                              config.hidden_units, config.bfloat16, image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
-                                     config.hidden_units, config.bfloat16)
+                                     config.hidden_units, config.bfloat16, image_torso)
         self.target_model.set_weights(self.model.get_weights())
         self.compile()
 
@@ -250,7 +252,7 @@ class DQNAgent:
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
-            image_states=len(self.state_shape) == 3, warning=settings.no_training_warning(
+            image_states=image_torso is not None, warning=settings.no_training_warning(
                 self.first_gradient_step(), config.total_steps, config.learning_starts))
 
     def compile(self) -> None:

@@ -43,6 +43,7 @@ import provenance
 from timing import median_seconds
 
 import apex
+from d3qn_utils import games
 from d3qn_utils.gradient_steps import Batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,7 +230,8 @@ def main() -> None:
               f" {unit} |")
     # One actor alone, unpaced, is the per-actor rate a core of its own would give.
     actor_rate = rates[1, 0.0][0]
-    atari_weights = 2 * 4 * apex.OurModel((84, 84, 4), 6, dueling=True).count_params()
+    atari_weights = 2 * 4 * apex.OurModel((84, 84, 4), 6, dueling=True,
+                                            image_torso=games.nature_torso).count_params()
     paper_steps = PAPER["frames_per_second"] / PAPER["frames_per_step"]
     # The paper's learner samples 19 * 512 transitions per ~12,500 collected: at our batch size
     # that many samples per env step is this many updates per env step.

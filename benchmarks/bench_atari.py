@@ -278,7 +278,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         measured = {"steps_per_second": speed, "steps": args.steps, "wall_seconds": wall,
                     "parts": {part: {"seconds": watches.seconds[part],
                                      "calls": watches.calls[part]} for part in PARTS}}
-        if len(agent.state_shape) == 3:
+        if agent.state_dtype == np.uint8:  # image frames: the frame storage's bytes
             measured["replay_memory"] = print_memory_bytes(agent)
             print()
     return measured

@@ -50,8 +50,8 @@ def measure(env_name: str, repeats: int) -> dict:
             batch_size = agent.config.batch_size
             rng = np.random.default_rng(0)
             shape = (steps, batch_size, *agent.state_shape)
-            states = (rng.integers(0, 256, shape).astype(agent.state_dtype)
-                      if len(agent.state_shape) == 3 else rng.normal(size=shape).astype("float32"))
+            states = (rng.integers(0, 256, shape).astype(np.uint8) if agent.state_dtype == np.uint8
+                      else rng.normal(size=shape).astype("float32"))
             per_sample = np.ones((steps, batch_size), np.float32)
             batches = Batches(states, rng.integers(0, agent.action_size, per_sample.shape,
                                                    dtype=np.int32), per_sample, states[::-1],

@@ -6,7 +6,7 @@ candidate timed side by side in one process, in alternating rounds.
 
 Candidates for the Nature DQN torso (conv 32 8x8/4, 64 4x4/2, 64 3x3/1 on 84x84x4 frames):
 TensorFlow's `Conv2D` (oneDNN's kernels where TensorFlow turns them on), the same convolutions
-computing in bfloat16 (`BFLOAT16`, games.image_torso: float32 weights, each call's inputs and
+computing in bfloat16 (`BFLOAT16`, games.nature_torso: float32 weights, each call's inputs and
 weights rounded to bfloat16, fast on CPUs with AVX512_BF16 or AMX; the dense layers and the
 loss stay float32) and `PatchConv2D` (patch_conv.py: the strided views of each layer's input
 side by side, times the kernel, one matrix product), each with the gradient step compiled by XLA

@@ -8,8 +8,8 @@ this is THE speed of the documented preset (bench_atari.py shows where its time 
     python benchmarks/bench_atari.py --env-name MinAtar/Breakout-v1 --train-frequency 4 \\
         --before none --steps 20000                       # where our agent's step time goes
 
-Both agents train with the game's preset values (settings.MINATAR_PRESET, or for an Atari id
-ATARI_PRESET with the game's own, as `python d3qn_agent.py --env-name GAME` runs it): batch 32,
+Both agents train with the game's preset values (games.MINATAR's, or for an Atari id
+games.ATARI's with the game's own, as `python d3qn_agent.py --env-name GAME` runs it): batch 32,
 a gradient step every 4 env steps (Pong: every 2), a target copy every 1,000, Adam 1e-4,
 on the same network: MinAtar's (1/255, conv 16 3x3, dense 128) or the Nature DQN's (1/255, conv
 32 8x8/4, 64 4x4/2, 64 3x3/1, dense 512, SB3's own `NatureCNN`). Ours has its dueling head,
@@ -25,7 +25,7 @@ be several times slower than one), and its faster run counts; it plays the same 
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
 
 Ours runs in float32, as the Pong preset does on a CPU without bfloat16 units; `--bfloat16` adds
-ours with BFLOAT16 (its convolutions in bfloat16, games.image_torso: the Pong preset on AVX512_BF16
+ours with BFLOAT16 (its convolutions in bfloat16, games.nature_torso: the Pong preset on AVX512_BF16
 or AMX) as one more agent of each round; SB3 stays in float32, as it ships.
 
 `--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
@@ -55,8 +55,8 @@ import provenance
 from agent_loop import run_steps, skip_end_of_run
 
 from d3qn_agent import DQNAgent
-from d3qn_utils import settings
-from d3qn_utils.games import is_minatar, make_env
+from d3qn_utils import games
+from d3qn_utils.games import make_env
 
 ENV_NAME = "MinAtar/Breakout-v1"  # the game both agents play
 SEED = 0  # seeds both agents and their environments
@@ -70,10 +70,10 @@ ATARI = {"steps": 2_000, "warmup": 3_000, "budget": 500_000,
 def game_settings(env_name: str) -> tuple[dict, dict]:
     """(the preset both agents train with, the benchmark's steps) for `env_name`: an Atari
     game's own preset over the Atari one (Pong's: a gradient step every 2 env steps)."""
-    if is_minatar(env_name):
-        return settings.MINATAR_PRESET, MINATAR
-    return {**settings.ATARI_PRESET, **settings.GAME_PRESETS.get(env_name, {}),
-            **ATARI["changes"]}, ATARI
+    family = games.family(env_name)
+    if family is games.MINATAR:
+        return family.preset, MINATAR
+    return {**family.preset, **family.game_presets.get(env_name, {}), **ATARI["changes"]}, ATARI
 
 
 def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bool = False
@@ -112,7 +112,8 @@ def measure_sb3(env_name: str, steps: int, warmup: int, seed: int, threads: int)
     torch.set_num_threads(threads)
     preset = game_settings(env_name)[0]
     # The Nature DQN torso is SB3's default for images (NatureCNN); no hidden layer after it.
-    torso = {"features_extractor_class": MinAtarTorso} if is_minatar(env_name) else {}
+    minatar = games.family(env_name) is games.MINATAR
+    torso = {"features_extractor_class": MinAtarTorso} if minatar else {}
     epsilon = preset["epsilon_min"]
     model = DQN(
         "CnnPolicy", make_env(env_name), learning_rate=preset["learning_rate"],

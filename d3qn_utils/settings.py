@@ -97,64 +97,10 @@ D3QN_FLAGS: dict[str, Flag] = {
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
-# Atari: the DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns
-# from Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
-# call: convolutions run slower in the graph loop that several need (docs/benchmarks.md).
-ATARI_PRESET: dict[str, Any] = {
-    "total_steps": 10_000_000, "memory_size": 100_000, "batch_size": 32, "learning_rate": 1e-4,
-    "learning_starts": 10_000, "target_update": 1_000, "train_frequency": 4,
-    "gradient_steps_per_call": 1, "n_step": 3, "lr_decay": False, "epsilon_min": 0.01,
-    "exploration_steps": 100_000, "eval_every": 250_000, "eval_episodes": 10, "test_episodes": 3,
-}
-# MinAtar ids (minatar_wrappers.py): the MinAtar paper's DQN (Young & Tian 2019, its
-# examples/dqn.py) and Revisiting Rainbow's (Obando-Ceron & Castro 2021, Dopamine's MinAtar
-# settings). Its torso is OurModel's small one.
-MINATAR_PRESET: dict[str, Any] = {
-    "total_steps": 2_000_000,  # the MinAtar README's curves at 2M frames (the paper runs 5M)
-    "memory_size": 100_000,  # both papers
-    "batch_size": 32,  # both papers
-    "learning_rate": 1e-4,  # Revisiting Rainbow's Rainbow (its DQN: 2.5e-4, which screened lower)
-    "adam_epsilon": 3.125e-4,  # Dopamine's, as both Revisiting Rainbow's (docs/minatar.md)
-    "lr_decay": False,  # a constant step, as in both
-    "learning_starts": 5_000,  # the paper's replay start size (Revisiting Rainbow: 1,000)
-    "target_update": 1_000,  # both papers
-    "train_frequency": 4,  # Revisiting Rainbow (the paper: a gradient step every frame)
-    "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
-    "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
-    "n_step": 1,  # as both papers' DQN: with 3-step returns Asterix did not learn (docs/minatar.md)
-    "gradient_steps_per_call": 64,  # a faster gradient step than 16 per call (docs/minatar.md)
-    "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
-    "eval_episodes": 10,
-}
-# Other classic-control games: the RL Zoo's tuned DQN settings, with 3-step returns (Rainbow) to
-# carry these sparse, delayed rewards back faster.
-ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
-    "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
-    # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): better last
-    # networks than one per 4 steps, at a few times the time (docs/classic_control.md).
-    "train_frequency": 1,
-    "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
-}
-# Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
-# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (two kept: docs/atari.md).
-PONG_PRESET: dict[str, Any] = {
-    "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
-}
-# Pong on a CPU with bfloat16 instructions: learned as float32 did, faster (docs/atari.md).
-# Chosen from the CPU's features, not a timing, so every run on one machine does the same sums.
-PONG_NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
-GAME_PRESETS: dict[str, dict[str, Any]] = {
-    "PongNoFrameskip-v4": PONG_PRESET,
-    "ALE/Pong-v5": PONG_PRESET,
-    # Less exploration noise in Acrobot's 3-step returns scored higher (classic_control.md).
-    "Acrobot-v1": {**ACROBOT_LUNAR_LANDER_PRESET, "epsilon_min": 0.01},
-    "LunarLander-v3": dict(ACROBOT_LUNAR_LANDER_PRESET),
-    "MountainCar-v0": {
-        "total_steps": 120_000, "memory_size": 10_000, "learning_rate": 4e-3, "gamma": 0.98,
-        "target_update": 600, "train_frequency": 2, "n_step": 3, "exploration_steps": 24_000,
-        "epsilon_min": 0.07, "eval_every": 5_000,
-    },
-}
+# The games' own presets live with their families' records (d3qn_utils/games.py). On a CPU with
+# bfloat16 instructions a game of the family's `bfloat16_games` also gets this one. Chosen from the
+# CPU's features, not a timing, so every run on one machine does the same sums.
+NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
 # (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
@@ -168,15 +114,16 @@ RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
 
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
-    """The presets d3qn_agent.py applies for these flag values, in the order they apply."""
+    """The presets d3qn_agent.py applies for these flag values, in the order they apply: the
+    game's family's, the game's own, bfloat16 for some games on some CPUs, then the modes'."""
     env_name = values["env_name"]
-    game = GAME_PRESETS.get(env_name)
-    feature = game is PONG_PRESET and native_bfloat16()  # read only for Pong
+    family = games.family(env_name)
+    game = family.game_presets.get(env_name)
+    feature = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
     return [(source, preset) for source, preset, applies in (
-        ("Atari", ATARI_PRESET, games.is_atari(env_name)),
-        ("MinAtar", MINATAR_PRESET, games.is_minatar(env_name)),
+        (family.name, family.preset, bool(family.preset)),
         (env_name, game, game is not None),
-        (f"{env_name} on {feature}", PONG_NATIVE_BFLOAT16_PRESET, feature),
+        (f"{env_name} on {feature}", NATIVE_BFLOAT16_PRESET, feature),
         ("rank-based", RANK_BASED_PRESET, values["per_rank_based"]),
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
@@ -320,11 +267,21 @@ def format_preset(preset: dict[str, Any], table: dict[str, Flag]) -> str:
     return ", ".join(flags)
 
 
+def game_presets() -> list[Preset]:
+    """Each game family's presets for --help: the family's, its games', bfloat16's."""
+    presets = []
+    for family in games.FAMILIES:
+        presets += [(family.ids, family.preset)] if family.preset else []
+        presets += family.game_presets.items()
+        if family.bfloat16_games:
+            presets.append((f"{' and '.join(family.bfloat16_games)} on a CPU with AVX512_BF16 "
+                            "or AMX", NATIVE_BFLOAT16_PRESET))
+    return presets
+
+
 def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
     """d3qn_agent.py's parser: its modes (--test, --model, --record, --resume), its flags."""
-    presets = [("Atari ids", ATARI_PRESET), ("MinAtar ids", MINATAR_PRESET), *GAME_PRESETS.items(),
-               ("Pong on a CPU with AVX512_BF16 or AMX", PONG_NATIVE_BFLOAT16_PRESET),
-               ("--rank-based", RANK_BASED_PRESET)]
+    presets = [*game_presets(), ("--rank-based", RANK_BASED_PRESET)]
     parser = build_parser(script, D3QN_FLAGS, "Train (default) or test a D3QN agent with "
                           "prioritized experience replay.", presets)
     modes = parser.add_argument_group("modes")

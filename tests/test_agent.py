@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
-from d3qn_utils import settings
+from d3qn_utils import games
+from d3qn_utils.games import torso
 
 CARTPOLE = "CartPole-v1"
 # Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
@@ -39,10 +40,11 @@ def huber(errors: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("dueling", [True, False])
 @pytest.mark.parametrize(
-    ("input_shape", "dtype"), [((4,), np.float32), ((84, 84, 4), np.uint8)], ids=["mlp", "conv"]
-)
-def test_model_gives_one_q_value_per_action(dueling, input_shape, dtype):
-    model = OurModel(input_shape, 3, dueling)
+    ("game", "input_shape", "dtype"),
+    [("CartPole-v1", (4,), np.float32), ("PongNoFrameskip-v4", (84, 84, 4), np.uint8)],
+    ids=["mlp", "conv"])
+def test_model_gives_one_q_value_per_action(dueling, game, input_shape, dtype):
+    model = OurModel(input_shape, 3, dueling, image_torso=torso(game))
     states = np.zeros((5, *input_shape), dtype=dtype)
     assert model(states).shape == (5, 3)
     has_dueling_layer = any(isinstance(layer, DuelingCombine) for layer in model.layers)
@@ -50,7 +52,7 @@ def test_model_gives_one_q_value_per_action(dueling, input_shape, dtype):
 
 
 def test_image_model_has_the_nature_torso_and_rescales_uint8():
-    model = OurModel((84, 84, 4), 6, dueling=True)
+    model = OurModel((84, 84, 4), 6, dueling=True, image_torso=torso("PongNoFrameskip-v4"))
     convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     assert [(c.filters, c.kernel_size, c.strides) for c in convs] == [
         (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
@@ -301,8 +303,7 @@ def test_learns_cartpole_well_above_random(tmp_path, n_step, threshold):
 # --- flags and command line ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env_name", sorted(game for game, preset in settings.GAME_PRESETS.items()
-                                             if preset is not settings.PONG_PRESET))
+@pytest.mark.parametrize("env_name", sorted(games.CLASSIC.game_presets))
 def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and_plot(
         tmp_path, capsys, env_name):
     models, plots = tmp_path / "models", tmp_path / "plots"
@@ -318,7 +319,7 @@ def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and
     # step, MountainCar every 2nd); a flag given wins and is named as such.
     settings_line = next(line for line in capsys.readouterr().out.splitlines()
                          if line.startswith("settings: "))
-    for name, value in settings.GAME_PRESETS[env_name].items():
+    for name, value in games.CLASSIC.game_presets[env_name].items():
         if name not in given:
             assert f"{name} {value} ({env_name} preset)" in settings_line
     assert f"total_steps 200 (--total-steps; the {env_name} preset has" in settings_line

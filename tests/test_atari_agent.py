@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main
+from d3qn_utils.games import torso
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage
@@ -33,8 +34,8 @@ def pong_agent(tmp_path: Path, **flags) -> DQNAgent:
 
 
 @pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
-def test_image_input_gets_the_nature_dqn_torso(dueling):
-    model = OurModel(PONG_STATE, PONG_ACTIONS, dueling)
+def test_an_atari_game_gets_the_nature_dqn_torso(dueling):
+    model = OurModel(PONG_STATE, PONG_ACTIONS, dueling, image_torso=torso(PONG))
     assert model.input.dtype == "uint8"
     rescaling = [layer for layer in model.layers if isinstance(layer, keras.layers.Rescaling)]
     assert len(rescaling) == 1 and rescaling[0].scale == pytest.approx(1 / 255)
@@ -54,10 +55,13 @@ def test_image_input_gets_the_nature_dqn_torso(dueling):
     assert q_values.shape == (2, PONG_ACTIONS) and np.isfinite(q_values).all()
 
 
-@pytest.mark.parametrize("state", [PONG_STATE, (10, 10, 7)], ids=["nature", "minatar"])
-def test_bfloat16_convolutions_compute_the_same_q_values_and_save_for_safe_mode(tmp_path, state):
-    model = OurModel(state, PONG_ACTIONS, dueling=True, bfloat16=True)
-    plain = OurModel(state, PONG_ACTIONS, dueling=True)
+@pytest.mark.parametrize(("game", "state"),
+                         [(PONG, PONG_STATE), ("MinAtar/Freeway-v1", (10, 10, 7))],
+                         ids=["nature", "minatar"])
+def test_bfloat16_convolutions_compute_the_same_q_values_and_save_for_safe_mode(tmp_path, game,
+                                                                                state):
+    model = OurModel(state, PONG_ACTIONS, dueling=True, bfloat16=True, image_torso=torso(game))
+    plain = OurModel(state, PONG_ACTIONS, dueling=True, image_torso=torso(game))
     plain.set_weights(model.get_weights())  # one layout; the weights are float32 in both
     convolutions = [layer.name for layer in model.layers
                     if isinstance(layer, (keras.layers.Conv2D, PatchConv2D))]

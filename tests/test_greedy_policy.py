@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from d3qn_agent import ADVANTAGE_LAYER, OurModel
+from d3qn_utils.games import torso
 from d3qn_utils.greedy_policy import GreedyPolicy, numpy_layers
 
 
@@ -37,7 +38,7 @@ def test_the_weights_are_copied_again_only_after_weights_changed():
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_actions(dueling):
-    model = OurModel((10, 10, 7), 3, dueling)  # MinAtar's Freeway: 7 channels
+    model = OurModel((10, 10, 7), 3, dueling, image_torso=torso("MinAtar/Freeway-v1"))
     policy = GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)
     assert [layer.__class__.__name__ for layer in policy.layers] == [
         "Rescaling", "PatchConv2D", "Flatten", "Dense", "Dense"]
@@ -50,7 +51,7 @@ def test_numpy_forward_of_the_small_image_torso_picks_the_networks_greedy_action
 
 
 def test_atari_images_go_through_the_backends_compiled_call():
-    model = OurModel((84, 84, 4), 6, True)
+    model = OurModel((84, 84, 4), 6, True, image_torso=torso("PongNoFrameskip-v4"))
     assert numpy_layers(model, ADVANTAGE_LAYER) is None
     policy = GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)
     frames = np.random.default_rng(2).integers(256, size=(5, 84, 84, 4), dtype=np.uint8)
@@ -58,7 +59,8 @@ def test_atari_images_go_through_the_backends_compiled_call():
 
 
 def test_a_bfloat16_torso_goes_through_the_backends_compiled_call():
-    model = OurModel((10, 10, 7), 3, True, bfloat16=True)  # float32 numpy would differ from it
+    # float32 numpy would differ from it
+    model = OurModel((10, 10, 7), 3, True, bfloat16=True, image_torso=torso("MinAtar/Freeway-v1"))
     assert numpy_layers(model, ADVANTAGE_LAYER) is None
     frames = np.random.default_rng(6).integers(2, size=(50, 10, 10, 7), dtype=np.uint8) * 255
     np.testing.assert_array_equal(GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)(frames),

@@ -15,8 +15,8 @@ import pytest
 
 import d3qn_agent
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
-from d3qn_utils import minatar_wrappers, settings
-from d3qn_utils.games import replay_storage
+from d3qn_utils import games, minatar_wrappers, settings
+from d3qn_utils.games import replay_storage, torso
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage
 
@@ -82,8 +82,8 @@ def test_the_screen_is_a_uint8_picture_of_the_grid():
 
 
 @pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
-def test_small_frames_get_the_minatar_torso(dueling):
-    model = OurModel((10, 10, 7), 3, dueling)
+def test_a_minatar_game_gets_the_minatar_torso(dueling):
+    model = OurModel((10, 10, 7), 3, dueling, image_torso=torso(BREAKOUT))
     assert model.input.dtype == "uint8"
     assert not any(isinstance(layer, keras.layers.Conv2D) for layer in model.layers)
     conv = [layer for layer in model.layers if isinstance(layer, PatchConv2D)]
@@ -104,7 +104,7 @@ def test_patch_conv_is_conv2d_and_loads_in_safe_mode(tmp_path):
     conv(images)
     conv.set_weights(patch.get_weights())  # the same weights, in the same layout
     np.testing.assert_allclose(np.asarray(expected), np.asarray(conv(images)), atol=1e-5)
-    model = OurModel((10, 10, 6), 4, dueling=True)
+    model = OurModel((10, 10, 6), 4, dueling=True, image_torso=torso(BREAKOUT))
     model.save(tmp_path / "minatar.keras")
     loaded = keras.models.load_model(tmp_path / "minatar.keras", safe_mode=True)
     frames = np.random.default_rng(2).integers(2, size=(3, 10, 10, 6), dtype=np.uint8) * 255
@@ -139,10 +139,10 @@ def test_single_frames_come_back_exactly_and_each_is_stored_once():
         np.testing.assert_array_equal(got, expected)
 
 
-def test_each_kind_of_state_gets_its_storage():
-    assert replay_storage("CartPole-v1", (4,), 10) is None
-    assert replay_storage("PongNoFrameskip-v4", (84, 84, 4), 10).stack_axis == -1
-    assert replay_storage(BREAKOUT, (10, 10, 4), 10).stack_axis is None
+def test_each_family_gets_its_storage():
+    assert replay_storage("CartPole-v1", 10) is None
+    assert replay_storage("PongNoFrameskip-v4", 10).stack_axis == -1
+    assert replay_storage(BREAKOUT, 10).stack_axis is None
 
 
 # --- the agent -----------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_each_kind_of_state_gets_its_storage():
 def test_minatar_at_the_top_gets_the_minatar_preset(monkeypatch):
     monkeypatch.setattr(d3qn_agent, "ENV_NAME", BREAKOUT)
     config, notes = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, {})
-    for name, value in settings.MINATAR_PRESET.items():
+    for name, value in games.MINATAR.preset.items():
         assert getattr(config, name) == value, name
         assert f"{name} {value} (MinAtar preset)" in notes
 

@@ -21,7 +21,7 @@ import pytest
 import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent, main
-from d3qn_utils import settings
+from d3qn_utils import games, settings
 
 native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
 
@@ -221,9 +221,12 @@ def test_help_shows_the_comments_the_edited_defaults_and_the_presets(monkeypatch
         settings.explicit_flags(["--help"], settings.d3qn_parser(d3qn_agent))
     text = " ".join(capsys.readouterr().out.split())
     assert "--batch-size BATCH_SIZE transitions per gradient step (default: 64)" in text
-    for env_name, preset in settings.GAME_PRESETS.items():
-        assert f"{env_name}: {settings.format_preset(preset, settings.D3QN_FLAGS)}" in text
-    assert "--no-lr-decay," in settings.format_preset(settings.ATARI_PRESET, settings.D3QN_FLAGS)
+    for family in games.FAMILIES:
+        for source, preset in ([(family.ids, family.preset)] if family.preset else []) + [
+                *family.game_presets.items()]:
+            assert f"{source}: {settings.format_preset(preset, settings.D3QN_FLAGS)}" in text
+    assert "--no-lr-decay," in settings.format_preset(games.ATARI.preset, settings.D3QN_FLAGS)
+    assert "MinAtar ids: --total-steps 2000000," in text
 
 
 def test_only_explicit_flags_are_returned():
