@@ -437,7 +437,7 @@ class Replay:
 
     BYTES_PER_SLOT = 8  # `stamps`, beside the memory's own (Memory.check_fits)
 
-    def __init__(self, config: argparse.Namespace, state_shape: tuple[int, ...]) -> None:
+    def __init__(self, config: argparse.Namespace) -> None:
         self.config = config
         storage = replay_storage(config.env_name, config.memory_size)
         self.memory = BlockMemory(config.memory_size, alpha=config.per_alpha,
@@ -692,8 +692,7 @@ class Learner:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         replay_name = f"apex_replay_{os.getpid()}_{time.time_ns()}"  # unique per run
         self.replay = ray.remote(Replay).options(
-            name=replay_name, num_cpus=1, scheduling_strategy=here).remote(
-            config, self.agent.state_shape)
+            name=replay_name, num_cpus=1, scheduling_strategy=here).remote(config)
         actor_class = ray.remote(Actor).options(num_cpus=config.actor_cpus,
                                                 max_restarts=config.actor_restarts,
                                                 max_task_retries=config.actor_restarts)

@@ -88,7 +88,7 @@ def component_costs(directory: str) -> dict[str, float]:
     per_step = (time.perf_counter() - start) / (actor.steps - steps)
     full = max(blocks, key=lambda block: len(block[1]))
     transitions, abs_errors, context, _, _ = full
-    replay = apex.Replay(config, learner.agent.state_shape)
+    replay = apex.Replay(config)
     while len(replay.memory) < config.memory_size:  # a full replay, as in a long run
         replay.add_block(0, transitions, abs_errors, context, 0, [])
     batch = replay.memory.n_step_batch(np.arange(len(abs_errors)))

@@ -70,7 +70,7 @@ def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
     learner.agent.target_model.set_weights([w * 0.5 for w in learner.agent.model.get_weights()])
     actor = apex.Actor(1, config)
     actor.set_weights(weights_of(learner))
-    replay = apex.Replay(config, learner.agent.state_shape)
+    replay = apex.Replay(config)
     transitions, abs_errors, context, _, _ = actor.collect_block()
     slots = replay.memory.store_block(transitions, abs_errors, context)
     # The batch the learner would get for these transitions, read back from the replay.
@@ -84,7 +84,7 @@ def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
 def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(tmp_path):
     config = small_config(tmp_path, n_step=3, num_actors=1, block_size=5)  # shorter than episodes
     actor = apex.Actor(0, config)
-    replay = apex.Replay(config, (4,))
+    replay = apex.Replay(config)
     sent, sampleable, context_slots, returns = [], [], [], []
     for _ in range(6):
         transitions, abs_errors, context, new_steps, finished = actor.collect_block()
@@ -120,7 +120,7 @@ def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(t
 def test_replay_paces_the_actors_to_the_learners_update_rate(tmp_path):
     config = small_config(tmp_path, updates_per_step=0.5, learning_starts=100, block_size=10,
                           num_actors=1)
-    replay = apex.Replay(config, (4,))
+    replay = apex.Replay(config)
     replay.env_steps[0] = 100 + 2 * 10  # the margin: learning_starts + 2 blocks per actor
     assert replay.pace() == "go"
     replay.env_steps[0] += 1
@@ -340,5 +340,5 @@ def test_minatar_ids_get_the_minatar_preset_and_a_replay_of_single_frames(tmp_pa
     config = small_config(tmp_path, env_name="MinAtar/Breakout-v1", block_size=10)
     assert (config.learning_rate, config.target_update) == (1e-4, 250)  # the preset's, in updates
     assert config.updates_per_step == 0.25  # the MinAtar preset's gradient step every 4 steps
-    replay = apex.Replay(config, (10, 10, 4))
+    replay = apex.Replay(config)
     assert replay.memory.storage.stack_axis is None  # each 10x10 frame kept once, as uint8
