@@ -183,7 +183,7 @@ def apex_presets(values: dict[str, Any]) -> list[Preset]:
 
 
 def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
-    """The flags above (as edited), the Atari preset for the flags left as shipped and the
+    """The flags above (as edited), the game family's preset for the flags left as shipped and the
     explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
     ValueError naming the first flag whose value cannot work."""
     config, notes = settings.resolve(sys.modules[__name__], APEX_FLAGS, apex_presets, flags)

@@ -34,14 +34,16 @@ NATURE_CONV = keras.layers.Conv2D
 class GameFamily:
     """One family of games, what d3qn_agent.py and apex.py do differently for its games.
 
-    `recognises(env_name)`: True for the family's ids, without importing its package.
-    `make_env(env_name, max_episode_steps, render_mode)`: its environment; ValueError for an
-    unknown game. `storage(capacity)`: its replay storage, or None (a `TransitionStorage`).
-    `torso(frames, bfloat16)`: the convolutional torso of its uint8 image states, or None
-    (vector states: `OurModel`'s MLP). `preset`: d3qn_agent.py's values for all its games
-    (apex.py converts them to its own flags); `game_presets`: one game's, applied after it;
-    `bfloat16_games`: games that also get BFLOAT16 on a CPU with bfloat16 instructions.
-    `packages`: the modules its games import, which a CartPole run must not.
+    `name` names its preset in a run's notes ("Atari preset"). `recognises(env_name)`: True
+    for the family's ids, without importing its package. `make_env(env_name,
+    max_episode_steps, render_mode)`: its environment; ValueError for an unknown game.
+    `storage(capacity)`: its replay storage, or None (a `TransitionStorage`). `torso(frames,
+    bfloat16)`: the convolutional torso of its uint8 image states, or None (vector states:
+    `OurModel`'s MLP). `preset`: d3qn_agent.py's values for all its games (apex.py converts
+    them to its own flags, so a preset gives all of those `apex_preset` reads, or none);
+    `game_presets`: one game's, applied after it; `bfloat16_games`: games that also get
+    BFLOAT16 on a CPU with bfloat16 instructions. `packages`: the modules its games import,
+    which a CartPole run must not.
     """
 
     name: str
@@ -191,7 +193,8 @@ FAMILIES: list[GameFamily] = [MINATAR, ATARI, CLASSIC]
 
 # ---- What d3qn_agent.py and apex.py call ---------------------------------------------------------
 def family(env_name: str) -> GameFamily:
-    """The first of FAMILIES that recognises `env_name`; ValueError if it is not a string."""
+    """The first of FAMILIES that recognises `env_name`; ValueError if it is not a string. Cost:
+    a registry lookup, and ale_py's import for an id gymnasium does not know (Atari's test)."""
     if not isinstance(env_name, str):
         raise ValueError(f"ENV_NAME (--env-name) must be a string, got {env_name!r}")
     return next(candidate for candidate in FAMILIES if candidate.recognises(env_name))
