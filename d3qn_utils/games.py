@@ -58,7 +58,7 @@ def make_env(env_name: str, max_episode_steps: int | None = None,
 def image_torso(frames: Any, bfloat16: bool = False) -> Any:
     """The convolutional torso for uint8 (height, width, channels) frames: 1/255, then the Nature
     DQN's, or the MinAtar paper's for an image too small for its strides. `bfloat16`: only the
-    convolutions (dense layers in bfloat16 slowed the XLA greedy call: docs/benchmarks.md)."""
+    convolutions, most of the Nature torso's multiply-adds; the dense layer stays float32."""
     conv_dtype = "mixed_bfloat16" if bfloat16 else None  # None: Keras' float32
     x = keras.layers.Rescaling(1.0 / 255.0)(frames)
     if min(frames.shape[1:3]) < 36:  # too small for the Nature strides (MinAtar's 10x10)

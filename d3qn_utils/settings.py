@@ -99,7 +99,8 @@ D3QN_FLAGS: dict[str, Flag] = {
 
 # Atari: the DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns
 # from Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
-# call: convolutions run slower in the graph loop that several need (docs/benchmarks.md).
+# call, as in those papers, so the network that acts is at most TRAIN_FREQUENCY steps old (1 and
+# 16 per call timed: docs/benchmarks.md).
 ATARI_PRESET: dict[str, Any] = {
     "total_steps": 10_000_000, "memory_size": 100_000, "batch_size": 32, "learning_rate": 1e-4,
     "learning_starts": 10_000, "target_update": 1_000, "train_frequency": 4,
@@ -122,7 +123,7 @@ MINATAR_PRESET: dict[str, Any] = {
     "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
     "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
     "n_step": 1,  # as both papers' DQN: with 3-step returns Asterix did not learn (docs/minatar.md)
-    "gradient_steps_per_call": 64,  # a faster gradient step than 16 per call (docs/minatar.md)
+    "gradient_steps_per_call": 64,  # a call's fixed cost shared by more steps (docs/minatar.md)
     "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
     "eval_episodes": 10,
 }
@@ -131,16 +132,18 @@ MINATAR_PRESET: dict[str, Any] = {
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
     "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
     # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): better last
-    # networks than one per 4 steps, at a few times the time (docs/classic_control.md).
+    # networks than one per 4 steps, in more wall time (both: docs/classic_control.md).
     "train_frequency": 1,
     "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
 }
-# Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
-# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (two kept: docs/atari.md).
+# Pong (docs/atari.md): XLA off (the convolution candidates with and without XLA:
+# benchmarks/bench_pong_kernels.py, docs/benchmarks.md), a checkpoint every 25,000 steps (two
+# kept: docs/atari.md).
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
 }
-# Pong on a CPU with bfloat16 instructions: learned as float32 did, faster (docs/atari.md).
+# Pong on a CPU with bfloat16 instructions: it learned as float32 did (docs/atari.md); what it
+# saves there, `benchmarks/bench_vs_sb3.py --bfloat16` measures.
 # Chosen from the CPU's features, not a timing, so every run on one machine does the same sums.
 PONG_NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
 GAME_PRESETS: dict[str, dict[str, Any]] = {
@@ -364,7 +367,8 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
 
 
 def run_name(config: argparse.Namespace) -> str:
-    """The name of a run's files, as the tutorial builds it: DDQN_CartPole-v1_Dueling_PER, ..."""
+    """The name of a run's files, built as the tutorial named its plot: DDQN_CartPole-v1_Dueling_PER
+    and so on (its model file was <env>_e_greedy.h5)."""
     name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
     name += "_soft" if config.soft_update else ""
     name += "_Dueling" if config.dueling else ""
