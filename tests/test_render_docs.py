@@ -125,6 +125,19 @@ def test_a_machine_named_by_a_log_and_a_span_of_seeds_render_as_such():
         "EPYC BF16 (seeds 0\N{EN DASH}1); machine not recorded (seeds 2\N{EN DASH}4)", "abc1234"]
 
 
+def test_a_study_row_gives_the_flag_its_study_now_adds_where_the_recorded_settings_agree():
+    # The Pong study's float32 runs predate the bfloat16 preset: their recorded command lacks
+    # --no-bfloat16, which repeats them today on a CPU where the preset would turn bfloat16 on.
+    old = {"study": "pong", "seed": 3, "commit": "abc1234", "settings": {"bfloat16": False},
+           "command": "python d3qn_agent.py --env-name PongNoFrameskip-v4 --seed 3"}
+    given = {**old, "command": old["command"] + " --no-bfloat16"}
+    for run in (old, given):
+        assert study.provenance_cells([run])[0] == (
+            "`python d3qn_agent.py --env-name PongNoFrameskip-v4 --seed N --no-bfloat16`")
+    with pytest.raises(ValueError, match="pong seed 3: its command lacks --no-bfloat16"):
+        study.reproducing_command({**old, "settings": {"bfloat16": True}})
+
+
 def test_intervals_are_kept_by_their_inputs_and_computed_afresh_when_those_change(tmp_path,
                                                                                  monkeypatch):
     computed = []
