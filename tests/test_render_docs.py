@@ -226,6 +226,33 @@ def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path)
         "| `python blind_cliffwalk.py` | 0\N{EN DASH}1 | 12 s " + STAMP_ROW)
 
 
+def write_cliffwalk(results: Path, when: str, updates: list[int]) -> None:
+    write_result(results / "blind_cliffwalk" / f"{when}.json", learning_tables.BLIND_CLIFFWALK, {
+        "settings": {}, "columns": ["uniform"],
+        "runs": [{"n": 2, "memory": 6, "column": "uniform", "updates": updates}]})
+
+
+def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_again(tmp_path):
+    import figure_stamps
+
+    results, png = tmp_path / "results", tmp_path / "plots" / "figure.png"
+    figure = figure_stamps.FileFigure(str(png), learning_tables.BLIND_CLIFFWALK)
+    write_cliffwalk(results, "20260101T000000Z", [10, 20])
+    figure_stamps.draw(figure, results)
+    assert figure_stamps.drawn_from(png) == (
+        "benchmarks/results/blind_cliffwalk/20260101T000000Z.json")
+    write_cliffwalk(results, "20270101T000000Z", [30, 40])  # the table moves on
+    with pytest.raises(ValueError, match="drawn from .*20260101T000000Z.json, not from "
+                                         ".*20270101T000000Z.json"):
+        figure_stamps.file_figure(figure, results)
+    figure_stamps.draw(figure, results)
+    assert figure_stamps.file_figure(figure, results) == (
+        "The figure: drawn from the table's results file "
+        "`benchmarks/results/blind_cliffwalk/20270101T000000Z.json`, `python blind_cliffwalk.py` "
+        "on Some CPU, 2 cores (AVX2), commit abc1234; `python benchmarks/render_docs.py "
+        "--figures` draws it again from that file.\n")
+
+
 def test_the_committed_networks_render_with_size_command_and_scores(tmp_path):
     command = "python d3qn_agent.py --test --model models/pretrained/Game-v0.keras"
     write_result(tmp_path / "play_pretrained" / "20260101T000000Z.json",
