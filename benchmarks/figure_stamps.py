@@ -102,8 +102,8 @@ def study_figures(name: str, figures: int, results: Path) -> str:
     where = (f"on {machines[0]}" if len(machines) == 1
              else f"on these machines: {'; '.join(machines)}")
     return (f"{which}: drawn by `python benchmarks/study.py report {name}` from the "
-            f"{len(runs)} result files of the table above (`benchmarks/results/{name}/`), run at "
-            f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)} {where}.\n")
+            f"study's {len(runs)} result files (`benchmarks/results/{name}/`, its table's rows), "
+            f"run at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)} {where}.\n")
 
 
 def pong_logs_figure(figure: str, results: Path) -> str:

@@ -242,8 +242,8 @@ def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_ag
     assert figure_stamps.drawn_from(png) == (
         "benchmarks/results/blind_cliffwalk/20260101T000000Z.json")
     write_cliffwalk(results, "20270101T000000Z", [30, 40])  # the table moves on
-    with pytest.raises(ValueError, match="drawn from .*20260101T000000Z.json, not from "
-                                         ".*20270101T000000Z.json"):
+    with pytest.raises(ValueError, match=r"drawn from .*20260101T000000Z\.json, not from "
+                                         r".*20270101T000000Z\.json"):
         figure_stamps.file_figure(figure, results)
     figure_stamps.draw(figure, results)
     assert figure_stamps.file_figure(figure, results) == (
