@@ -189,8 +189,8 @@ def apex_presets(values: dict[str, Any]) -> list[Preset]:
 
 
 def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
-    """The flags above (as edited), the Atari preset for the flags left as shipped and the
-    explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
+    """The flags above (as edited), the Atari or MinAtar preset for the flags left as shipped and
+    the explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
     ValueError naming the first flag whose value cannot work."""
     config, notes = settings.resolve(sys.modules[__name__], APEX_FLAGS, apex_presets, flags)
     if config.block_size + config.n_step - 1 > config.memory_size:
