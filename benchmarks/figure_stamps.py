@@ -115,7 +115,8 @@ def pong_logs_figure(figure: str, results: Path) -> str:
     if f"--plot {figure}" not in run["command"]:
         raise ValueError(f"{results_name(results / PONG_LOGS, results)} was not written by the "
                          f"command that drew {figure}")
-    return f"The figure: drawn by `{run['command']}` {made_on(run)}.\n"
+    return (f"The figure: drawn by the `benchmarks/pong_logs.py` command of the tables above "
+            f"(its `--plot {figure}`), from the same logs, {made_on(run)}.\n")
 
 
 def default_run_figure(results: Path) -> str:

@@ -253,6 +253,33 @@ def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_ag
         "--figures` draws it again from that file.\n")
 
 
+def test_a_study_s_figures_name_the_commits_and_machines_of_its_files(tmp_path):
+    import figure_stamps
+
+    write_screen_run(tmp_path, 100, 10.0, commit="abc1234", date="2026-01-01T00:00:00+00:00",
+                     machine="x86_64, 2 cores")
+    write_screen_run(tmp_path, 101, 20.0, commit="def5678", date="2026-01-02T00:00:00+00:00",
+                     machine_from_log={"name": "EPYC BF16"})
+    assert figure_stamps.study_figures("screens/handmade", 2, tmp_path) == (
+        "The two figures: drawn by `python benchmarks/study.py report screens/handmade` from the "
+        "study's 2 result files (`benchmarks/results/screens/handmade/`, its table's rows), run "
+        "at commits abc1234, def5678 on these machines: x86_64, 2 cores (CPU model not "
+        "recorded); EPYC BF16.\n")
+
+
+def test_the_pong_logs_figure_must_be_the_one_its_results_file_s_command_drew(tmp_path):
+    import figure_stamps
+
+    write_result(tmp_path / learning_tables.PONG_LOGS,
+                 "python benchmarks/pong_logs.py a.log --plot plots/runs.png", {})
+    assert figure_stamps.pong_logs_figure("plots/runs.png", tmp_path).startswith(
+        "The figure: drawn by the `benchmarks/pong_logs.py` command of the tables above (its "
+        "`--plot plots/runs.png`), from the same logs, on Some CPU, 2 cores (AVX2), commit "
+        "abc1234.")
+    with pytest.raises(ValueError, match="not written by the command that drew plots/other"):
+        figure_stamps.pong_logs_figure("plots/other.png", tmp_path)
+
+
 def test_the_committed_networks_render_with_size_command_and_scores(tmp_path):
     command = "python d3qn_agent.py --test --model models/pretrained/Game-v0.keras"
     write_result(tmp_path / "play_pretrained" / "20260101T000000Z.json",
