@@ -10,6 +10,7 @@ fails `render_docs.py --check`, naming it.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import provenance
 import study
 from benchmark_tables import newest_results, newest_results_file
 from learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
+from PIL import Image, PngImagePlugin
 
 SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
 
@@ -48,8 +50,6 @@ def made_on(run: dict[str, Any]) -> str:
 
 def drawn_from(png: Path) -> str | None:
     """The results file a figure's PNG names, None if it names none."""
-    from PIL import Image
-
     with Image.open(png) as image:
         return image.text.get(SOURCE)
 
@@ -57,8 +57,6 @@ def drawn_from(png: Path) -> str | None:
 def draw(figure: FileFigure, results: Path, root: Path = provenance.ROOT) -> Path:
     """Draw `figure` again from the newest results file of its command, with `blind_cliffwalk.py`'s
     own `plot`, and name that file in the PNG. Returns the PNG's path."""
-    from PIL import Image, PngImagePlugin
-
     sys.path.insert(0, str(provenance.ROOT))
     import blind_cliffwalk
 
@@ -109,8 +107,6 @@ def study_figures(name: str, figures: int, results: Path) -> str:
 def pong_logs_figure(figure: str, results: Path) -> str:
     """The stamp of the committed Pong logs' figure: the pong_logs.py command that drew it,
     which must name it (`--plot`)."""
-    import json
-
     run = json.loads((results / PONG_LOGS).read_text())
     if f"--plot {figure}" not in run["command"]:
         raise ValueError(f"{results_name(results / PONG_LOGS, results)} was not written by the "
