@@ -417,7 +417,7 @@ class BlockMemory(Memory):
                 writes += [(freed, np.zeros(len(freed))),
                            (slots, priorities[stored:stored + len(slots)])]
                 stored += len(slots)
-        finally:  # one tree update for the block: far cheaper than one per transition
+        finally:  # one tree update for the whole block, not one call per transition
             if writes:
                 leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
                 values = np.concatenate([values for _, values in writes])
