@@ -162,7 +162,7 @@ def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
 class Memory(ReplayMemory):
     """Prioritized replay memory (proportional variant), with the tutorial's names.
 
-    A new transition gets the highest priority given so far, so it is replayed at least once soon.
+    A new transition gets the highest priority given so far, so it is likely drawn soon after.
     Sampling is stratified: [0, total) is cut into n equal segments and one value drawn in each,
     so a batch spreads over the whole distribution P(i). beta grows by `beta_increment` per
     `sample`, up to 1. rank_based.py has the paper's other variant, p_i = 1 / rank(i).

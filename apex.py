@@ -3,9 +3,9 @@
 `python apex.py` starts a local Ray on this machine and trains CartPole-v1 with 2 actors;
 `python apex.py --address auto` (or RAY_ADDRESS) joins a running Ray cluster instead. Every
 hyperparameter below can be edited here or set on the command line (`python apex.py --help`), to
-the same effect: either wins over the Atari preset (below). The best evaluated network goes
-to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`), the learning
-curve to `plots/apex_<env>.png`.
+the same effect: either wins over the Atari and MinAtar presets (below). The best evaluated
+network goes to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`),
+the learning curve to `plots/apex_<env>.png`.
 
 Three parts, built from this repository's own pieces:
   actors   NUM_ACTORS Ray actors, each with its own environment and a fixed exploration rate
@@ -259,7 +259,7 @@ class Actor:
 
     def _compile_functions(self, dtype: tf.DType, state_shape: tuple[int, ...]) -> None:
         """Build the greedy policy and trace the |TD errors| once, as DQNAgent does (a concrete
-        function call costs about a millisecond, `model.predict` ~70 ms). Closures, not methods:
+        function call, not `model.predict`'s large fixed cost per call). Closures, not methods:
         Ray's actor wrapper adds an argument to every method, which tf.function would trace."""
         model, target_model, double = self.model, self.target_model, self.config.ddqn
         self.greedy_actions = GreedyPolicy(model, dtype, head=ADVANTAGE_LAYER)
@@ -413,7 +413,7 @@ class BlockMemory(Memory):
                 writes += [(freed, np.zeros(len(freed))),
                            (slots, priorities[stored:stored + len(slots)])]
                 stored += len(slots)
-        finally:  # one tree update for the block: far cheaper than one per transition
+        finally:  # one tree update for the whole block, not one call per transition
             if writes:
                 leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
                 values = np.concatenate([values for _, values in writes])
@@ -430,7 +430,7 @@ class Replay:
     Holds a `BlockMemory` (a `PER.Memory`: proportional, fixed beta) and, per slot, the
     insertion number of the transition in it, so that a priority update for a transition that
     has meanwhile been overwritten (the oldest go first) is dropped instead of landing on its
-    successor. It also keeps the reference to the newest published weights (a few bytes; the
+    successor. It also keeps the reference to the newest published weights (a reference only; the
     weights themselves stay in the object store), the env steps and episode returns the actors
     report, and how long its own operations take (for benchmarks/bench_apex.py).
     """
@@ -632,8 +632,8 @@ class Learner:
 
     The network, train step, target copy, evaluation and saving are a `DQNAgent`'s (built with
     this run's flags; its own replay memory stays empty, batch-sized). Cost per update: one
-    `learn` (~3 ms for CartPole's defaults on this 2-core CPU), while the replay draws
-    the next batch in its own process.
+    `learn` (timed with the other parts: docs/apex.md), while the replay draws the next batch in
+    its own process.
     """
 
     def __init__(self, config: argparse.Namespace) -> None:

@@ -4,7 +4,8 @@
 (`AtariPreprocessing`, `FrameStackObservation`) plus three small wrappers for what gymnasium lacks:
 `FireOnReset`, `SignReward` and `ChannelsLast`. Observations are uint8 (84, 84, 4), channels last,
 ready for a Keras Conv2D. The replay storage that keeps each of their frames once is
-`replay_storage.FrameStackStorage`.
+`replay_storage.FrameStackStorage`. The PER notebook's wrappers, each with what replaces it here
+and what behaves differently (clipped rewards, no-ops, FIRE alone): docs/per_notebook.md.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ class ChannelsLast(gymnasium.ObservationWrapper):
     """Move the stacking axis from first to last: (4, 84, 84) -> (84, 84, 4).
 
     Why: `FrameStackObservation` stacks along a new first axis, while Keras' Conv2D expects
-    channels last by default (data_format="channels_last"). Cost: one 28 KB copy per step, which
-    keeps the observation contiguous.
+    channels last by default (data_format="channels_last"). Cost: one copy of the stack per step,
+    which keeps the observation contiguous.
     """
 
     def __init__(self, env: gymnasium.Env) -> None:

@@ -70,7 +70,7 @@ PLOT_PATH = "plots/blind_cliffwalk.png"  # where the figure goes
 # Colours of the extra proportional columns, one per priority eps.
 EXTRA_COLORS = ("tab:blue", "tab:green", "tab:orange", "tab:brown", "tab:pink")
 
-# Uniform draws do not depend on Q, so fetching many at once is the same experiment, only faster.
+# Uniform draws do not depend on Q, so fetching many at once is the same experiment, in fewer calls.
 UNIFORM_DRAW_AHEAD = 4096
 
 
@@ -136,8 +136,8 @@ def true_q_values(n: int) -> np.ndarray:
 class TabularQ:
     """A Q-table with its squared error to the true Q-values kept up to date in O(1) per update.
 
-    Python lists rather than numpy arrays: each update touches one entry, where list indexing is
-    several times faster than numpy scalar access.
+    Python lists rather than numpy arrays: each update touches one entry, and a list hands back a
+    Python float where numpy would box each scalar it reads.
     """
 
     def __init__(

@@ -40,7 +40,7 @@ from rank_based import RankBasedMemory
 # PER_RANK_BASED -> --rank-based); an edit here (a value other than the shipped one) wins over the
 # presets for other games (d3qn_utils/settings.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
-TUTORIAL = False  # True: the tutorial's own values for the flags below left as shipped
+TUTORIAL = False  # True: tutorial values for flags at their shipped value, even if typed back
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
@@ -242,7 +242,7 @@ class DQNAgent:
         self.episode_score = 0.0
         self.episode_actions: list[int] = []
 
-        self.name = settings.run_name(config)  # as the tutorial builds it: DDQN_CartPole-v1_...
+        self.name = settings.run_name(config)  # the tutorial's plot name: DDQN_CartPole-v1_...
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
         self.Last_model_name = os.path.join(config.model_dir, self.name + "_last.keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")

@@ -12,7 +12,7 @@ twice as slow); prints the median seconds per env step. Then
 `Memory.sample` on a full 50,000-slot memory with and without `priority_figure.PriorityFigure`
 counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
 scalars of the event files in DIR (e.g. the default run with --tensorboard) to
-plots/tensorboard_<run name>.png, the figure in the README. The costs go to a results file too
+plots/tensorboard_<run name>.png. The costs go to a results file too
 (`--results`).
 """
 

@@ -28,11 +28,17 @@ def newest_results(results: Path, script: str, command: str | None = None, **set
     """The newest results file of `script` (benchmarks/<script>.py, or a program at the root)
     under `results` (its files are named by their UTC time), of `command` where given, whose
     measured settings ("results" fields) equal `settings`."""
+    return newest_results_file(results, script, command, **settings)[1]
+
+
+def newest_results_file(results: Path, script: str, command: str | None = None,
+                        **settings: Any) -> tuple[Path, dict[str, Any]]:
+    """`newest_results`' file and what it holds."""
     for path in sorted((results / script).glob("*.json"), reverse=True):
         run = json.loads(path.read_text())
         if (command is None or run["command"] == command) and all(
                 run["results"].get(name) == value for name, value in settings.items()):
-            return run
+            return path, run
     wanted = ", ".join(f"{name} {value}" for name, value in settings.items())
     where = results.resolve()
     where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where

@@ -3,12 +3,15 @@
     python benchmarks/render_docs.py             # rewrite every rendered block from the files
     python benchmarks/render_docs.py --check     # change nothing; exit 1 naming each that differs
     python benchmarks/render_docs.py --check --recompute   # the bootstrap intervals afresh too
+    python benchmarks/render_docs.py --figures   # also draw the figures made from one file alone
 
 A block in README.md or docs/*.md is the lines between `<!-- rendered: NAME -->` and
 `<!-- end rendered -->`; RENDERERS says how each NAME is rendered from the files under
-benchmarks/results/, each table with the command, machine and commit of its rows. A number typed
-into a block by hand makes `--check` (run by tests/test_render_docs.py) fail, naming the block;
-so does a study's report.md that its result files no longer give.
+benchmarks/results/, each table with the command, machine and commit of its rows, and each
+committed figure with the command, machine and commit it came from (figure_stamps.py). A number
+typed into a block by hand makes `--check` (run by tests/test_render_docs.py) fail, naming the
+block; so does a study's report.md that its result files no longer give, and a figure drawn from
+an older results file than its table's.
 
 The studies' confidence intervals are bootstraps of 10,000 resamples, minutes for a page, so
 they are kept in benchmarks/results/bootstrap_intervals.json under a hash of all they were
@@ -27,6 +30,7 @@ from functools import partial
 from pathlib import Path
 
 import benchmark_tables as tables
+import figure_stamps
 import learning_tables
 import numpy as np
 import provenance
@@ -173,6 +177,15 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "pretrained": learning_tables.pretrained,
     "pong_runs": learning_tables.pong_runs,
     "pong_means": learning_tables.pong_means,
+    # The line under each committed figure (figure_stamps.py).
+    **{f"figure_{Path(figure.path).stem}": partial(figure_stamps.file_figure, figure)
+       for figure in figure_stamps.FILE_FIGURES},
+    "figure_classic_control": partial(figure_stamps.study_figures, "classic_control", 2),
+    "figure_minatar": partial(figure_stamps.study_figures, "minatar", 2),
+    "figure_pong_training_curves": partial(figure_stamps.study_figures, "pong", 1),
+    "figure_pong_runs": partial(figure_stamps.pong_logs_figure, "plots/pong_runs.png"),
+    "figure_default_run": figure_stamps.default_run_figure,  # the learning curve
+    "figure_default_run_priorities": figure_stamps.default_run_figure,
     # The speed and size benchmarks (benchmark_tables.py).
     "bench_per": tables.bench_per,
     "bench_atari_cartpole": partial(tables.bench_atari, "CartPole-v1"),
@@ -217,12 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each block that differs")
+    parser.add_argument("--figures", action="store_true",
+                        help="first draw the figures made from one results file alone again")
     parser.add_argument("--recompute", action="store_true",
                         help=f"compute every bootstrap afresh, not from {INTERVALS_FILE}")
     parser.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are")
     parser.add_argument("--results", type=Path, default=study.RESULTS,
                         help="the results files' root")
     args = parser.parse_args(argv)
+    if args.figures and args.check:
+        parser.error("--check writes nothing: leave out --figures")
+    for figure in figure_stamps.FILE_FIGURES if args.figures else ():
+        print(f"figure: {shown(figure_stamps.draw(figure, args.results, args.root))}")
     intervals = args.results / INTERVALS_FILE
     cache = study.IntervalCache(intervals)
     kept = dict(cache.stored)

@@ -582,10 +582,29 @@ def by_seeds(runs: list[dict], label: Any) -> str:
     return "; ".join(f"{text} (seeds {seeds_text(seeds)})" for text, seeds in groups.items())
 
 
+def reproducing_command(run: dict) -> str:
+    """The command that repeats `run` today: its recorded command, plus each flag its study now
+    gives every run (STUDIES' "flags") that the command lacks. A run older than such a flag ran
+    without it: the Pong study's float32 runs predate the bfloat16 preset, so today they need
+    `--no-bfloat16`. Each added flag is checked against the settings the run recorded; ValueError
+    naming the run and the flag where they disagree."""
+    words = shlex.split(run["command"])
+    added = [flag for flag in STUDIES.get(run.get("study", ""), {}).get("flags", ())
+             if flag not in words]
+    for flag in added:
+        name = flag.removeprefix("--")
+        value = not name.startswith("no-")
+        name = name.removeprefix("no-").replace("-", "_")
+        if run.get("settings", {}).get(name) is not value:
+            raise ValueError(f"{run['study']} seed {run['seed']}: its command lacks {flag}, and "
+                             f"its settings do not say {name} {value}")
+    return " ".join([run["command"], *added])
+
+
 def provenance_cells(runs: list[dict]) -> list[str]:
     """A table row's command, machine and commit cells, from its runs' result files: the
-    runs' command with the seed as N."""
-    return [by_seeds(runs, lambda run: "`" + run["command"].replace(
+    command that repeats the runs (`reproducing_command`) with the seed as N."""
+    return [by_seeds(runs, lambda run: "`" + reproducing_command(run).replace(
                 f"--seed {run['seed']}", "--seed N") + "`"),
             by_seeds(runs, provenance.machine_label),
             by_seeds(runs, provenance.commit_label)]

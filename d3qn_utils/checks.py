@@ -59,7 +59,7 @@ def check_experience(experience: Any) -> Sequence:
 
 def check_transition(experience: Any) -> Sequence:
     """`experience` itself if it may enter a replay memory, else ValueError naming the first bad
-    field and its value (finite states and reward, an action in range, a bool done): a NaN would
+    field and its value (finite states and reward, an integer action >= 0, a bool done): a NaN would
     poison every TD target it is drawn into, and through the priorities the sum tree."""
     state, action, reward, next_state, done = check_experience(experience)
     if type(action) is not int and not is_integer(action):  # an int first: the cheap test

@@ -61,8 +61,8 @@ class GameFamily:
 # ---- Torsos --------------------------------------------------------------------------------------
 def nature_torso(frames: Any, bfloat16: bool = False) -> Any:
     """The Nature DQN's torso for uint8 (84, 84, stack) frames: 1/255, three convolutions, 512
-    units. `bfloat16`: only the convolutions (dense layers in bfloat16 slowed the XLA greedy
-    call: docs/benchmarks.md)."""
+    units. `bfloat16`: only the convolutions, most of its multiply-adds; the dense layer stays
+    float32."""
     conv_dtype = "mixed_bfloat16" if bfloat16 else None  # None: Keras' float32
     x = keras.layers.Rescaling(1.0 / 255.0)(frames)
     for filters, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
@@ -97,7 +97,7 @@ def make_gymnasium_env(env_name: str, max_episode_steps: int | None = None,
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
     "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
     # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): better last
-    # networks than one per 4 steps, at a few times the time (docs/classic_control.md).
+    # networks than one per 4 steps, in more wall time (both: docs/classic_control.md).
     "train_frequency": 1,
     "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
 }
@@ -138,7 +138,7 @@ MINATAR = GameFamily(
         "exploration_steps": 100_000,  # the paper: epsilon 1 -> 0.1 over the first 100,000 frames
         "epsilon_min": 0.1,  # the paper, so training returns compare with its curves (ε = 0.1)
         "n_step": 1,  # as both papers' DQN: with 3-step returns Asterix did not learn (minatar.md)
-        "gradient_steps_per_call": 64,  # a faster gradient step than 16 per call (minatar.md)
+        "gradient_steps_per_call": 64,  # a call's fixed cost shared (docs/benchmarks.md)
         "eval_every": 100_000,  # 20 greedy evaluations of 10 episodes in a 2M run
         "eval_episodes": 10,
     },
@@ -162,8 +162,9 @@ def make_atari_env(env_name: str, max_episode_steps: int | None = None,
         env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
 
 
-# Pong (docs/atari.md): XLA off (oneDNN's convolutions were faster on the CPUs measured,
-# benchmarks/bench_pong_kernels.py), a checkpoint every 25,000 steps (two kept: docs/atari.md).
+# Pong (docs/atari.md): XLA off (the convolution candidates with and without XLA:
+# benchmarks/bench_pong_kernels.py, docs/benchmarks.md), a checkpoint every 25,000 steps (two
+# kept: docs/atari.md).
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
 }
@@ -173,7 +174,7 @@ ATARI = GameFamily(
     torso=nature_torso,
     # The DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns from
     # Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
-    # call: convolutions run slower in the graph loop that several need (docs/benchmarks.md).
+    # call, as in those papers, so the network that acts is at most TRAIN_FREQUENCY steps old.
     preset={
         "total_steps": 10_000_000, "memory_size": 100_000, "batch_size": 32,
         "learning_rate": 1e-4, "learning_starts": 10_000, "target_update": 1_000,
@@ -182,7 +183,8 @@ ATARI = GameFamily(
         "eval_episodes": 10, "test_episodes": 3,
     },
     game_presets={"PongNoFrameskip-v4": PONG_PRESET, "ALE/Pong-v5": PONG_PRESET},
-    # Pong learned with bfloat16 convolutions as with float32, faster (docs/atari.md).
+    # Pong learned with bfloat16 convolutions as with float32 (docs/atari.md); what it saves,
+    # `benchmarks/bench_vs_sb3.py --bfloat16` measures.
     bfloat16_games=("PongNoFrameskip-v4", "ALE/Pong-v5"),
     packages=("ale_py", "atari_wrappers"))
 

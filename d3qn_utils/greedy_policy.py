@@ -1,10 +1,11 @@
 """The greedy policy argmax_a Q(s, a) of a Q-network, as cheap to call as the network allows.
 
-Even a traced TensorFlow call costs many times CartPole's whole forward pass in numpy
-(docs/benchmarks.md), so an MLP or MinAtar's `PatchConv2D` torso runs in numpy on a copy of the
-weights, taken again after `weights_changed()` (on CartPole every 32 environment steps); the
-Nature torso stays compiled. With the dueling head the greedy action is argmax A(s, .), so the
-numpy pass stops at the advantages.
+A traced TensorFlow call has a fixed cost per call that a small numpy forward pass has not (the
+`act` rows of docs/benchmarks.md's loop tables measure acting), so an MLP or MinAtar's
+`PatchConv2D` torso runs in numpy on a copy of the weights, taken again after
+`weights_changed()` (on CartPole every 32 environment steps); the Nature torso stays compiled.
+With the dueling head the greedy action is argmax A(s, .), so the numpy pass stops at the
+advantages.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """`PatchConv2D`: a convolution computed as one matrix product, for MinAtar's torso.
 
-On a CPU, Conv2D spends most of a MinAtar gradient step on its tiny 3x3 convolution of a 10x10
-frame; gathering the patches and multiplying once by the kernel, which XLA fuses, makes the step
-2-3x faster (`benchmarks/bench_atari.py --minatar`). Its weights are Conv2D's. For 84x84 Atari
-frames Conv2D is faster (benchmarks/bench_pong_kernels.py), so the Atari torso keeps it.
+MinAtar's convolution is a tiny 3x3 one over a 10x10 frame, a small job for Conv2D's kernels;
+here the patches are gathered and multiplied once by the kernel, which XLA fuses. Its
+weights are Conv2D's. For 84x84 Atari frames benchmarks/bench_pong_kernels.py times the two
+(docs/benchmarks.md), and the Atari torso keeps Conv2D.
 """
 
 from __future__ import annotations

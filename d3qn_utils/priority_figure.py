@@ -29,7 +29,7 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
 class PriorityFigure:
     """The priority figure and its data. Who gets replayed: counts per slot and, per age bin over
     all samples, `replays_by_age` (measured), `exposure_by_age` (transitions of that age in the
-    memory) and `uniform_replays_by_age` (uniform replay's expectation; ~0.4% off with a frame
+    memory) and `uniform_replays_by_age` (uniform replay's expectation; slightly off with a frame
     store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
     weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
     O(batch) per replay, O(1) per store, no random numbers, so watching does not change a run."""

@@ -73,7 +73,7 @@ class GifRecorder:
         image = Image.fromarray(frame)
         if image.width > GIF_MAX_WIDTH:
             height = round(image.height * GIF_MAX_WIDTH / image.width)
-            # Area averaging: sharp enough for shrinking, and faster than Lanczos.
+            # Area averaging: sharp enough for shrinking, with a smaller kernel than Lanczos'.
             image = image.resize((GIF_MAX_WIDTH, height), Image.Resampling.BOX)
         palette = self.frames[0] if self.frames else image.quantize(GIF_COLORS,
                                                                      dither=Image.Dither.NONE)

@@ -116,7 +116,7 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def block(self) -> tuple[np.ndarray, ...]:
-        """The stored transitions as the five columns `PER.Memory.store_block` takes, in slot
+        """The stored transitions as the five columns `apex.BlockMemory.store_block` takes, in slot
         order: the order they came in until the ring wraps (slot i holds the i-th); a
         TransitionStorage only."""
         return self.storage.columns()
@@ -126,7 +126,7 @@ class ReplayMemory:
         next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
         transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
         chain stops at a termination, a truncation, the newest transition. O(n_step * n)."""
-        if self.n_step == 1:  # the stored transitions as they are: faster than the chain below
+        if self.n_step == 1:  # the stored transitions as they are: no chain to follow
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
                     np.full(len(slots), self.gamma, dtype=np.float32))

@@ -5,7 +5,8 @@ slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block
 `n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
 `load_state_dict`. Its memory checked each transition (checks.py); it checks only shapes, and
 frames' dtype and shift. `TransitionStorage` keeps one row per transition (vector states);
-`FrameStackStorage` each uint8 frame once (Atari's stacks: 7,070 bytes a slot, not ~56 KB).
+`FrameStackStorage` each uint8 frame once (Atari: one 84x84 frame a slot, not two stacks of four;
+`bytes_per_slot` counts it).
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ class FrameStackStorage:
         if first and self.stack_axis is not None and self.capacity < shape[-1] + 1:
             raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
                              "frames plus its next frame")
-        # Contiguous copies first (np.array): comparing strided views is several times slower.
+        # Contiguous copies first (np.array): compared in one pass, not through strided views.
         if not np.array_equal(np.array(self._frames(state)[1:]),
                               np.array(self._frames(next_state)[:-1])):
             raise ValueError("next_state must be state shifted by one frame along the last axis "
@@ -306,7 +307,7 @@ class FrameStackStorage:
         if self.stack_axis is None:
             return self.frames[slots]
         stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
-        # One gather per frame position: much faster than gathering all and transposing.
+        # One gather per frame position, each written straight into its place: no transpose after.
         for position, frames in enumerate(self._frames(stacks)):
             frames[...] = self.frames[(slots + position - self.stack_size + 1) % self.capacity]
         return stacks

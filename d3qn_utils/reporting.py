@@ -117,9 +117,10 @@ class TensorBoardWriter:
 
 
 class TrainingReport:
-    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of `config`, a few
-    microseconds per gradient step. A context manager, so that TensorBoard's event file is closed
-    however the loop ends. Its `state_dict` is the priority figure's data."""
+    """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of `config` (what its
+    replay statistics add to a sample: docs/classic_control.md). A context manager, so that
+    TensorBoard's event file is closed however the loop ends. Its `state_dict` is the priority
+    figure's data."""
 
     BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 

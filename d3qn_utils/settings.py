@@ -321,7 +321,8 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
 
 
 def run_name(config: argparse.Namespace) -> str:
-    """The name of a run's files, as the tutorial builds it: DDQN_CartPole-v1_Dueling_PER, ..."""
+    """The name of a run's files, built as the tutorial named its plot: DDQN_CartPole-v1_Dueling_PER
+    and so on (its model file was <env>_e_greedy.h5)."""
     name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
     name += "_soft" if config.soft_update else ""
     name += "_Dueling" if config.dueling else ""

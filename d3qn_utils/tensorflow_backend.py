@@ -2,7 +2,8 @@
 `DQNAgent.replay`, the greedy forward pass, and reading the weights.
 
 `model.fit` has a large fixed cost in Keras 3; a concrete function looping (`tf.scan`) over the
-batches pays a small one once for all, and XLA fuses a step's ~400 ops (docs/benchmarks.md).
+batches pays a small one once for all, and XLA fuses a step's many small operations (what a
+step costs each way: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class GradientSteps(CompiledSteps):
 
     def all_steps(self, batches: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The traced call: `one_step` on each batch in turn; (applied, |TD errors|, losses)."""
-        if self.steps == 1:  # convolutions run several times slower inside a graph loop
+        if self.steps == 1:  # one batch: traced as it is, without tf.scan's loop around it
             abs_errors, loss, applied = self.one_step(
                 type(batches)(*(field[0] for field in batches)), allowed=tf.constant(True))
             return applied, abs_errors[tf.newaxis], loss[tf.newaxis]
@@ -62,7 +63,7 @@ class GradientSteps(CompiledSteps):
 def greedy_call(model: Any, state_dtype: Any, xla: bool = True
                 ) -> Callable[[np.ndarray], np.ndarray]:
     """argmax_a Q(s, a) of a batch of states, one traced call, by XLA unless `xla` is False
-    (XLA's is the faster for one Pong state: docs/benchmarks.md)."""
+    (both timed for one Pong state: docs/benchmarks.md)."""
     spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.as_dtype(state_dtype))
     traced = tf.function(
         lambda states: tf.argmax(model(states, training=False), axis=1, output_type=tf.int32),

@@ -125,6 +125,19 @@ def test_a_machine_named_by_a_log_and_a_span_of_seeds_render_as_such():
         "EPYC BF16 (seeds 0\N{EN DASH}1); machine not recorded (seeds 2\N{EN DASH}4)", "abc1234"]
 
 
+def test_a_study_row_gives_the_flag_its_study_now_adds_where_the_recorded_settings_agree():
+    # The Pong study's float32 runs predate the bfloat16 preset: their recorded command lacks
+    # --no-bfloat16, which repeats them today on a CPU where the preset would turn bfloat16 on.
+    old = {"study": "pong", "seed": 3, "commit": "abc1234", "settings": {"bfloat16": False},
+           "command": "python d3qn_agent.py --env-name PongNoFrameskip-v4 --seed 3"}
+    given = {**old, "command": old["command"] + " --no-bfloat16"}
+    for run in (old, given):
+        assert study.provenance_cells([run])[0] == (
+            "`python d3qn_agent.py --env-name PongNoFrameskip-v4 --seed N --no-bfloat16`")
+    with pytest.raises(ValueError, match="pong seed 3: its command lacks --no-bfloat16"):
+        study.reproducing_command({**old, "settings": {"bfloat16": True}})
+
+
 def test_intervals_are_kept_by_their_inputs_and_computed_afresh_when_those_change(tmp_path,
                                                                                  monkeypatch):
     computed = []
@@ -211,6 +224,60 @@ def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path)
         "| 90.0\N{MULTIPLICATION SIGN} |\n\n"
         "| command | seeds | wall time | machine | commit |\n|---|---|---|---|---|\n"
         "| `python blind_cliffwalk.py` | 0\N{EN DASH}1 | 12 s " + STAMP_ROW)
+
+
+def write_cliffwalk(results: Path, when: str, updates: list[int]) -> None:
+    write_result(results / "blind_cliffwalk" / f"{when}.json", learning_tables.BLIND_CLIFFWALK, {
+        "settings": {}, "columns": ["uniform"],
+        "runs": [{"n": 2, "memory": 6, "column": "uniform", "updates": updates}]})
+
+
+def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_again(tmp_path):
+    import figure_stamps
+
+    results, png = tmp_path / "results", tmp_path / "plots" / "figure.png"
+    figure = figure_stamps.FileFigure(str(png), learning_tables.BLIND_CLIFFWALK)
+    write_cliffwalk(results, "20260101T000000Z", [10, 20])
+    figure_stamps.draw(figure, results)
+    assert figure_stamps.drawn_from(png) == (
+        "benchmarks/results/blind_cliffwalk/20260101T000000Z.json")
+    write_cliffwalk(results, "20270101T000000Z", [30, 40])  # the table moves on
+    with pytest.raises(ValueError, match=r"drawn from .*20260101T000000Z\.json, not from "
+                                         r".*20270101T000000Z\.json"):
+        figure_stamps.file_figure(figure, results)
+    figure_stamps.draw(figure, results)
+    assert figure_stamps.file_figure(figure, results) == (
+        "The figure: drawn from the table's results file "
+        "`benchmarks/results/blind_cliffwalk/20270101T000000Z.json`, `python blind_cliffwalk.py` "
+        "on Some CPU, 2 cores (AVX2), commit abc1234; `python benchmarks/render_docs.py "
+        "--figures` draws it again from that file.\n")
+
+
+def test_a_study_s_figures_name_the_commits_and_machines_of_its_files(tmp_path):
+    import figure_stamps
+
+    write_screen_run(tmp_path, 100, 10.0, commit="abc1234", date="2026-01-01T00:00:00+00:00",
+                     machine="x86_64, 2 cores")
+    write_screen_run(tmp_path, 101, 20.0, commit="def5678", date="2026-01-02T00:00:00+00:00",
+                     machine_from_log={"name": "EPYC BF16"})
+    assert figure_stamps.study_figures("screens/handmade", 2, tmp_path) == (
+        "The two figures: drawn by `python benchmarks/study.py report screens/handmade` from the "
+        "study's 2 result files (`benchmarks/results/screens/handmade/`, its table's rows), run "
+        "at commits abc1234, def5678 on these machines: x86_64, 2 cores (CPU model not "
+        "recorded); EPYC BF16.\n")
+
+
+def test_the_pong_logs_figure_must_be_the_one_its_results_file_s_command_drew(tmp_path):
+    import figure_stamps
+
+    write_result(tmp_path / learning_tables.PONG_LOGS,
+                 "python benchmarks/pong_logs.py a.log --plot plots/runs.png", {})
+    assert figure_stamps.pong_logs_figure("plots/runs.png", tmp_path).startswith(
+        "The figure: drawn by the `benchmarks/pong_logs.py` command of the tables above (its "
+        "`--plot plots/runs.png`), from the same logs, on Some CPU, 2 cores (AVX2), commit "
+        "abc1234.")
+    with pytest.raises(ValueError, match="not written by the command that drew plots/other"):
+        figure_stamps.pong_logs_figure("plots/other.png", tmp_path)
 
 
 def test_the_committed_networks_render_with_size_command_and_scores(tmp_path):

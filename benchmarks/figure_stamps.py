@@ -1,0 +1,122 @@
+"""The line under each committed figure on the pages: the command, machine and commit it came
+from, rendered from its results files as the tables are (`render_docs.RENDERERS` names each).
+
+Some figures are drawn from one results file alone, with no training: the Blind Cliffwalk's
+(FILE_FIGURES). `python benchmarks/render_docs.py --figures` draws them again from the newest
+file of their command and writes that file's name into the PNG (a "Source" text chunk); their
+stamp is rendered only while the PNG names that newest file, so a figure older than its table
+fails `render_docs.py --check`, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import provenance
+import study
+from benchmark_tables import newest_results, newest_results_file
+from learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
+from PIL import Image, PngImagePlugin
+
+SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
+
+
+@dataclass(frozen=True)
+class FileFigure:
+    """A figure drawn from the newest results file of `command` (a `blind_cliffwalk.py` run)."""
+
+    path: str  # repository-relative, where the page shows it
+    command: str
+
+
+FILE_FIGURES = [FileFigure("plots/blind_cliffwalk.png", BLIND_CLIFFWALK),
+                FileFigure("plots/blind_cliffwalk_priority_epsilon.png", BLIND_CLIFFWALK_EPSILON)]
+
+
+def results_name(path: Path, results: Path) -> str:
+    """A results file as the pages name it: under benchmarks/results/."""
+    return f"benchmarks/results/{path.relative_to(results).as_posix()}"
+
+
+def made_on(run: dict[str, Any]) -> str:
+    """"on MACHINE, commit C, DATE" from a results file's stamp."""
+    return (f"on {provenance.machine_label(run)}, commit {provenance.commit_label(run)}"
+            + (f", {run['date'][:10]}" if "date" in run else ""))
+
+
+def drawn_from(png: Path) -> str | None:
+    """The results file a figure's PNG names, None if it names none."""
+    with Image.open(png) as image:
+        return image.text.get(SOURCE)
+
+
+def draw(figure: FileFigure, results: Path, root: Path = provenance.ROOT) -> Path:
+    """Draw `figure` again from the newest results file of its command, with `blind_cliffwalk.py`'s
+    own `plot`, and name that file in the PNG. Returns the PNG's path."""
+    sys.path.insert(0, str(provenance.ROOT))
+    import blind_cliffwalk
+
+    path, run = newest_results_file(results, "blind_cliffwalk", figure.command)
+    measured = run["results"]
+    curves = {(row["n"], row["column"]): row["updates"] for row in measured["runs"]}
+    png = root / figure.path
+    blind_cliffwalk.plot(curves, measured["columns"], str(png))
+    chunks = PngImagePlugin.PngInfo()
+    chunks.add_text(SOURCE, results_name(path, results))
+    with Image.open(png) as image:
+        image.load()
+    image.save(png, pnginfo=chunks)
+    return png
+
+
+def file_figure(figure: FileFigure, results: Path) -> str:
+    """The stamp of a figure drawn from one results file; ValueError if its PNG names another
+    file than the newest of its command (or none)."""
+    path, run = newest_results_file(results, "blind_cliffwalk", figure.command)
+    newest = results_name(path, results)
+    found = drawn_from(provenance.ROOT / figure.path)
+    if found != newest:
+        raise ValueError(f"{figure.path} was drawn from {found or 'no named results file'}, not "
+                         f"from {newest}, the newest of `{figure.command}`: `python "
+                         "benchmarks/render_docs.py --figures` draws it again")
+    return (f"The figure: drawn from the table's results file `{newest}`, `{run['command']}` "
+            f"{made_on(run)}; `python benchmarks/render_docs.py --figures` draws it again from "
+            "that file.\n")
+
+
+def study_figures(name: str, figures: int, results: Path) -> str:
+    """The stamp of a study's figures: `study.py report` draws them from the table's result
+    files, whose commits and machines it names."""
+    found = study.load_results(name, results)
+    runs = sorted((run for variants in found.values() for runs in variants.values()
+                   for run in runs), key=lambda run: run.get("date", ""))
+    commits = list(dict.fromkeys(provenance.commit_label(run) for run in runs))
+    machines = list(dict.fromkeys(provenance.machine_label(run) for run in runs))
+    which = {1: "The figure", 2: "The two figures"}.get(figures, f"The {figures} figures")
+    where = (f"on {machines[0]}" if len(machines) == 1
+             else f"on these machines: {'; '.join(machines)}")
+    return (f"{which}: drawn by `python benchmarks/study.py report {name}` from the "
+            f"study's {len(runs)} result files (`benchmarks/results/{name}/`, its table's rows), "
+            f"run at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)} {where}.\n")
+
+
+def pong_logs_figure(figure: str, results: Path) -> str:
+    """The stamp of the committed Pong logs' figure: the pong_logs.py command that drew it,
+    which must name it (`--plot`)."""
+    run = json.loads((results / PONG_LOGS).read_text())
+    if f"--plot {figure}" not in run["command"]:
+        raise ValueError(f"{results_name(results / PONG_LOGS, results)} was not written by the "
+                         f"command that drew {figure}")
+    return (f"The figure: drawn by the `benchmarks/pong_logs.py` command of the tables above "
+            f"(its `--plot {figure}`), from the same logs, {made_on(run)}.\n")
+
+
+def default_run_figure(results: Path) -> str:
+    """The stamp of a figure of the default run: the run of the table above."""
+    run = newest_results(results, "default_run")
+    return (f"The figure: drawn by the default run of the table above, `{run['command']}`, which "
+            f"`python benchmarks/default_run.py` ran and copied it from, {made_on(run)}.\n")

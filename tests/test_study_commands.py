@@ -1,0 +1,40 @@
+"""A study's rendered command repeats its runs: resolved by today's flags and presets, on a CPU
+with bfloat16 units or without one, it gives every setting that the runs' result files recorded."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import study  # noqa: E402
+
+import d3qn_agent  # noqa: E402
+from d3qn_utils import settings  # noqa: E402
+
+
+def settings_of(command: str) -> dict:
+    """What `command` (a d3qn_agent.py command line) resolves to today, lists for tuples."""
+    words = shlex.split(command)
+    flags = settings.explicit_flags(words[words.index("d3qn_agent.py") + 1:],
+                                    settings.d3qn_parser(d3qn_agent))
+    config, _ = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, flags)
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in vars(config).items()}
+
+
+@pytest.mark.parametrize("bfloat16_units", [None, "AVX512_BF16"])
+def test_each_study_row_s_command_resolves_to_the_settings_its_runs_recorded(monkeypatch,
+                                                                           bfloat16_units):
+    monkeypatch.setattr(settings, "native_bfloat16", lambda: bfloat16_units)
+    files = sorted(study.RESULTS.glob("*/*/*/seed*.json"))  # the studies, not screens/
+    assert files
+    for path in files:
+        run = json.loads(path.read_text())
+        today = settings_of(study.reproducing_command(run))
+        differs = {name: (recorded, today[name]) for name, recorded in run["settings"].items()
+                   if name in today and today[name] != recorded}
+        assert not differs, f"{path.relative_to(ROOT)}: (recorded, today) {differs}"
