@@ -148,7 +148,8 @@ def default_run(results: Path) -> str:
                      "steps per second"),
             ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),
             ("final evaluation (20 greedy episodes)", f"{found['final_evaluation']:.1f}"),
-            ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run))]
+            ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run)),
+            ("load", provenance.load_label(run))]
     return "| the default run | |\n|---|---|\n" + "".join(f"| {name} | {value} |\n"
                                                           for name, value in rows)
 
