@@ -19,7 +19,7 @@ from markdown_table import format_row
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
-         "CartPole-v1": "CartPole"}  # a game's name in a table
+         "CartPole-v1": "CartPole"}  # a game's name in a table (others: their id)
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 
@@ -27,9 +27,9 @@ def newest_results(results: Path, script: str, command: str | None = None, **set
                    ) -> dict[str, Any]:
     """The newest results file of `script` (benchmarks/<script>.py, or a program at the root)
     under `results` (its files are named by their UTC time), of `command` where given, whose
-    measured settings ("results" fields) equal `settings`."""
+    measured settings ("results" fields) equal `settings`; its "file" says which one."""
     for path in sorted((results / script).glob("*.json"), reverse=True):
-        run = json.loads(path.read_text())
+        run = {**json.loads(path.read_text()), "file": f"{script}/{path.name}"}
         if (command is None or run["command"] == command) and all(
                 run["results"].get(name) == value for name, value in settings.items()):
             return run
@@ -65,7 +65,7 @@ def stamp_cells(run: dict[str, Any]) -> list[str]:
 def load(run: dict[str, Any]) -> str:
     """The load a timing was taken under (`provenance.load_label`: refused if the machine was
     busy)."""
-    return provenance.load_label(run)
+    return provenance.load_label(run, f"results file {run['file']}")
 
 
 def bench_per(results: Path) -> str:
@@ -144,6 +144,27 @@ def bench_backends(games: list[str], results: Path) -> str:
               *(f"ms per step, {steps} per call" for steps in steps_per_call or ["1", "16"]),
               "ms per greedy action", "load", "command", "machine", "commit"]
     return markdown_table(header, rows)
+
+
+def bench_steps_per_call(results: Path) -> str:
+    """Agent steps/s at 1 and at the preset's K gradient steps per call, per game and backend,
+    and whether the gain keeps K in the preset."""
+    run = newest_results(results, "bench_steps_per_call")
+    found = run["results"]
+    rows = []
+    for game, backends in found["games"].items():
+        for backend, measured in backends.items():
+            preset = measured["preset"]
+            one, several = (statistics.median(measured["steps_per_second"][str(steps)])
+                            for steps in (1, preset))
+            gain = several / one - 1
+            rows.append([GAMES.get(game, game), backend, str(preset), rate(one), rate(several),
+                         f"{gain:+.0%}", "yes" if gain >= found["gain_needed"] else "**no**"])
+    header = ["game", "backend", "preset's K", "agent steps/s, 1 per call",
+              "agent steps/s, K per call", "gain", f"at least {found['gain_needed']:.0%}"]
+    facts = [f"medians of {found['rounds']} alternating windows of {found['window']:,} agent "
+             "steps each", load(run)]
+    return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
 def bench_pong_kernels(results: Path) -> str:

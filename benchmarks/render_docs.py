@@ -182,6 +182,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_backends": partial(tables.bench_backends, list(tables.GAMES)),
     "bench_backends_minatar": partial(tables.bench_backends, ["MinAtar/Breakout-v1"]),
     "bench_pong_kernels": tables.bench_pong_kernels,
+    "bench_steps_per_call": tables.bench_steps_per_call,
     "bench_vs_sb3_minatar": partial(tables.bench_vs_sb3, "MinAtar/Breakout-v1"),
     "bench_vs_sb3_pong": partial(tables.bench_vs_sb3, "PongNoFrameskip-v4"),
     "bench_tensorboard": tables.bench_tensorboard,

@@ -393,6 +393,20 @@ def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_
                               "`python benchmarks/bench_vs_sb3.py` on Some CPU")
 
 
+def test_steps_per_call_shows_each_game_s_gain_and_whether_it_clears_the_bar(tmp_path):
+    write_bench(tmp_path, "bench_steps_per_call", "20261128T000000Z", {
+        "window": 4096, "rounds": 3, "gain_needed": 0.15, "games": {"CartPole-v1": {
+            "tensorflow": {"preset": 16, "steps_per_second": {"1": [100.0, 90.0, 110.0],
+                                                               "16": [150.0, 160.0, 140.0]}},
+            "jax": {"preset": 16, "steps_per_second": {"1": [100.0, 100.0, 100.0],
+                                                        "16": [110.0, 114.0, 120.0]}}}}})
+    rows = render_docs.RENDERERS["bench_steps_per_call"](tmp_path).splitlines()
+    assert rows[2:4] == ["| CartPole | tensorflow | 16 | 100 | 150 | +50% | yes |",
+                         "| CartPole | jax | 16 | 100 | 114 | +14% | **no** |"]
+    assert rows[5].startswith(f"Medians of 3 alternating windows of 4,096 agent steps each; "
+                              f"{LOAD}. `python benchmarks/bench_steps_per_call.py`")
+
+
 @pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
                                   if name.startswith("bench_")])
 def test_a_speed_table_without_its_results_file_is_an_error_naming_the_script(name, tmp_path):
