@@ -248,6 +248,7 @@ def main() -> None:
                         help="log every run to TensorBoard under DIR (alone: runs/bench_agent)")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     if args.total_steps < 1:
         parser.error(f"--total-steps must be positive, got {args.total_steps}")
     run_sb3 = args.sb3 and importlib.util.find_spec("stable_baselines3") is not None

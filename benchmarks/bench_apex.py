@@ -191,6 +191,7 @@ def main() -> None:
                         help="seeds of the CartPole runs")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
         apex.connect_ray(config, address=None)

@@ -42,9 +42,9 @@ greedy evaluations (every 250,000 steps) fall outside the measured window.
 
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then, for images, the replay memory's bytes per transition, measured from
-its numpy arrays (frame store + sum tree) after the run. The 2-core CPU may be shared: the load
-average before and after is printed with the numbers. All of it, "before" and "now", goes to a
-results file too (`--results`).
+its numpy arrays (frame store + sum tree) after the run, with the load average before and after.
+All of it, "before" and "now", goes to a results file too (`--results`), timed alone
+(`provenance.time_alone`).
 """
 
 from __future__ import annotations
@@ -304,6 +304,7 @@ def main() -> None:
     if args.code != str(ROOT):  # the subprocess measuring --before: its parent writes it down
         print(MEASURED + json.dumps(measure(args)))
         return
+    provenance.time_alone()  # no other timing shares the cores; its child times under it
     print("command: python " + shlex.join(sys.argv))
     load_before = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average before {load_before[0]:.2f} (1 min)")
@@ -329,7 +330,6 @@ def main() -> None:
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
     provenance.write_results(args.results, {
         "env_name": args.env_name, "before_commit": args.before, **measured,
-        "load_average_before": load_before, "load_average_after": load_after,
         "peak_resident_mb": peak_mb})
 
 

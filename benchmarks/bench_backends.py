@@ -89,6 +89,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.env_name, args.repeats)))
         return
+    provenance.time_alone()  # no other timing shares the cores; its children time under it
     print(f"command: python benchmarks/bench_backends.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
     print(f"{args.env_name}: ms per gradient step at {', '.join(map(str, STEPS_PER_CALL))} "
@@ -96,8 +97,7 @@ def main() -> None:
     print("| backend | device | " + " | ".join(f"step, {n} per call" for n in STEPS_PER_CALL)
           + " | greedy action |")
     print("|---|---|" + "---|" * (len(STEPS_PER_CALL) + 1))
-    measured: dict = {"env_name": args.env_name, "repeats": args.repeats,
-                      "load_average_before": os.getloadavg(), "backends": {}}
+    measured: dict = {"env_name": args.env_name, "repeats": args.repeats, "backends": {}}
     for backend in args.backends:
         result = subprocess.run(
             [sys.executable, __file__, "--child", "--env-name", args.env_name, "--repeats",

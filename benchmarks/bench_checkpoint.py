@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
 
     with tempfile.TemporaryDirectory() as directory:
         # Random play through the agent's own loop (no learning, no evaluation), so that the

@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
 

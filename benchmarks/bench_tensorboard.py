@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)  # one run, alone
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     if args.draw:
         print(f"figure: {draw(args.draw)}")
         return

@@ -31,9 +31,9 @@ or AMX) as one more agent of each round; SB3 stays in float32, as it ships.
 `--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
 of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
 without `stable_baselines3` (and torch) installed the script says so and measures ours alone.
-The 2-core CPU may be shared: the load average is printed with the numbers, and the ratio is the
-claim (both measured in this one run). Every round's speeds go to a results file (`--results`),
-with torch's and SB3's versions.
+The load average is printed with the numbers (the script times alone: `provenance.time_alone`),
+and the ratio is the claim (both measured in this one run). Every round's speeds go to a results
+file (`--results`), with torch's and SB3's versions.
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ def main() -> None:
                         help="measure ours alone, even with Stable-Baselines3 installed")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     preset, bench = game_settings(args.env_name)
     steps = bench["steps"] if args.steps is None else args.steps
     warmup = bench["warmup"] if args.warmup is None else args.warmup
@@ -191,8 +192,7 @@ def main() -> None:
                  else None for name in ("stable_baselines3", "torch")}
     provenance.write_results(args.results, {
         "env_name": args.env_name, "steps": steps, "warmup": warmup, "rounds": args.rounds,
-        "env_steps_per_second": speeds, "load_average_before": load_before,
-        "load_average_after": load_after, "versions": installed})
+        "env_steps_per_second": speeds, "versions": installed})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from markdown_table import format_row
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
-         "CartPole-v1": "CartPole"}  # a game's name in a table
+         "CartPole-v1": "CartPole"}  # a game's name in a table (others: their id)
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 
@@ -33,9 +33,9 @@ def newest_results(results: Path, script: str, command: str | None = None, **set
 
 def newest_results_file(results: Path, script: str, command: str | None = None,
                         **settings: Any) -> tuple[Path, dict[str, Any]]:
-    """`newest_results`' file and what it holds."""
+    """`newest_results`' file and what it holds (its "file" says which one, for messages)."""
     for path in sorted((results / script).glob("*.json"), reverse=True):
-        run = json.loads(path.read_text())
+        run = {**json.loads(path.read_text()), "file": f"{script}/{path.name}"}
         if (command is None or run["command"] == command) and all(
                 run["results"].get(name) == value for name, value in settings.items()):
             return path, run
@@ -69,10 +69,9 @@ def stamp_cells(run: dict[str, Any]) -> list[str]:
 
 
 def load(run: dict[str, Any]) -> str:
-    """The 1-minute load average before and after the measurement."""
-    found = run["results"]
-    return (f"load average {found['load_average_before'][0]:.1f} before, "
-            f"{found['load_average_after'][0]:.1f} after")
+    """The load a timing was taken under (`provenance.load_label`: refused if the machine was
+    busy)."""
+    return provenance.load_label(run, f"results file {run['file']}")
 
 
 def bench_per(results: Path) -> str:
@@ -89,7 +88,7 @@ def bench_per(results: Path) -> str:
                      *([f"{times['cpprb']:.1f}", f"{ours / times['cpprb']:.2f}{TIMES}"] if cpprb
                        else [])])
     facts = [f"capacity {found['capacity']:,}, median of {found['repeats']} timed runs each",
-             *([f"cpprb {found['cpprb']}"] if cpprb else [])]
+             *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -141,16 +140,37 @@ def bench_backends(games: list[str], results: Path) -> str:
         for backend, found in run["results"]["backends"].items():
             if "failed" in found:
                 rows.append([GAMES.get(game, game), backend, f"failed: {found['failed']}", "",
-                             "", "", *stamp_cells(run)])
+                             "", "", load(run), *stamp_cells(run)])
                 continue
             steps_per_call = steps_per_call or sorted(found["step_ms"], key=int)
             rows.append([GAMES.get(game, game), backend, found["device"],
                          *(f"{found['step_ms'][steps]:.2f}" for steps in steps_per_call),
-                         f"{found['act_ms']:.2f}", *stamp_cells(run)])
+                         f"{found['act_ms']:.2f}", load(run), *stamp_cells(run)])
     header = ["game", "backend", "device",
               *(f"ms per step, {steps} per call" for steps in steps_per_call or ["1", "16"]),
-              "ms per greedy action", "command", "machine", "commit"]
+              "ms per greedy action", "load", "command", "machine", "commit"]
     return markdown_table(header, rows)
+
+
+def bench_steps_per_call(results: Path) -> str:
+    """Agent steps/s at 1 and at the preset's K gradient steps per call, per game and backend,
+    and whether the gain keeps K in the preset."""
+    run = newest_results(results, "bench_steps_per_call")
+    found = run["results"]
+    rows = []
+    for game, backends in found["games"].items():
+        for backend, measured in backends.items():
+            preset = measured["preset"]
+            one, several = (statistics.median(measured["steps_per_second"][str(steps)])
+                            for steps in (1, preset))
+            gain = several / one - 1
+            rows.append([GAMES.get(game, game), backend, str(preset), rate(one), rate(several),
+                         f"{gain:+.0%}", "yes" if gain >= found["gain_needed"] else "**no**"])
+    header = ["game", "backend", "preset's K", "agent steps/s, 1 per call",
+              "agent steps/s, K per call", "gain", f"at least {found['gain_needed']:.0%}"]
+    facts = [f"medians of {found['rounds']} alternating windows of {found['window']:,} agent "
+             "steps each", load(run)]
+    return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
 def bench_pong_kernels(results: Path) -> str:
@@ -168,7 +188,8 @@ def bench_pong_kernels(results: Path) -> str:
                               for name, seconds in found["greedy_action_seconds"].items()])
     facts = [f"a gradient step (batch {found['batch_size']}) is {flops / 1e9:.2f} GFLOP",
              f"float32 matmul {matmul / 1e9:.0f} GFLOP/s",
-             f"median of {found['rounds']} alternating rounds of {found['calls_per_round']} calls"]
+             f"median of {found['rounds']} alternating rounds of {found['calls_per_round']} calls",
+             load(run)]
     return steps + "\n" + actions + stamp_line(run, *facts)
 
 
@@ -217,7 +238,7 @@ def bench_tensorboard(results: Path) -> str:
     facts = [f"{found['total_steps']:,}-step CartPole runs",
              "`Memory.sample(128)` on a full 50,000-slot memory "
              f"{sample['without replay statistics']:.1f} µs without the replay statistics, "
-             f"{sample['with replay statistics']:.1f} µs with them"]
+             f"{sample['with replay statistics']:.1f} µs with them", load(run)]
     return markdown_table(["variant", f"ms per env step (median of {found['repeats']})",
                            "against no TensorBoard"], rows) + stamp_line(run, *facts)
 
@@ -250,7 +271,7 @@ def bench_checkpoint(results: Path) -> str:
     facts = [f"{found['env_name']}, {found['transitions']:,} transitions in a "
              f"{found['memory_size']:,}-slot replay", f"saved in {found['save_seconds']:.1f} s "
              f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
-             f"loaded in {found['load_seconds']:.1f} s"]
+             f"loaded in {found['load_seconds']:.1f} s", load(run)]
     return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
 
 
@@ -266,7 +287,7 @@ def bench_apex_solved(results: Path) -> str:
     rows = [[str(seed["seed"]), seconds(seed["apex.py"]), seconds(seed["d3qn_agent.py"])]
             for seed in run["results"]["solved_seconds"]]
     return markdown_table(["seed", "`python apex.py` (2 actors), s", "`python d3qn_agent.py`, s"],
-                          rows) + stamp_line(run)
+                          rows) + stamp_line(run, load(run))
 
 
 def bench_apex_throughput(results: Path) -> str:
@@ -278,7 +299,7 @@ def bench_apex_throughput(results: Path) -> str:
              f"{row['env_steps_per_second']:,.0f}", f"{row['updates_per_second']:,.0f}"]
             for row in found["throughput"]]
     return markdown_table(["actors", "pacing", "env steps/s collected", "learner updates/s"],
-                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run")
+                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run", load(run))
 
 
 def bench_apex_costs(results: Path) -> str:
@@ -299,7 +320,7 @@ def bench_apex_costs(results: Path) -> str:
               "weights_publish_and_pull", "ms")]
     rows = [[name, f"{costs[key] * 1e3:.3f} ms" if unit == "ms" else f"{costs[key] * 1e6:.1f} µs"]
             for name, key, unit in parts]
-    return markdown_table(["part", "cost (median)"], rows) + stamp_line(run)
+    return markdown_table(["part", "cost (median)"], rows) + stamp_line(run, load(run))
 
 
 def bench_apex_projection(results: Path) -> str:

@@ -52,6 +52,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    provenance.time_alone()  # no other timing shares the cores
     code = provenance.commit()  # before the run: the checkout may move on meanwhile
     with tempfile.TemporaryDirectory() as work_dir:
         start = time.perf_counter()

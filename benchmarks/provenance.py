@@ -1,8 +1,14 @@
 """What every results file says about how it was made, stamped by the code that measured it:
 the command line, the commit (and whether Python files had uncommitted changes), the date, the
 machine (CPU model, cores, the CPU features that change the arithmetic, any GPU), the Keras
-backend and the versions of the packages that compute. `benchmarks/render_docs.py` renders the
-pages' command, machine and commit columns from these fields, so none of them is typed by hand.
+backend and the versions of the packages that compute; and, for a script that times, the load
+it was timed under. `benchmarks/render_docs.py` renders the pages' command, machine, commit and
+load from these fields, so none of them is typed by hand.
+
+A script that times calls `time_alone()` first: it holds one machine-wide lock until it exits, so
+two timings never share the cores, and its results file records the load average as it began
+and as it wrote its results. A timing that began on a machine busier than its core count is
+refused by the pages (`load_label`).
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -32,6 +41,10 @@ COMMAND_ENVIRONMENT = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP
                        "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES")
 PACKAGES = ("tensorflow", "keras", "jax", "numpy")
 MACHINE_NOT_RECORDED = "machine not recorded"
+# In the system's temporary directory, not the checkout: two clones on one machine share it.
+MEASURING_LOCK = Path(tempfile.gettempdir()) / "d3qn_measuring.lock"
+# This process's hold on MEASURING_LOCK and the load average as it took it (`time_alone`).
+timed_alone: dict[str, Any] = {}
 
 
 def git(*args: str) -> str:
@@ -115,6 +128,29 @@ def backend() -> str:
     return keras.backend.backend()
 
 
+def time_alone(lock_path: Path = MEASURING_LOCK) -> None:
+    """Hold the machine-wide measuring lock until this process exits, waiting (and saying so)
+    while another script holds it; note the load average as the timing begins."""
+    if timed_alone:
+        return
+    lock = filelock.FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        print(f"waiting for another script that times to finish ({lock_path})", flush=True)
+        lock.acquire()
+    timed_alone.update(lock=lock, load_average_before=os.getloadavg())
+
+
+def load_record() -> dict[str, Any]:
+    """The stamp's "timed_alone" field: the load average (1, 5, 15 min) as the timing began and
+    now; empty for a script that does not time."""
+    if not timed_alone:
+        return {}
+    return {"timed_alone": {"load_average_before": list(timed_alone["load_average_before"]),
+                            "load_average_after": list(os.getloadavg())}}
+
+
 def stamp(command: str | None = None, code: tuple[str, bool] | None = None) -> dict[str, Any]:
     """The facts every results file carries. `command` and `code` (a `commit()` taken earlier:
     the checkout may move on during a long run) replace this process's own."""
@@ -122,7 +158,8 @@ def stamp(command: str | None = None, code: tuple[str, bool] | None = None) -> d
     return {"command": command or command_line(), "commit": head,
             "uncommitted_changes": uncommitted,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": machine(), "backend": backend(), "versions": versions()}
+            "machine": machine(), "backend": backend(), "versions": versions(),
+            **load_record()}
 
 
 def add_results_argument(parser: argparse.ArgumentParser, script: str) -> None:
@@ -174,3 +211,24 @@ def commit_label(result: dict[str, Any]) -> str:
     into the commit string itself; a hand-made test file may have none."""
     return result.get("commit", "no commit") + (" (with uncommitted changes)"
                                                 if result.get("uncommitted_changes") else "")
+
+
+def load_label(result: dict[str, Any], source: str = "a results file") -> str:
+    """A timing's load in a page: the 1-minute load average as it began and as it ended. A timing
+    taken under the measuring lock that began with a load above the core count is refused
+    (ValueError naming `source`): another process shared the cores. Files older than the lock
+    give the load their script printed into them, marked so."""
+    alone = result.get("timed_alone")
+    if alone is None:
+        found = result.get("results", {})
+        if "load_average_before" not in found:
+            return "load not recorded (timed before the measuring lock)"
+        after = found.get("load_average_after")
+        return (f"load average {found['load_average_before'][0]:.1f} before"
+                + (f", {after[0]:.1f} after" if after else "") + " (timed before the lock)")
+    before, after = alone["load_average_before"][0], alone["load_average_after"][0]
+    cores = result["machine"]["cores"]
+    if before > cores:
+        raise ValueError(f"{source} was timed with a load average of {before:.2f} on {cores} "
+                         "cores as it began: measure it again with the machine otherwise idle")
+    return f"load average {before:.1f} before, {after:.1f} after, {cores} cores"

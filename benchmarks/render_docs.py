@@ -152,7 +152,8 @@ def default_run(results: Path) -> str:
                      "steps per second"),
             ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),
             ("final evaluation (20 greedy episodes)", f"{found['final_evaluation']:.1f}"),
-            ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run))]
+            ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run)),
+            ("load", provenance.load_label(run))]
     return "| the default run | |\n|---|---|\n" + "".join(f"| {name} | {value} |\n"
                                                           for name, value in rows)
 
@@ -194,6 +195,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_backends": partial(tables.bench_backends, list(tables.GAMES)),
     "bench_backends_minatar": partial(tables.bench_backends, ["MinAtar/Breakout-v1"]),
     "bench_pong_kernels": tables.bench_pong_kernels,
+    "bench_steps_per_call": tables.bench_steps_per_call,
     "bench_vs_sb3_minatar": partial(tables.bench_vs_sb3, "MinAtar/Breakout-v1"),
     "bench_vs_sb3_pong": partial(tables.bench_vs_sb3, "PongNoFrameskip-v4"),
     "bench_tensorboard": tables.bench_tensorboard,

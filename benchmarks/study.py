@@ -930,6 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    provenance.time_alone()  # its runs' steps/s count: no other timing shares the cores
     kept = defaults.get("keep_network")
     keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
                      if (run.variant, run.seed) == kept}

@@ -3,6 +3,7 @@ and every results file carries the stamp of how it was made (benchmarks/provenan
 
 import json
 import shutil
+import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -204,6 +205,38 @@ def write_result(path: Path, command: str, results: dict) -> None:
     path.write_text(json.dumps({"command": command, **STAMP, "results": results}))
 
 
+def test_a_script_that_times_holds_the_machine_wide_lock_and_records_its_load(
+        tmp_path, monkeypatch, capsys):
+    lock_path = tmp_path / "measuring.lock"
+    monkeypatch.setattr(provenance, "timed_alone", {})
+    provenance.time_alone(lock_path)
+    other = subprocess.run([sys.executable, "-c", "import filelock, sys; "
+                            f"filelock.FileLock({str(lock_path)!r}).acquire(timeout=0)"],
+                           capture_output=True, text=True)
+    assert other.returncode != 0 and "Timeout" in other.stderr  # a second script must wait
+    written = json.loads(provenance.write_results(tmp_path / "run.json", {}).read_text())
+    record = written["timed_alone"]
+    assert len(record["load_average_before"]) == len(record["load_average_after"]) == 3
+    provenance.timed_alone["lock"].release()
+
+
+def timed(before: float, after: float) -> dict:
+    """A results file timed under the lock, with these 1-minute load averages, on 2 cores."""
+    return {"command": "python benchmarks/bench_per.py", "date": "2026-11-28T00:00:00+00:00",
+            **STAMP, "timed_alone": {"load_average_before": [before, 0.0, 0.0],
+                                     "load_average_after": [after, 0.0, 0.0]}, "results": {}}
+
+
+def test_the_pages_show_a_timings_load_and_refuse_one_taken_on_a_busy_machine():
+    assert provenance.load_label(timed(0.3, 2.4)) == (
+        "load average 0.3 before, 2.4 after, 2 cores")  # its own threads count after
+    with pytest.raises(ValueError, match=r"load average of 2\.10 on 2 cores"):
+        provenance.load_label(timed(2.1, 2.0))
+    older = {"results": {"load_average_before": [1.5, 0, 0], "load_average_after": [2.5, 0, 0]}}
+    assert provenance.load_label(older) == (
+        "load average 1.5 before, 2.5 after (timed before the lock)")
+
+
 def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path):
     runs = [(2, 6, "uniform", [10, 20]), (2, 6, "oracle", [5, 5]),
             (3, 14, "uniform", [40, None]), (3, 14, "oracle", [7, 9])]
@@ -330,7 +363,11 @@ def write_bench(results: Path, script: str, when: str, measured: dict, command: 
     path.write_text(json.dumps({
         "command": command or f"python benchmarks/{script}.py", "commit": commit,
         "uncommitted_changes": False, "date": "2026-11-28T06:00:00+00:00", "machine": MACHINE,
-        "backend": "tensorflow", "versions": {}, "results": measured}))
+        "backend": "tensorflow", "versions": {}, "results": measured, "timed_alone": {
+            "load_average_before": [0.5, 0.0, 0.0], "load_average_after": [2.0, 0.0, 0.0]}}))
+
+
+LOAD = "load average 0.5 before, 2.0 after, 2 cores"
 
 
 def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_path):
@@ -347,7 +384,7 @@ def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_
         "|---|---|---|---|---|---|\n"
         f"| store | 5.0 | 200.0 | 40.0{X} | 20.0 | 0.25{X} |\n"
         f"| sample(32) | 40.0 | 400.0 | 10.0{X} | 20.0 | 2.00{X} |\n"
-        "\nCapacity 1,024, median of 3 timed runs each; cpprb 11.0.0. "
+        f"\nCapacity 1,024, median of 3 timed runs each; cpprb 11.0.0; {LOAD}. "
         "`python benchmarks/bench_per.py` on Some CPU, 2 cores (AVX2), commit abc1234, "
         "2026-11-28.\n")
 
@@ -361,11 +398,9 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
 
     write_bench(tmp_path, "bench_atari", "20261128T000000Z", {
         "env_name": "CartPole-v1", "before_commit": "538808e", "before": bench_atari(2.0),
-        "now": bench_atari(1.0), "load_average_before": [0.5, 0, 0],
-        "load_average_after": [1.5, 0, 0]}, command="python benchmarks/bench_atari.py --x")
+        "now": bench_atari(1.0)}, command="python benchmarks/bench_atari.py --x")
     write_bench(tmp_path, "bench_atari", "20261128T010000Z", {  # newer, but Pong
-        "env_name": "PongNoFrameskip-v4", "before_commit": "none", "now": bench_atari(9.0),
-        "load_average_before": [0, 0, 0], "load_average_after": [0, 0, 0]})
+        "env_name": "PongNoFrameskip-v4", "before_commit": "none", "now": bench_atari(9.0)})
     assert render_docs.RENDERERS["bench_atari_cartpole"](tmp_path) == (
         "| part | µs per agent step, 538808e (before the fast path) | µs per agent step, abc1234 "
         "| share of the time, abc1234 |\n|---|---|---|---|\n"
@@ -374,13 +409,12 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
         "| the rest (loop, episode lines) | 2,000 | 1,000 | 25% |\n"
         "| **total** | **8,000** | **4,000** | 100% |\n"
         "| agent steps/s | 125.0 | 250.0 |  |\n"
-        f"\nCartPole, 1,000 timed agent steps; now / before 2.00{X}; load average 0.5 before, "
-        "1.5 "
-        "after. `python benchmarks/bench_atari.py --x` on Some CPU, 2 cores (AVX2), commit "
+        f"\nCartPole, 1,000 timed agent steps; now / before 2.00{X}; {LOAD}. "
+        "`python benchmarks/bench_atari.py --x` on Some CPU, 2 cores (AVX2), commit "
         "abc1234, 2026-11-28.\n")
     pong = benchmark_tables.bench_atari("PongNoFrameskip-v4", tmp_path).splitlines()
     assert pong[0] == "| part | µs per agent step, abc1234 | share of the time, abc1234 |"
-    assert pong[-1].startswith("Pong, 1,000 timed agent steps; load average 0.0 before")
+    assert pong[-1].startswith(f"Pong, 1,000 timed agent steps; {LOAD}.")
     with pytest.raises(ValueError, match=r"no results of benchmarks/bench_atari\.py with env_name "
                                          "MinAtar/Breakout-v1"):
         benchmark_tables.bench_atari("MinAtar/Breakout-v1", tmp_path)
@@ -398,12 +432,12 @@ def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(
     table = benchmark_tables.bench_backends(["PongNoFrameskip-v4", "CartPole-v1"], tmp_path)
     assert table.splitlines() == [
         "| game | backend | device | ms per step, 1 per call | ms per step, 16 per call "
-        "| ms per greedy action | command | machine | commit |", "|---" * 9 + "|",
-        "| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | `python benchmarks/bench_backends.py` "
-        "| Some CPU, 2 cores (AVX2) | abc1234 |",
-        "| Pong | jax | failed: ImportError: no jax |  |  |  | "
+        "| ms per greedy action | load | command | machine | commit |", "|---" * 10 + "|",
+        f"| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | {LOAD} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        "| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | "
+        f"| Pong | jax | failed: ImportError: no jax |  |  |  | {LOAD} | "
+        "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
+        f"| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | {LOAD} | "
         "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
         "| Some CPU, 2 cores (AVX2) | def5678 |"]
 
@@ -414,7 +448,6 @@ def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_
         "env_steps_per_second": {"ours, float32": [300.0, 100.0, 200.0],
                                  "SB3 DQN, 1 thread": [50.0, 50.0, 50.0],
                                  "SB3 DQN, 2 threads": [80.0, 90.0, 70.0]},
-        "load_average_before": [1.0, 0, 0], "load_average_after": [2.0, 0, 0],
         "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
     rows = render_docs.RENDERERS["bench_vs_sb3_minatar"](tmp_path).splitlines()
     assert rows[2:6] == ["| ours, float32 | 200 | 300, 100, 200 |",
@@ -422,9 +455,23 @@ def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_
                          "| SB3 DQN, 2 threads | 80.0 | 80.0, 90.0, 70.0 |",
                          f"| **ours, float32 / SB3's faster** | **2.50{X}** |  |"]
     assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
-                              "3 alternating rounds; load average 1.0 before, 2.0 after; "
+                              f"3 alternating rounds; {LOAD}; "
                               "Stable-Baselines3 2.9.2 on torch 2.14.1. "
                               "`python benchmarks/bench_vs_sb3.py` on Some CPU")
+
+
+def test_steps_per_call_shows_each_game_s_gain_and_whether_it_clears_the_bar(tmp_path):
+    write_bench(tmp_path, "bench_steps_per_call", "20261128T000000Z", {
+        "window": 4096, "rounds": 3, "gain_needed": 0.15, "games": {"CartPole-v1": {
+            "tensorflow": {"preset": 16, "steps_per_second": {"1": [100.0, 90.0, 110.0],
+                                                               "16": [150.0, 160.0, 140.0]}},
+            "jax": {"preset": 16, "steps_per_second": {"1": [100.0, 100.0, 100.0],
+                                                        "16": [110.0, 114.0, 120.0]}}}}})
+    rows = render_docs.RENDERERS["bench_steps_per_call"](tmp_path).splitlines()
+    assert rows[2:4] == ["| CartPole | tensorflow | 16 | 100 | 150 | +50% | yes |",
+                         "| CartPole | jax | 16 | 100 | 114 | +14% | **no** |"]
+    assert rows[5].startswith(f"Medians of 3 alternating windows of 4,096 agent steps each; "
+                              f"{LOAD}. `python benchmarks/bench_steps_per_call.py`")
 
 
 @pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
