@@ -269,6 +269,7 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
     [
         (["--num-actors", "0"], "error: NUM_ACTORS (--num-actors) must be >= 1, got 0"),
         (["--env-name", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        (["--env-name", "Pendulum-v1"], "error: Pendulum-v1 has action space Box("),
         (["--address", "127.0.0.1:1", "--connect-timeout", "2"],
          "error: cannot reach the Ray cluster at 127.0.0.1:1"),
         (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
