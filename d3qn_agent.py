@@ -27,9 +27,10 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import atomic_file
+from d3qn_utils.checks import discrete_actions
 from d3qn_utils.games import make_env, replay_storage, torso
-from d3qn_utils.gradient_steps import Batches, compiled_backend, deal
-from d3qn_utils.greedy_policy import GreedyPolicy, play_greedy
+from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
+from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, keep_best, play_greedy
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
@@ -194,13 +195,10 @@ class DQNAgent:
         env = make_env(config.env_name, config.max_episode_steps)
         # NaN or inf from the environment stops the run, checkpointed (training_session.py).
         self.env = training_session.FiniteSteps(env, steps_taken=lambda: self.step)
-        if not isinstance(self.env.action_space, gym.spaces.Discrete):
-            raise ValueError(f"{config.env_name} has action space {self.env.action_space}; "
-                             "DQN needs a discrete one")
+        self.action_size = discrete_actions(config.env_name, self.env.action_space)
         self.env.action_space.seed(config.seed)
         self.state_shape = tuple(self.env.observation_space.shape)
         self.state_dtype = self.env.observation_space.dtype
-        self.action_size = int(self.env.action_space.n)
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
@@ -259,14 +257,8 @@ class DQNAgent:
         """Adam (or OPTIMIZER "rmsprop", the tutorial's), the greedy policy and the compiled
         gradient steps on `weighted_loss` (the tutorial's `fit`); again after `load`."""
         config = self.config
-        learning_rate = config.learning_rate
-        if config.lr_decay:
-            # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
-            learning_rate = keras.optimizers.schedules.PolynomialDecay(
-                learning_rate, self.planned_gradient_steps, end_learning_rate=0.0)
-        self.optimizer = (keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
-                          if config.optimizer == "rmsprop"
-                          else keras.optimizers.Adam(learning_rate, epsilon=config.adam_epsilon))
+        self.optimizer = make_optimizer(config.optimizer, config.learning_rate, config.adam_epsilon,
+                                        self.planned_gradient_steps if config.lr_decay else None)
         self.greedy_actions = GreedyPolicy(self.model, self.state_dtype, head=ADVANTAGE_LAYER)
         self.learn = compiled_backend().GradientSteps(  # tensorflow_backend.py or jax_backend.py
             functools.partial(weighted_loss, self.model, self.target_model, double=config.ddqn,
@@ -307,9 +299,7 @@ class DQNAgent:
     def act(self, state: np.ndarray) -> int:
         """Epsilon-greedy action for one state, the greedy one without model.predict."""
         self.epsilon = self.epsilon_at(self.step)
-        if self.rng.random() < self.epsilon:
-            return int(self.rng.integers(self.action_size))
-        return int(self.greedy_actions(state[np.newaxis])[0])
+        return epsilon_greedy(self.greedy_actions, state, self.epsilon, self.rng, self.action_size)
 
     def epsilon_at(self, step: int) -> float:
         """Exploration rate after `step` env steps: linear from EPSILON_START to EPSILON_MIN over
@@ -458,14 +448,9 @@ class DQNAgent:
         returns = self.evaluate(self.config.eval_episodes, len(self.evaluations))
         mean = float(returns.mean())
         self.evaluations.append((self.step, self.episode, mean))
-        note = ""
-        if mean >= self.best_evaluation:
-            self.best_evaluation = mean
-            self.save(self.Model_name)
-            note = f", best so far: saved {self.Model_name}"
-        if self.steps_to_solve is None and self.solved_score and mean >= self.solved_score:
-            self.steps_to_solve = self.step
-            note += f", solved (>= {self.solved_score:g})"
+        self.best_evaluation, self.steps_to_solve, note = keep_best(
+            mean, self.step, self.best_evaluation, self.steps_to_solve, self.solved_score,
+            self.save, self.Model_name)
         self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
 
     def start_episode(self) -> None:

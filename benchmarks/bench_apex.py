@@ -6,7 +6,8 @@ projection of those costs to 8, 64 and 360 actors, and CartPole solved against d
 
 1. Throughput: apex.py's learner with 1 and 2 actors on a local Ray, paced (UPDATES_PER_STEP 0.5,
    the default) and unpaced (0: actors and learner flat out, the paper's setting), each for
-   --steps env steps; env steps/s collected and learner updates/s from the first update on.
+   --steps env steps; env steps/s collected and learner updates/s from the first update on, and
+   the updates per env step the whole run made (pacing holds it near UPDATES_PER_STEP).
 2. Costs, measured one at a time in this process and on the local Ray: an actor's env step with
    its action, its TD errors per block, a learner update, the replay's store_block, sample and
    priority update on a full replay, a remote call, and the object store's transfer of a block
@@ -43,7 +44,8 @@ import provenance
 from timing import median_seconds
 
 import apex
-from d3qn_utils import games
+from d3qn_agent import OurModel
+from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
 from d3qn_utils.gradient_steps import Batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,16 +60,19 @@ REPLAY_BUSY_LIMIT = 0.8  # a Python process that is busier than this starts to q
 
 
 def throughput(num_actors: int, updates_per_step: float, steps: int, directory: str) -> tuple:
-    """(env steps/s, updates/s) of an apex.py run on the local Ray, from its first update on."""
+    """(env steps/s, updates/s) of an apex.py run on the local Ray, from its first update on,
+    and its updates per env step collected."""
     config, _ = apex.resolve_config({
         "num_actors": num_actors, "updates_per_step": updates_per_step, "total_steps": steps,
         "eval_every": 10**9, "eval_episodes": 1, "log_every": 1e6,
         "model_dir": directory, "plot_dir": directory})
-    learner = apex.Learner(config)
+    learner = apex_learner.Learner(config)
     learner.launch()
     try:
         learner.train()
-        return learner.rates()  # to now: the end of training
+        # to now: the end of training
+        return (*learner.report.rates(learner.env_steps, learner.updates),
+                learner.updates / learner.env_steps)
     finally:
         learner.stop_actors()
 
@@ -77,9 +82,9 @@ def component_costs(directory: str) -> dict[str, float]:
     # Epsilon 0: every step pays for a forward pass, as nearly all do late in a run.
     config, _ = apex.resolve_config({"num_actors": 1, "epsilon": 0.0, "model_dir": directory,
                                      "plot_dir": directory})
-    learner = apex.Learner(config)
-    weights = (learner.agent.model.get_weights(), learner.agent.target_model.get_weights())
-    actor = apex.Actor(0, config)
+    learner = apex_learner.Learner(config)
+    weights = learner.weights()
+    actor = apex_actor.Actor(0, config)
     actor.set_weights(weights)
     blocks = []
     start, steps = time.perf_counter(), actor.steps
@@ -88,7 +93,7 @@ def component_costs(directory: str) -> dict[str, float]:
     per_step = (time.perf_counter() - start) / (actor.steps - steps)
     full = max(blocks, key=lambda block: len(block[1]))
     transitions, abs_errors, context, _, _ = full
-    replay = apex.Replay(config)
+    replay = apex_replay.Replay(config)
     while len(replay.memory) < config.memory_size:  # a full replay, as in a long run
         replay.add_block(0, transitions, abs_errors, context, 0, [])
     batch = replay.memory.n_step_batch(np.arange(len(abs_errors)))
@@ -98,7 +103,7 @@ def component_costs(directory: str) -> dict[str, float]:
         "actor_step": per_step,
         "actor_td_errors_per_block": td_errors,
         "learner_update": median_seconds(
-            lambda: learner.agent.learn(Batches.dealt(sample_batch, is_weights, 1), 0), 100),
+            lambda: learner.learn(Batches.dealt(sample_batch, is_weights, 1), 0), 100),
         "replay_add_block": median_seconds(
             lambda: replay.add_block(0, transitions, abs_errors, context, 0, []), 200),
         "replay_sample": median_seconds(lambda: replay.sample(config.batch_size), 200),
@@ -194,19 +199,21 @@ def main() -> None:
     provenance.time_alone()  # no other timing shares the cores
     config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
-        apex.connect_ray(config, address=None)
+        apex_connection.connect_ray(config, address=None)
         try:
             print(f"throughput, {args.steps:,} env steps per run (rates from the first update):")
-            print("| actors | pacing | env steps/s collected | learner updates/s |")
-            print("|---|---|---|---|")
+            print("| actors | pacing | env steps/s collected | learner updates/s | updates per "
+                  "env step |")
+            print("|---|---|---|---|---|")
             rates = {}
             for num_actors in (1, 2):
                 for pacing in (config.updates_per_step, 0.0):
                     rates[num_actors, pacing] = throughput(num_actors, pacing, args.steps,
                                                            directory)
                     label = f"{pacing:g} updates/step" if pacing else "none (flat out)"
-                    print(f"| {num_actors} | {label} | {rates[num_actors, pacing][0]:.0f} | "
-                          f"{rates[num_actors, pacing][1]:.0f} |", flush=True)
+                    collected, updates, ratio = rates[num_actors, pacing]
+                    print(f"| {num_actors} | {label} | {collected:.0f} | {updates:.0f} | "
+                          f"{ratio:.2f} |", flush=True)
             costs = component_costs(directory)
         finally:
             ray.shutdown()
@@ -231,8 +238,8 @@ def main() -> None:
               f" {unit} |")
     # One actor alone, unpaced, is the per-actor rate a core of its own would give.
     actor_rate = rates[1, 0.0][0]
-    atari_weights = 2 * 4 * apex.OurModel((84, 84, 4), 6, dueling=True,
-                                            image_torso=games.nature_torso).count_params()
+    atari_weights = 2 * 4 * OurModel((84, 84, 4), 6, dueling=True,
+                                     image_torso=games.nature_torso).count_params()
     paper_steps = PAPER["frames_per_second"] / PAPER["frames_per_step"]
     # The paper's learner samples 19 * 512 transitions per ~12,500 collected: at our batch size
     # that many samples per env step is this many updates per env step.
@@ -240,8 +247,9 @@ def main() -> None:
     measured: dict = {
         "steps": args.steps,
         "throughput": [{"actors": num_actors, "updates_per_step": pacing,
-                        "env_steps_per_second": collected, "updates_per_second": updates}
-                       for (num_actors, pacing), (collected, updates) in rates.items()],
+                        "env_steps_per_second": collected, "updates_per_second": updates,
+                        "updates_per_env_step": ratio}
+                       for (num_actors, pacing), (collected, updates, ratio) in rates.items()],
         "costs_seconds": costs, "projections": {}}
     print(f"\nprojection (CartPole costs above; each actor {actor_rate:.0f} env steps/s on a core "
           "of its own, the rate one unpaced actor reached here):")

@@ -1,5 +1,6 @@
-"""The checks on what enters a replay memory and on saved state: each returns the value or
-raises ValueError naming the bad value (a field of a transition, an index, a saved array)."""
+"""The checks on what enters a replay memory, on saved state and on a game's actions: each returns
+the value or raises ValueError naming the bad value (a field of a transition, an index, a saved
+array, an action space)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numba
 import numpy as np
 
@@ -25,6 +27,14 @@ def check_integer(name: str, value: Any, minimum: int) -> int:
     if not is_integer(value) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def discrete_actions(env_name: str, action_space: Any) -> int:
+    """The number of actions of `env_name`'s `action_space`; ValueError unless it is discrete (a
+    Q-network has one output per action)."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(f"{env_name} has action space {action_space}; DQN needs a discrete one")
+    return int(action_space.n)
 
 
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:

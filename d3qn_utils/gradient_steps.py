@@ -1,6 +1,7 @@
 """What `DQNAgent.replay` hands the compiled gradient steps, where the tutorial called
 `model.fit`: several gradient steps in one call, each on its own batch. The call itself is the
-`GradientSteps` of the module `compiled_backend()` returns, a `CompiledSteps`.
+`GradientSteps` of the module `compiled_backend()` returns, a `CompiledSteps`, with the optimizer
+`make_optimizer` builds (apex.py's learner uses both too).
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ class CompiledSteps:
                                  f"gradient (losses {np.asarray(losses).tolist()}); from there "
                                  "on the call's steps were not applied")
         return np.asarray(abs_errors), np.asarray(losses)
+
+
+def make_optimizer(name: str, learning_rate: float, adam_epsilon: float,
+                   decay_steps: int | None = None) -> keras.optimizers.Optimizer:
+    """Adam (`adam_epsilon` its epsilon), or "rmsprop", the tutorial's (rho 0.95, epsilon 0.01);
+    with `decay_steps` the step size annealed linearly to 0 over that many gradient steps."""
+    if decay_steps is not None:
+        # Late steps get small, so the noise of bootstrapped targets cannot undo a policy.
+        learning_rate = keras.optimizers.schedules.PolynomialDecay(
+            learning_rate, decay_steps, end_learning_rate=0.0)
+    if name == "rmsprop":
+        return keras.optimizers.RMSprop(learning_rate, rho=0.95, epsilon=0.01)
+    return keras.optimizers.Adam(learning_rate, epsilon=adam_epsilon)
 
 
 def compiled_backend() -> ModuleType:

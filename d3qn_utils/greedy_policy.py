@@ -5,12 +5,14 @@ A traced TensorFlow call has a fixed cost per call that a small numpy forward pa
 `PatchConv2D` torso runs in numpy on a copy of the weights, taken again after
 `weights_changed()` (on CartPole every 32 environment steps); the Nature torso stays compiled.
 With the dueling head the greedy action is argmax A(s, .), so the numpy pass stops at the
-advantages.
+advantages. Both programs act (`epsilon_greedy`), evaluate (`play_greedy`) and keep the best
+evaluated network (`keep_best`) with what is here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import keras
 import numpy as np
@@ -20,6 +22,7 @@ from d3qn_utils.patch_conv import PatchConv2D, shifted_views
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
 TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras.layers.Dense)
+When = TypeVar("When")  # what marks an evaluation: an env step, or (env step, seconds)
 
 
 def numpy_layers(model: keras.Model, head: str | None = None) -> list[keras.layers.Layer] | None:
@@ -98,3 +101,29 @@ def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int]) -> np.n
                 running[i] = False
                 returns[i] = info.get("episode", {}).get("r", returns[i])  # unclipped score
     return returns
+
+
+def epsilon_greedy(policy: GreedyPolicy, state: np.ndarray, epsilon: float,
+                   rng: np.random.Generator, action_size: int) -> int:
+    """The action for one state: with probability `epsilon` one of `action_size` uniformly at
+    random (two draws of `rng`), else the greedy one (one draw)."""
+    if rng.random() < epsilon:
+        return int(rng.integers(action_size))
+    return int(policy(state[np.newaxis])[0])
+
+
+def keep_best(mean: float, when: When, best: float, solved_at: When | None,
+              solved_score: float | None, save: Callable[[str], None], path: str
+              ) -> tuple[float, When | None, str]:
+    """After a greedy evaluation with mean return `mean` at `when`: the best mean so far, when the
+    game's `solved_score` was first reached (None: not yet) and the note for the evaluation's
+    line. A mean at least the best so far calls `save(path)`: ties keep the later network."""
+    note = ""
+    if mean >= best:
+        best = mean
+        save(path)
+        note = f", best so far: saved {path}"
+    if solved_at is None and solved_score and mean >= solved_score:
+        solved_at = when
+        note += f", solved (>= {solved_score:g})"
+    return best, solved_at, note

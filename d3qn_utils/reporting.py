@@ -1,6 +1,7 @@
 """What a training run shows besides its algorithm: its log lines, TensorBoard and its plots.
 
-`DQNAgent` tells a `TrainingReport` what happened; a `Forecast` (apex.py's too) the time left.
+`DQNAgent` tells a `TrainingReport` what happened; a `Forecast` the time left. apex.py's report
+(apex_report.py) shares the `Forecast`, the `TensorBoardWriter` and the `TrainingMeans`.
 """
 
 from __future__ import annotations
@@ -116,6 +117,27 @@ class TensorBoardWriter:
             self._writer = None
 
 
+class TrainingMeans:
+    """The loss and mean |TD error| of the updates since they were last taken: TensorBoard gets
+    their means over an interval, not every update. O(1) an update."""
+
+    def __init__(self) -> None:
+        self._sums = np.zeros(3)  # loss, mean |TD error|, updates
+
+    def add(self, loss: float, abs_errors: np.ndarray) -> None:
+        """Note one update's loss and |TD errors|."""
+        self._sums += (float(loss), float(abs_errors.mean()), 1)
+
+    def take(self) -> dict[str, float]:
+        """The means since the last take as TensorBoard scalars ({} after no update); the next
+        interval starts."""
+        if not self._sums[2]:
+            return {}
+        mean_loss, mean_error = self._sums[:2] / self._sums[2]
+        self._sums[:] = 0.0
+        return {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error}
+
+
 class TrainingReport:
     """The log lines, TensorBoard scalars and plots of one `DQNAgent` run of `config` (what its
     replay statistics add to a sample: docs/classic_control.md). A context manager, so that
@@ -132,7 +154,7 @@ class TrainingReport:
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
-        self._interval_sums = np.zeros(3)  # loss, mean |TD error|, gradient steps since a write
+        self.training_means = TrainingMeans()  # since TensorBoard's last training scalars
         self._start_clocks(0)
 
     def __enter__(self) -> TrainingReport:
@@ -196,19 +218,16 @@ class TrainingReport:
         for gradient_step, loss, errors, weights in zip(
                 range(last - len(losses) + 1, last + 1), losses, abs_errors, is_weights,
                 strict=True):
-            self._interval_sums += (float(loss), float(errors.mean()), 1)
+            self.training_means.add(loss, errors)
             if gradient_step % self.config.tensorboard_every:
                 continue
             now, (then, start_step) = time.perf_counter(), self._interval_start
-            mean_loss, mean_error = self._interval_sums[:2] / self._interval_sums[2]
-            scalars = {"train/loss": mean_loss, "train/mean_abs_td_error": mean_error,
-                       "train/epsilon": epsilon,
+            scalars = {**self.training_means.take(), "train/epsilon": epsilon,
                        "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
             if self.config.use_per:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)
-            self._interval_sums[:] = 0.0
             self._interval_start = (now, step)
 
     def episode(self, step: int, episode: int, score: float, epsilon: float,

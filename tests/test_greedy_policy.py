@@ -1,5 +1,6 @@
 """Tests for greedy_policy.py: the numpy forward pass picks the network's own greedy actions, and
-follows the weights when the agent says they changed."""
+follows the weights when the agent says they changed; ε-greedy's draws and the best evaluated
+network kept, as both programs use them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from d3qn_agent import ADVANTAGE_LAYER, OurModel
 from d3qn_utils.games import torso
-from d3qn_utils.greedy_policy import GreedyPolicy, numpy_layers
+from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, keep_best, numpy_layers
 
 
 @pytest.mark.parametrize("dueling", [True, False])
@@ -65,3 +66,30 @@ def test_a_bfloat16_torso_goes_through_the_backends_compiled_call():
     frames = np.random.default_rng(6).integers(2, size=(50, 10, 10, 7), dtype=np.uint8) * 255
     np.testing.assert_array_equal(GreedyPolicy(model, np.uint8, head=ADVANTAGE_LAYER)(frames),
                                   np.asarray(model(frames)).argmax(axis=1))
+
+
+def test_epsilon_greedy_explores_with_probability_epsilon_else_acts_greedily():
+    def greedy(states: np.ndarray) -> np.ndarray:
+        return np.array([2])
+
+    state = np.zeros(4, np.float32)
+    rng, twin = np.random.default_rng(5), np.random.default_rng(5)
+    actions = [epsilon_greedy(greedy, state, 0.25, rng, 3) for _ in range(200)]
+    # The same draws by hand: one uniform each, and an action among 3 when it is below 0.25.
+    expected = [int(twin.integers(3)) if twin.random() < 0.25 else 2 for _ in range(200)]
+    assert actions == expected and set(actions) == {0, 1, 2}
+    assert {epsilon_greedy(greedy, state, 0.0, rng, 3) for _ in range(50)} == {2}
+
+
+def test_keep_best_saves_each_new_best_or_tie_and_notes_the_first_solve():
+    saved = []
+    best, solved, note = keep_best(10.0, 100, -np.inf, None, 50.0, saved.append, "m.keras")
+    assert (best, solved, note) == (10.0, None, ", best so far: saved m.keras")
+    best, solved, note = keep_best(5.0, 200, best, solved, 50.0, saved.append, "m.keras")
+    assert (best, solved, note) == (10.0, None, "")
+    best, solved, note = keep_best(60.0, 300, best, solved, 50.0, saved.append, "m.keras")
+    assert (best, solved, note) == (60.0, 300, ", best so far: saved m.keras, solved (>= 50)")
+    best, solved, note = keep_best(60.0, 400, best, solved, 50.0, saved.append, "m.keras")
+    assert (best, solved, note) == (60.0, 300, ", best so far: saved m.keras")  # a tie: the later
+    assert saved == ["m.keras"] * 3
+    assert keep_best(1e9, 500, best, None, None, saved.append, "m.keras")[1] is None  # no threshold

@@ -1,5 +1,5 @@
 """Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`), the memories' `check_fits` and
-apex.py's `BlockMemory.store_block`: small trees checked by hand, the compiled walks against
+Ape-X's `BlockMemory.store_block`: small trees checked by hand, the compiled walks against
 their Python form and a from-scratch reference, then statistics with fixed seeds. rank_based.py's
 memory is tested in test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
 
@@ -18,8 +18,8 @@ from memory_helpers import (
     states_equal,
 )
 
-import apex
 from d3qn_utils import replay_memory
+from d3qn_utils.apex_replay import BlockMemory
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
@@ -722,7 +722,7 @@ def test_storage_capacity_must_match():
         UniformMemory(8, storage=TransitionStorage(4))
 
 
-# Blocks with their own priorities (Ape-X actors, apex.BlockMemory.store_block) -------------------
+# Blocks with their own priorities (Ape-X actors, apex_replay.BlockMemory.store_block) -------------
 
 
 def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, ...]:
@@ -734,8 +734,8 @@ def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, .
 
 
 def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampled():
-    memory = apex.BlockMemory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3,
-                              gamma=0.5)
+    memory = BlockMemory(8, alpha=0.5, epsilon=0.01, abs_err_upper=1.0, rng=0, n_step=3,
+                         gamma=0.5)
     slots = memory.store_block(block(0, 5), np.array([0.0, 0.24, 3.0]), context=2)
     np.testing.assert_array_equal(slots, [0, 1, 2, 3, 4])
     assert slots.dtype == np.int64
@@ -753,9 +753,9 @@ def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampl
 
 def test_store_block_matches_store_then_batch_update():
     errors = np.abs(np.sin(np.arange(6)))
-    blocked = apex.BlockMemory(16, rng=4)
+    blocked = BlockMemory(16, rng=4)
     blocked.store_block(block(0, 6), errors)
-    stepped = apex.BlockMemory(16, rng=4)
+    stepped = BlockMemory(16, rng=4)
     for row in zip(*block(0, 6), strict=True):
         stepped.store(row)
     stepped.batch_update(np.arange(15, 21), errors)
@@ -767,7 +767,7 @@ def test_store_block_matches_store_then_batch_update():
 
 
 def test_store_block_wraps_around_and_evicts_the_oldest():
-    memory = apex.BlockMemory(8, rng=0)
+    memory = BlockMemory(8, rng=0)
     np.testing.assert_array_equal(
         memory.store_block(block(0, 6), np.full(6, 0.5)), [0, 1, 2, 3, 4, 5])
     slots = memory.store_block(block(100, 5), np.full(4, 2.0), context=1)
@@ -780,7 +780,7 @@ def test_store_block_wraps_around_and_evicts_the_oldest():
 
 
 def test_store_block_through_a_frame_store_rebuilds_the_stacks():
-    memory = apex.BlockMemory(16, storage=FrameStackStorage(16), rng=0)
+    memory = BlockMemory(16, storage=FrameStackStorage(16), rng=0)
     stacks = frame_stacks(6)  # (6, 2, 2, 2)
     transitions = (stacks[:5], np.arange(5), np.ones(5), stacks[1:], np.zeros(5, bool))
     slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
@@ -797,7 +797,7 @@ def test_store_block_through_a_frame_store_rebuilds_the_stacks():
 def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
     # A block that runs once round a ring of 4 (stacks of 2 frames) overwrites frames of its
     # own first transitions: their leaves end empty, whatever priority they entered with.
-    memory = apex.BlockMemory(4, storage=FrameStackStorage(4), rng=0)
+    memory = BlockMemory(4, storage=FrameStackStorage(4), rng=0)
     stacks = frame_stacks(5)
     transitions = (stacks[:4], np.arange(4), np.ones(4), stacks[1:], np.zeros(4, bool))
     slots = memory.store_block(transitions, np.full(4, 0.5))
@@ -808,7 +808,7 @@ def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
 
 
 def test_store_block_bad_input_raises_and_changes_nothing():
-    memory = apex.BlockMemory(8, rng=0)
+    memory = BlockMemory(8, rng=0)
     memory.store_block(block(0, 2), np.ones(2))
     before = snapshot(memory)
     bad_calls = [
@@ -833,7 +833,7 @@ def test_store_block_bad_input_raises_and_changes_nothing():
 
 
 def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing():
-    memory = apex.BlockMemory(8, rng=0)
+    memory = BlockMemory(8, rng=0)
     memory.store_block(block(0, 8), np.ones(8))  # full: a next block overwrites the oldest
     before = snapshot(memory)
 

@@ -16,7 +16,7 @@ from d3qn_agent import DQNAgent, main
 from d3qn_utils import reporting, settings
 from d3qn_utils.atomic_files import read_arrays
 from d3qn_utils.priority_figure import PriorityFigure, draw_priority_figure
-from d3qn_utils.reporting import TensorBoardWriter
+from d3qn_utils.reporting import TensorBoardWriter, TrainingMeans
 from PER import Memory, UniformMemory
 
 CARTPOLE = "CartPole-v1"
@@ -132,6 +132,17 @@ def test_writer_writes_what_it_is_given(tmp_path):
     writer.write(9, {"a/b": 0.5})
     writer.close()
     assert read_events(tmp_path / "tb") == {"a/b": [(7, 0.25), (9, 0.5)], "a/c": [(7, 3.0)]}
+
+
+def test_training_means_average_each_interval_once():
+    means = TrainingMeans()  # both programs' train/loss and train/mean_abs_td_error
+    assert means.take() == {}
+    means.add(1.0, np.array([0.5, 1.5]))
+    means.add(3.0, np.array([2.0]))
+    assert means.take() == {"train/loss": 2.0, "train/mean_abs_td_error": 1.5}
+    assert means.take() == {}
+    means.add(0.5, np.array([4.0]))
+    assert means.take() == {"train/loss": 0.5, "train/mean_abs_td_error": 4.0}
 
 
 def test_priority_figure_inputs_by_hand():
