@@ -104,7 +104,7 @@ def files_under(*folders: Path) -> dict[str, tuple[int, int]]:
             for folder in folders for path in folder.rglob("*") if path.is_file()}
 
 
-@pytest.mark.slow  # a short CartPole training and TensorFlow's start: about a minute
+@pytest.mark.slow  # executes the whole notebook: a short CartPole training and TensorFlow's start
 def test_the_notebook_runs_top_to_bottom_and_samples_by_p_i(tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
