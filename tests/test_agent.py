@@ -15,8 +15,6 @@ from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 from d3qn_utils import settings
 
 CARTPOLE = "CartPole-v1"
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def small_agent(tmp_path: Path, **flags) -> DQNAgent:

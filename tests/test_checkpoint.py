@@ -44,8 +44,6 @@ TINY = [
     "--exploration-steps", "300", "--eval-every", "1000000", "--eval-episodes", "1", "--seed", "3",
     "--no-xla",
 ]
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model (the in-process runs).
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def agent_command(directory: Path, *flags: str) -> list[str]:

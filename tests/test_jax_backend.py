@@ -19,6 +19,7 @@ JAX_SUITES = ("test_agent.py", "test_greedy_policy.py", "test_checkpoint.py", "t
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # eight suites whole, their slow tests included
 def test_the_agent_suites_pass_on_the_jax_backend():
     pytest.importorskip("jax")
     result = subprocess.run(

@@ -23,8 +23,6 @@ from d3qn_utils.replay_storage import FrameStackStorage
 ROOT = Path(__file__).resolve().parents[1]
 BREAKOUT = "MinAtar/Breakout-v1"
 CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 # --- environments ----------------------------------------------------------------------------

@@ -38,8 +38,6 @@ PRETRAINED = {
 }
 REQUIRED = ["CartPole-v1.keras"]  # must be in the repository
 PRETRAINED_MAX_BYTES = 11_000_000  # all of them together, so that they can stay in git
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def committed_networks() -> list[str]:

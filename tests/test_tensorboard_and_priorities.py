@@ -22,8 +22,6 @@ from PER import Memory, UniformMemory
 CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
 FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-0000000400"
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
