@@ -26,6 +26,31 @@ CARTPOLE = "CartPole-v1"
 SMALL = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
          "xla": False}
 
+# The start of a `python -c` program that kills its own process (SIGKILL) at a point in writing
+# checkpoint `sys.argv[2]` (a step), `sys.argv[1]`: as it starts to write that file of it, or
+# "before the rename", its files written; as a kill -9 at that moment would, at a known moment.
+# The program's last line runs a training.
+KILL_WHILE_CHECKPOINTING = """
+import os, signal, sys
+from d3qn_utils import agent_checkpoint, atomic_files
+
+where, step = sys.argv[1], f"step-{int(sys.argv[2]):010d}"
+write_arrays, fsync_file = agent_checkpoint.write_arrays, atomic_files.fsync_file
+
+def write_arrays_or_die(path, arrays):
+    if where == path.name and path.parent.name.endswith(step):
+        path.write_bytes(b"PK" * 1000)  # the first bytes of the file
+        os.kill(os.getpid(), signal.SIGKILL)
+    write_arrays(path, arrays)
+
+def fsync_file_or_die(path):  # called for each file written, before the directory's rename
+    if where == "before the rename" and path.parent.name.endswith(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    fsync_file(path)
+
+agent_checkpoint.write_arrays, atomic_files.fsync_file = write_arrays_or_die, fsync_file_or_die
+"""
+
 
 def small_flags(directory: Path | None, **flags: Any) -> dict[str, Any]:
     """SMALL with `flags` over it, writing models and plots under `directory`."""

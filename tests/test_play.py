@@ -11,6 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from conftest import ROOT
 from PIL import Image
 
 import atari_wrappers
@@ -19,7 +20,6 @@ from d3qn_agent import DQNAgent, main
 from d3qn_utils import recording
 from d3qn_utils.recording import GifRecorder
 
-ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED_DIR = ROOT / "models" / "pretrained"
 # Every network committed to models/pretrained/: file name -> (environment id, greedy test
 # episodes, the mean score it must reach). An entry's test runs once its file is there.

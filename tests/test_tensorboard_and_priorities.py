@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import small_agent
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util.tensor_util import make_ndarray
 
@@ -25,13 +26,9 @@ FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-000000
 
 
 def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
-    """A CartPole agent that learns from step 100 and writes only under tmp_path."""
-    settings = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
-                "xla": False, "total_steps": 600, "learning_starts": 100, "eval_every": 300,
-                "eval_episodes": 2, "model_dir": str(tmp_path / "models"),
-                "plot_dir": str(tmp_path / "plots")}
-    settings.update(flags)
-    return DQNAgent(CARTPOLE, **settings)
+    """A small agent that learns from step 100 to 600, evaluated at 300 and 600."""
+    return small_agent(tmp_path, **{"total_steps": 600, "learning_starts": 100, "eval_every": 300,
+                                    "eval_episodes": 2, **flags})
 
 
 def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
