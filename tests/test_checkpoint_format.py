@@ -20,11 +20,14 @@ import h5py
 import numpy as np
 import pytest
 from conftest import small_agent
+from memory_helpers import experience
 
 from d3qn_agent import DQNAgent
 from d3qn_utils import agent_checkpoint
 from d3qn_utils.atomic_files import read_arrays
 from d3qn_utils.priority_figure import PriorityFigure
+from PER import Memory, UniformMemory
+from rank_based import RankBasedMemory
 
 DATA = Path(__file__).parent / "data"
 FORMATS = range(1, agent_checkpoint.FORMAT + 1)
@@ -159,6 +162,40 @@ def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_
     resumed = agent_in(tmp_path / "resumed", total_steps=900)
     resumed.begin(str(written))
     assert resumed.report.priority_figure.resumptions == 8  # read back, not the default
+
+
+@pytest.mark.parametrize(("memory_class", "key", "default", "value_of"), [
+    (Memory, "max_priority", np.array(2.5), lambda memory: memory.max_priority),
+    (RankBasedMemory, "beta", np.array(0.7), lambda memory: memory.beta),
+    (UniformMemory, "rng", np.array(json.dumps(np.random.default_rng(9).bit_generator.state)),
+     lambda memory: json.dumps(memory.rng.bit_generator.state)),
+])
+def test_each_memory_gives_a_key_it_lacks_the_value_in_its_added_keys(
+        monkeypatch, memory_class, key, default, value_of):
+    memory = memory_class(8, rng=0)
+    for i in range(5):
+        memory.store(experience(i))
+    older = {name: array for name, array in memory.state_dict().items() if name != key}
+    with pytest.raises(ValueError, match=key):
+        memory_class(8, rng=1).load_state_dict(older)
+    monkeypatch.setattr(memory_class, "ADDED_KEYS", {key: default})
+    restored = memory_class(8, rng=1)
+    restored.load_state_dict(older)
+    assert value_of(restored) == default.item()
+    assert len(restored) == 5
+
+
+def test_the_agent_gives_a_counter_it_lacks_the_value_in_its_added_keys(tmp_path, monkeypatch):
+    directory = shutil.copytree(fixture(agent_checkpoint.FORMAT), tmp_path / STEP)
+    saved = json.loads((directory / "progress.json").read_text())
+    del saved["progress"]["steps_to_solve"]
+    (directory / "progress.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="steps_to_solve"):
+        agent_in(tmp_path / "refused").resume(str(directory))
+    monkeypatch.setattr(DQNAgent, "ADDED_KEYS", {"steps_to_solve": 123})
+    agent = agent_in(tmp_path / "resumed")
+    agent.resume(str(directory))
+    assert agent.steps_to_solve == 123 and agent.step == 400
 
 
 @pytest.mark.parametrize(("edit", "said"), [
