@@ -164,21 +164,21 @@ def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_
     assert resumed.report.priority_figure.resumptions == 8  # read back, not the default
 
 
-@pytest.mark.parametrize(("memory_class", "key", "default", "value_of"), [
+@pytest.mark.parametrize(("memory_class", "field", "default", "value_of"), [
     (Memory, "max_priority", np.array(2.5), lambda memory: memory.max_priority),
     (RankBasedMemory, "beta", np.array(0.7), lambda memory: memory.beta),
     (UniformMemory, "rng", np.array(json.dumps(np.random.default_rng(9).bit_generator.state)),
      lambda memory: json.dumps(memory.rng.bit_generator.state)),
 ])
 def test_each_memory_gives_a_key_it_lacks_the_value_in_its_added_keys(
-        monkeypatch, memory_class, key, default, value_of):
+        monkeypatch, memory_class, field, default, value_of):
     memory = memory_class(8, rng=0)
     for i in range(5):
         memory.store(experience(i))
-    older = {name: array for name, array in memory.state_dict().items() if name != key}
-    with pytest.raises(ValueError, match=key):
+    older = {name: array for name, array in memory.state_dict().items() if name != field}
+    with pytest.raises(ValueError, match=field):
         memory_class(8, rng=1).load_state_dict(older)
-    monkeypatch.setattr(memory_class, "ADDED_KEYS", {key: default})
+    monkeypatch.setattr(memory_class, "ADDED_KEYS", {field: default})
     restored = memory_class(8, rng=1)
     restored.load_state_dict(older)
     assert value_of(restored) == default.item()
