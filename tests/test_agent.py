@@ -15,7 +15,6 @@ from conftest import small_agent
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 from d3qn_utils import settings
 
-CARTPOLE = "CartPole-v1"
 
 
 def huber(errors: np.ndarray) -> np.ndarray:

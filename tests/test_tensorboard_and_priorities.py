@@ -20,7 +20,6 @@ from d3qn_utils.priority_figure import PriorityFigure, draw_priority_figure
 from d3qn_utils.reporting import TensorBoardWriter
 from PER import Memory, UniformMemory
 
-CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
 FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-0000000400"
 
