@@ -16,7 +16,6 @@ from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 from d3qn_utils import settings
 
 
-
 def huber(errors: np.ndarray) -> np.ndarray:
     abs_errors = np.abs(errors)
     return np.where(abs_errors <= 1.0, 0.5 * errors**2, abs_errors - 0.5)
