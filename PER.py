@@ -37,6 +37,7 @@ from d3qn_utils.checks import (
     check_transition,
     is_integer,
     saved_array,
+    with_added_keys,
 )
 from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
@@ -285,6 +286,7 @@ class Memory(ReplayMemory):
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
         alpha), before anything changes."""
+        arrays = with_added_keys(arrays, self.ADDED_KEYS)
         self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
         check_saved_value(arrays, "alpha", self.alpha)
         sums = saved_array(arrays, "tree.sums", self.tree.tree.shape)

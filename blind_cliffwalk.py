@@ -41,16 +41,13 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import numpy as np
 
+from benchmarks import provenance
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-import provenance  # isort: skip -- benchmarks/ is a folder of scripts, not a package
 
 # ---- Hyperparameters (each one is a command-line flag, see --help) ----
 MIN_N = 2  # shortest chain

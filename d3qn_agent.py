@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import gymnasium as gym
@@ -27,7 +27,7 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.checks import discrete_actions
+from d3qn_utils.checks import discrete_actions, with_added_keys
 from d3qn_utils.games import make_env, replay_storage, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, keep_best, play_greedy
@@ -184,6 +184,10 @@ class DQNAgent:
     """D3QN agent with prioritized (or uniform) replay; `run()` trains, `test()` plays.
     `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags, the flags above in lower
     case, win over them. All state of a run lives on the object, so a checkpoint can hold it."""
+
+    # Counters added to `state_dict`'s progress since checkpoint format 2, with the value that
+    # means what a checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
+    ADDED_KEYS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, env_name: str | None = None, **flags: Any) -> None:
         given = flags if env_name is None else {"env_name": env_name, **flags}
@@ -481,7 +485,8 @@ class DQNAgent:
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
-        progress = state["progress"]  # JSON, its types checked here: a corrupt file says so
+        # JSON, its types checked here: a corrupt file says so
+        progress = with_added_keys(state["progress"], self.ADDED_KEYS)
         self.step, self.episode = int(progress["step"]), int(progress["episode"])
         self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]
         self.scores = [float(score) for score in progress["scores"]]

@@ -11,7 +11,12 @@ A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holdi
 
 The agent gives what goes in (`DQNAgent.state_dict`) and takes back what `load` returns
 (`load_state_dict`, inside `restoring`).
-Format 1 (before checkpoints had a version) is converted on reading; any other is refused.
+
+A checkpoint of an older format is read through `MIGRATIONS`, one step per format, in order (1 to
+2, 2 to 3, ...); a newer or unknown format is refused. A format that only adds a field is a step
+that leaves the layout as it is (`lambda progress, arrays: (progress, arrays)`) and one line in
+the part that owns the field: in its `ADDED_KEYS`, the value that means what a checkpoint written
+before the field did (`checks.with_added_keys`).
 """
 
 from __future__ import annotations
@@ -113,17 +118,25 @@ def restoring(directory: Path) -> Iterator[None]:
 
 
 def read_state(directory: Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """(progress.json, the arrays of each `<name>.npz`) of the checkpoint in `directory`, in this
-    FORMAT; ValueError naming a file missing or corrupt, or an unknown format."""
+    """(progress.json, the arrays of each `<name>.npz`) of the checkpoint in `directory`, brought
+    to this FORMAT by `MIGRATIONS`; ValueError naming a file missing or corrupt, or a format this
+    version cannot read."""
     progress = read_progress(directory)
-    if progress.get("format", 1) != FORMAT:
-        return from_format_1(directory, progress)
-    return progress, {path.stem: read_arrays(path) for path in sorted(directory.glob("*.npz"))}
+    arrays = {path.stem: read_arrays(path) for path in sorted(directory.glob("*.npz"))}
+    for version in range(progress.get("format", 1), FORMAT):
+        try:
+            progress, arrays = MIGRATIONS[version](progress, arrays)
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"checkpoint {directory} is not of format {version} (it lacks "
+                             f"{error}); this version cannot read it") from error
+        progress["format"] = version + 1
+    return progress, arrays
 
 
 def read_progress(directory: Path) -> dict[str, Any]:
-    """The progress.json in `directory`, of FORMAT or 1 (no number, a "fingerprint"), with a
-    valid run record (id, start time, flags) and counters; else ValueError naming the file."""
+    """The progress.json in `directory`, of FORMAT or one `MIGRATIONS` converts (format 1: no
+    number, a "fingerprint"), with a valid run record (id, start time, flags) and counters; else
+    ValueError naming the file."""
     path = directory / "progress.json"
     try:
         progress = json.loads(path.read_text())
@@ -132,9 +145,10 @@ def read_progress(directory: Path) -> dict[str, Any]:
     if not isinstance(progress, dict):
         raise ValueError(f"checkpoint file {path} is corrupt: expected a JSON object")
     version = progress.get("format", 1 if "fingerprint" in progress else None)
-    if version not in (1, FORMAT):
+    readable = [n for n in range(1, FORMAT + 1) if set(range(n, FORMAT)) <= set(MIGRATIONS)]
+    if version not in readable:
         raise ValueError(f"checkpoint {directory} has format {version!r}, which this version "
-                         f"cannot read (it reads format {FORMAT} and converts format 1)")
+                         f"cannot read (it reads formats {', '.join(map(str, readable))})")
     run = progress.get("run")
     if not (isinstance(run, dict) and run_files.is_run_id(run.get("id"))
             and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)
@@ -144,22 +158,19 @@ def read_progress(directory: Path) -> dict[str, Any]:
     return progress
 
 
-def from_format_1(directory: Path, progress: dict[str, Any]
+def from_format_1(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarray]]
                   ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """Convert a checkpoint of format 1: its counters at the top of progress.json with a
-    "fingerprint" (the flags say the same now), the priority figure's state spread over
-    progress.json and memory.npz (`PriorityFigure.format_1_state`)."""
-    memory = read_arrays(directory / "memory.npz")
-    try:
-        figure = PriorityFigure.format_1_state(memory, progress)
-        run = progress.pop("run")
-    except (KeyError, ValueError) as error:
-        raise ValueError(f"checkpoint {directory} has no format number and is not of format 1 "
-                         f"(it lacks {error}); this version cannot read it") from error
+    """Format 1 to 2: the counters move from the top of progress.json (beside a "fingerprint",
+    which the flags now say) under "progress"; the priority figure's state, spread over
+    progress.json and memory.npz (`PriorityFigure.format_1_state`), gets its own file."""
+    figure = PriorityFigure.format_1_state(arrays["memory"], progress)
+    run = progress.pop("run")
     del progress["fingerprint"]
-    arrays = {"memory": memory, "priority_figure": figure,
-              "optimizer": read_arrays(directory / "optimizer.npz")}
-    return {"format": FORMAT, "run": run, "progress": progress}, arrays
+    return {"run": run, "progress": progress}, {**arrays, "priority_figure": figure}
+
+
+# MIGRATIONS[n] turns a checkpoint of format n into one of format n + 1 (`read_state`).
+MIGRATIONS = {1: from_format_1}
 
 
 def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Path:

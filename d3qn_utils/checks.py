@@ -44,6 +44,12 @@ def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> No
         raise ValueError(f"saved {what} lacks {missing}")
 
 
+def with_added_keys(saved: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """`saved`, a part's state from a checkpoint, with the keys `added` to the part after the
+    checkpoint's format (its `ADDED_KEYS`) that it lacks, at their values for such a checkpoint."""
+    return {**added, **saved}
+
+
 def saved_array(arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...],
                 dtype: Any = np.float64) -> np.ndarray:
     """The saved `key` as an array of `dtype`; ValueError unless it has `shape`."""

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.checks import require, saved_array
+from d3qn_utils.checks import require, saved_array, with_added_keys
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
 # bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
@@ -37,6 +37,9 @@ class PriorityFigure:
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
                 "uniform_replays_by_age")  # saved as "stats.<name>"
+    # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
+    # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
+    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
     def __init__(self, capacity: int, batch_size: int) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
@@ -110,6 +113,7 @@ class PriorityFigure:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what is missing or misshapen."""
+        arrays = with_added_keys(arrays, self.ADDED_KEYS)
         current = self.state_dict()
         require(arrays, list(current), "priority figure")
         saved = {key: saved_array(arrays, key, value.shape, value.dtype)

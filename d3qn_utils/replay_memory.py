@@ -7,11 +7,17 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from d3qn_utils.checks import check_integer, check_range, check_saved_value, require
+from d3qn_utils.checks import (
+    check_integer,
+    check_range,
+    check_saved_value,
+    require,
+    with_added_keys,
+)
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
 
 
@@ -20,6 +26,9 @@ class ReplayMemory:
 
     kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
+    # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
+    # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
+    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
     def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
                  rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99
@@ -107,6 +116,7 @@ class ReplayMemory:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit."""
+        arrays = with_added_keys(arrays, self.ADDED_KEYS)
         self.check_state(arrays)
         self.storage.load_state_dict({key.removeprefix("storage."): value for key, value in
                                       arrays.items() if key.startswith("storage.")})

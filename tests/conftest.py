@@ -1,21 +1,88 @@
-"""Every test sees a CPU without bfloat16 instructions, so that a Pong agent is built alike on
-every machine; tests of the bfloat16 preset say which CPU they mean. One real `python
-d3qn_agent.py` run on CartPole serves the tests that read what the command writes."""
+"""What the tests share: the repository's ROOT, small agents (`small_flags`, `small_agent`,
+`command_line`), a CPU without bfloat16 instructions for every test (so that a Pong agent is built
+alike on every machine; tests of the bfloat16 preset say which CPU they mean) and one real `python
+d3qn_agent.py` run on CartPole for the tests that read what the command writes.
+
+This file imports no TensorFlow at its top: pytest-xdist's controller loads it and runs no test,
+so TensorFlow's start-up lines, held by pytest's capture, would come out after the summary.
+"""
+
+from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from d3qn_utils import settings
+if TYPE_CHECKING:
+    from d3qn_agent import DQNAgent
 
 ROOT = Path(__file__).resolve().parent.parent
+CARTPOLE = "CartPole-v1"
+# A small network and memory; no XLA (seconds of compiling per agent), which the tests of it
+# turn on.
+SMALL = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
+         "xla": False}
+
+# The start of a `python -c` program that kills its own process (SIGKILL) at a point in writing
+# checkpoint `sys.argv[2]` (a step), `sys.argv[1]`: as it starts to write that file of it, or
+# "before the rename", its files written; as a kill -9 at that moment would, at a known moment.
+# The program's last line runs a training.
+KILL_WHILE_CHECKPOINTING = """
+import os, signal, sys
+from d3qn_utils import agent_checkpoint, atomic_files
+
+where, step = sys.argv[1], f"step-{int(sys.argv[2]):010d}"
+write_arrays, fsync_file = agent_checkpoint.write_arrays, atomic_files.fsync_file
+
+def write_arrays_or_die(path, arrays):
+    if where == path.name and path.parent.name.endswith(step):
+        path.write_bytes(b"PK" * 1000)  # the first bytes of the file
+        os.kill(os.getpid(), signal.SIGKILL)
+    write_arrays(path, arrays)
+
+def fsync_file_or_die(path):  # called for each file written, before the directory's rename
+    if where == "before the rename" and path.parent.name.endswith(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+    fsync_file(path)
+
+agent_checkpoint.write_arrays, atomic_files.fsync_file = write_arrays_or_die, fsync_file_or_die
+"""
+
+
+def small_flags(directory: Path | None, **flags: Any) -> dict[str, Any]:
+    """SMALL with `flags` over it, writing models and plots under `directory`."""
+    where = {} if directory is None else {"model_dir": str(directory / "models"),
+                                          "plot_dir": str(directory / "plots")}
+    return {**SMALL, **where, **flags}
+
+
+def small_agent(directory: Path, env_name: str = CARTPOLE, **flags: Any) -> DQNAgent:
+    """An agent of `small_flags(directory, **flags)`."""
+    from d3qn_agent import DQNAgent
+
+    return DQNAgent(env_name, **small_flags(directory, **flags))
+
+
+def command_line(flags: dict[str, Any]) -> list[str]:
+    """`flags` as `python d3qn_agent.py` takes them: {"hidden_units": (16, 16), "xla": False}
+    is ["--hidden-units", "16", "16", "--no-xla"]."""
+    words = []
+    for name, value in flags.items():
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(option if value else option.replace("--", "--no-", 1))
+        else:
+            words += [option, *map(str, value if isinstance(value, (tuple, list)) else [value])]
+    return words
 
 
 @pytest.fixture(autouse=True)
 def cpu_without_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from d3qn_utils import settings
+
     monkeypatch.setattr(settings, "native_bfloat16", lambda: None)
 
 

@@ -10,24 +10,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from conftest import small_agent
 
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, main, td_errors
 from d3qn_utils import games
 from d3qn_utils.games import torso
-
-CARTPOLE = "CartPole-v1"
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-def small_agent(tmp_path: Path, **flags) -> DQNAgent:
-    """A CartPole agent with a small network and memory that writes only under tmp_path; no XLA
-    (~1.5 s of compiling per agent), which the command-line tests and one below keep on."""
-    settings = {"hidden_units": (32, 32), "memory_size": 1_000, "batch_size": 16, "seed": 0,
-                "xla": False, "model_dir": str(tmp_path / "models"),
-                "plot_dir": str(tmp_path / "plots")}
-    settings.update(flags)
-    return DQNAgent(CARTPOLE, **settings)
 
 
 def huber(errors: np.ndarray) -> np.ndarray:

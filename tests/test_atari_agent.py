@@ -20,8 +20,6 @@ from d3qn_utils.reporting import describe
 PONG = "PongNoFrameskip-v4"
 PONG_STATE = (84, 84, 4)
 PONG_ACTIONS = 6
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def pong_agent(tmp_path: Path, **flags) -> DQNAgent:

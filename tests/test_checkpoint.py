@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any
@@ -26,31 +25,26 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import KILL_WHILE_CHECKPOINTING, ROOT, command_line, small_agent, small_flags
 
 from d3qn_utils import agent_checkpoint, atomic_files, run_files, training_session
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
 CHECKPOINT_FILES = {
     "online.weights.h5", "target.weights.h5", "optimizer.npz", "memory.npz", "priority_figure.npz",
     "progress.json",
 }
 LEARNING_STARTS = 64
-# No XLA: compiling takes seconds per run, and only the test of a resumed run's match turns it
-# on (the default's path).
-TINY = [
-    "--learning-starts", str(LEARNING_STARTS), "--memory-size", "400", "--batch-size", "32",
-    "--hidden-units", "16", "16", "--train-frequency", "1", "--target-update", "50",
-    "--exploration-steps", "300", "--eval-every", "1000000", "--eval-episodes", "1", "--seed", "3",
-    "--no-xla",
-]
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model (the in-process runs).
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+# Gradient steps from step 64 on, no evaluation; only the test of a resumed run's match turns
+# XLA on (the default's path).
+TINY = small_flags(None, learning_starts=LEARNING_STARTS, memory_size=400, batch_size=32,
+                   train_frequency=1, target_update=50, exploration_steps=300,
+                   eval_every=1_000_000, eval_episodes=1, seed=3)
 
 
 def agent_command(directory: Path, *flags: str) -> list[str]:
     return [
-        sys.executable, str(ROOT / "d3qn_agent.py"), *TINY,
+        sys.executable, str(ROOT / "d3qn_agent.py"), *command_line(TINY),
         "--model-dir", str(directory / "models"), "--plot-dir", str(directory / "plots"), *flags,
     ]
 
@@ -145,40 +139,30 @@ def assert_same_weights(expected: Path, got: Path) -> None:
         np.testing.assert_allclose(got_array, expected_array, rtol=1e-4, atol=1e-6)
 
 
-def test_kill_while_checkpointing_leaves_a_complete_checkpoint(tmp_path, capsys):
-    process = subprocess.Popen(
-        agent_command(tmp_path, "--total-steps", "100000", "--checkpoint-every", "10"),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+@pytest.mark.parametrize("where", ["memory.npz", "before the rename"])
+def test_a_run_killed_while_checkpointing_resumes_from_its_last_complete_checkpoint(
+        tmp_path, capsys, where):
     root = tmp_path / "models" / f"{RUN_NAME}.checkpoints"
-    try:
-        # Kill once two checkpoints are complete and the next one is being written: its
-        # temporary directory is there. (The kill may still land just after its rename.)
-        deadline = time.monotonic() + 120  # bounds a hang only
-        while len(checkpoints(tmp_path)) < 2 or not any(
-                root.glob(f"{run_files.RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")):
-            assert process.poll() is None, f"the run exited with {process.returncode}"
-            assert time.monotonic() < deadline, (
-                f"no checkpoint being written after two complete ones within 120 s: "
-                f"{checkpoints(tmp_path)}")
-            time.sleep(0.001)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    # Only complete checkpoints count; a half-written one can only be a .tmp-* directory.
+    flags = agent_command(tmp_path, "--total-steps", "100", "--checkpoint-every", "10")[2:]
+    program = (KILL_WHILE_CHECKPOINTING
+               + "import d3qn_agent\nsys.exit(d3qn_agent.main(sys.argv[3:]))")
+    killed = subprocess.run([sys.executable, "-c", program, where, "30", *flags], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # What the kill left: two complete checkpoints and the third's temporary directory.
+    assert [path.name for path in checkpoints(tmp_path)] == ["step-0000000010", "step-0000000020"]
     for step_directory in checkpoints(tmp_path):
         assert_complete(step_directory)
-    for path in (tmp_path / "models").glob("*.keras"):
-        assert not path.name.startswith(atomic_files.TEMPORARY_PREFIX)
-    last = int(checkpoints(tmp_path)[-1].name.removeprefix("step-"))
+    [half] = root.glob(f"{run_files.RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")
+    assert half.name.endswith("step-0000000030")
+    assert (where == "memory.npz") == (len(list(half.iterdir())) < len(CHECKPOINT_FILES))
     # The resumption in-process: the subprocess start-up is the slow part.
-    code, out, err = run_main(tmp_path, capsys, "--total-steps", str(last + 20),
-                              "--checkpoint-every", "10", "--resume")
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "40", "--checkpoint-every",
+                              "10", "--resume")
     assert code == 0, err
-    assert f"at step {last}" in out
+    assert "at step 20" in out
     assert not list(root.rglob(atomic_files.TEMPORARY_PREFIX + "*"))
-    assert [path.name for path in checkpoints(tmp_path)][-1] == f"step-{last + 20:010d}"
-    assert len(checkpoints(tmp_path)) == 2  # the last two are kept
+    assert [path.name for path in checkpoints(tmp_path)] == ["step-0000000030", "step-0000000040"]
 
 
 def episode_lines(output: str) -> list[tuple[int, int]]:
@@ -307,13 +291,9 @@ def test_resume_refuses_a_corrupt_checkpoint(tmp_path, trained, capsys, damaged)
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # on purpose
 def test_a_diverging_training_step_stops_with_the_last_good_state_saved(tmp_path):
-    import d3qn_agent
 
-    agent = d3qn_agent.DQNAgent(
-        "CartPole-v1", learning_starts=64, memory_size=400, batch_size=32, hidden_units=(16, 16),
-        eval_every=10**6, total_steps=1000, model_dir=str(tmp_path / "models"),
-        plot_dir=str(tmp_path / "plots"),
-    )
+    agent = small_agent(tmp_path, learning_starts=64, memory_size=400, batch_size=32,
+                        eval_every=10**6, total_steps=1000)
     env_step = agent.env.step
 
     def exploding_step(action):  # from step 100 on, rewards are finite but overflow float32

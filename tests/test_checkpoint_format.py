@@ -1,49 +1,201 @@
-"""Checkpoint formats: a checkpoint of format 1, written before checkpoints had a version (commit
-58876ad, `python d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500
---batch-size 16 --hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2
---seed 5`, its step-400 checkpoint and the last network that run reached at step 800), resumes
-to exactly that network; any other format is refused, naming it."""
+"""Checkpoint formats: a checkpoint of every format this code has written loads to exactly the
+state its files hold and resumes; a new field is one migration and one line in the part that owns
+it; a format this version cannot read is refused, naming it.
+
+tests/data/checkpoint_format_<N>/step-0000000400 is the step-400 checkpoint of `python
+d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-size 16
+--hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2 --seed 5` at commit
+58876ad (format 1, before checkpoints had a version) and at commit 619b399 (format 2).
+
+The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
+with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
+"""
 
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
-import keras
+import h5py
 import numpy as np
 import pytest
+from conftest import small_agent
+from memory_helpers import experience
 
 from d3qn_agent import DQNAgent
 from d3qn_utils import agent_checkpoint
-from d3qn_utils.run_files import LATEST
+from d3qn_utils.atomic_files import read_arrays
+from d3qn_utils.priority_figure import PriorityFigure
+from PER import Memory, UniformMemory
+from rank_based import RankBasedMemory
 
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1"
+DATA = Path(__file__).parent / "data"
+FORMATS = range(1, agent_checkpoint.FORMAT + 1)
+STEP = "step-0000000400"
 FLAGS = {"total_steps": 800, "learning_starts": 200, "memory_size": 500, "batch_size": 16,
          "hidden_units": (16, 16), "checkpoint_every": 400, "eval_every": 400,
          "eval_episodes": 2, "seed": 5}
-RUN = "run-20261128-023953"
 
 
-def format_1_checkpoint(model_dir: Path) -> Path:
-    """The format-1 checkpoint, where the run that wrote it kept it under `model_dir`."""
-    directory = model_dir / "DDQN_CartPole-v1_Dueling_PER.checkpoints" / RUN / "step-0000000400"
-    shutil.copytree(FORMAT_1 / "step-0000000400", directory)
-    return directory
+def fixture(version: int) -> Path:
+    return DATA / f"checkpoint_format_{version}" / STEP
 
 
-def test_a_format_1_checkpoint_resumes_to_the_network_its_run_reached(tmp_path, capsys):
-    format_1_checkpoint(tmp_path)
-    agent = DQNAgent("CartPole-v1", model_dir=str(tmp_path), plot_dir=str(tmp_path), **FLAGS)
-    agent.begin(LATEST)
-    assert capsys.readouterr().out.splitlines()[1].startswith(f"continuing {RUN}, started ")
+def agent_in(directory: Path, **flags: Any) -> DQNAgent:
+    """An agent with the fixtures' flags (no XLA: a resumed run may turn it off)."""
+    return small_agent(directory, **{**FLAGS, **flags})
+
+
+def keras_weights(path: Path) -> list[np.ndarray]:
+    """The arrays of a Keras `.weights.h5` file, read with h5py, in its layers' order (dense,
+    dense_1, ...: `get_weights`' order for these networks)."""
+    with h5py.File(path) as file:
+        layers = sorted(file["layers"], key=lambda name: (len(name), name))
+        return [np.array(file["layers"][layer]["vars"][str(i)]) for layer in layers
+                for i in range(len(file["layers"][layer]["vars"]))]
+
+
+def state_in_files(version: int) -> dict[str, Any]:
+    """What the fixture of `version` holds, read from its files: progress.json's counters, each
+    part's arrays and the two networks' weights."""
+    directory = fixture(version)
+    saved = json.loads((directory / "progress.json").read_text())
+    arrays = {path.stem: read_arrays(path) for path in directory.glob("*.npz")}
+    if version == 1:  # the counters at the top; the priority figure's over two files
+        figure = {key: arrays["memory"].pop(key) for key in list(arrays["memory"])
+                  if key.startswith("stats.")}
+        figure["history"] = np.array(saved.pop("priority_history")).reshape(-1, 4)
+        figure["recent_is_weights"] = np.array(saved.pop("recent_is_weights"), np.float32)
+        figure["recent_batches"] = np.array(saved.pop("recent_batches"))
+        arrays["priority_figure"] = figure
+        saved = {"progress": {key: value for key, value in saved.items()
+                              if key not in ("run", "fingerprint")}}
+    networks = {name: keras_weights(directory / name) for name in agent_checkpoint.NETWORK_FILES}
+    return {"progress": saved["progress"], **arrays, **networks}
+
+
+def agent_state(agent: DQNAgent) -> dict[str, Any]:
+    """`state_in_files`' view of an agent: its `state_dict`, counters as JSON holds them."""
+    state = agent.state_dict()
+    return {**state, "progress": json.loads(json.dumps(state["progress"])),
+            "online.weights.h5": agent.model.get_weights(),
+            "target.weights.h5": agent.target_model.get_weights()}
+
+
+def assert_same_state(got: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert got.keys() == expected.keys()
+    assert got["progress"] == expected["progress"]
+    for part in set(expected) - {"progress"}:
+        if isinstance(expected[part], dict):
+            assert got[part].keys() == expected[part].keys(), part
+        for key, array in (expected[part].items() if isinstance(expected[part], dict)
+                           else enumerate(expected[part])):
+            np.testing.assert_array_equal(got[part][key], array, err_msg=f"{part} {key}")
+
+
+def test_there_is_a_checkpoint_of_every_format_and_a_migration_from_each_older_one():
+    assert sorted(path.name for path in DATA.glob("checkpoint_format_*")) == [
+        f"checkpoint_format_{version}" for version in FORMATS]
+    assert sorted(agent_checkpoint.MIGRATIONS) == list(FORMATS)[:-1]
+
+
+@pytest.mark.parametrize("version", FORMATS)
+def test_a_checkpoint_of_each_format_loads_to_exactly_the_state_its_files_hold(tmp_path, version,
+                                                                               capsys):
+    agent = agent_in(tmp_path)
+    agent.begin(str(fixture(version)))
+    run = json.loads((fixture(version) / "progress.json").read_text())["run"]
+    assert capsys.readouterr().out.splitlines()[1].startswith(f"continuing {run['id']}, started ")
     assert agent.step == 400 and agent.report.priority_figure.recent_batches > 0
-    agent.run()
-    reached = keras.models.load_model(FORMAT_1 / "last_network_of_the_run.keras")
-    for weights, expected in zip(agent.model.get_weights(), reached.get_weights(), strict=True):
-        np.testing.assert_array_equal(weights, expected)
-    newest = agent_checkpoint.read_state(Path(agent.save_checkpoint()))[0]
-    assert newest["format"] == agent_checkpoint.FORMAT  # what it writes is the new format
+    assert_same_state(agent_state(agent), state_in_files(version))
+
+
+@pytest.mark.parametrize("version", FORMATS)
+def test_a_checkpoint_of_each_format_resumes_as_the_newest_format_it_becomes(tmp_path, version):
+    # One run resumes from the fixture, writing it in the newest format first; another resumes
+    # from what it wrote. Both train the last 400 steps, and must end alike.
+    first = agent_in(tmp_path / "first")
+    first.begin(str(fixture(version)))
+    rewritten = shutil.copytree(first.save_checkpoint(), tmp_path / "rewritten" / STEP)
+    assert agent_checkpoint.read_state(rewritten)[0]["format"] == agent_checkpoint.FORMAT
+    first.run()
+    second = agent_in(tmp_path / "second")
+    second.begin(str(rewritten))
+    second.run()
+    assert first.step == second.step == 800
+    assert_same_state(agent_state(second), agent_state(first))
+    trained = agent_state(first)["online.weights.h5"]
+    assert any((weights != saved).any() for weights, saved in
+               zip(trained, keras_weights(fixture(version) / "online.weights.h5"), strict=True))
+
+
+def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_path,
+                                                                            monkeypatch):
+    # Format 3 gives the priority figure a counter, "resumptions"; a checkpoint of format 2,
+    # written before it, means 7.
+    newest = fixture(agent_checkpoint.FORMAT)
+    monkeypatch.setattr(agent_checkpoint, "FORMAT", agent_checkpoint.FORMAT + 1)
+    monkeypatch.setattr(PriorityFigure, "COUNTERS", (*PriorityFigure.COUNTERS, "resumptions"))
+    monkeypatch.setattr(PriorityFigure, "resumptions", 0, raising=False)
+    with pytest.raises(ValueError, match=f"has format {agent_checkpoint.FORMAT - 1}, which this "
+                                         "version cannot read"):
+        agent_in(tmp_path / "refused").resume(str(newest))
+
+    # The migration (the layout stays as it was) and the line in the priority figure:
+    monkeypatch.setitem(agent_checkpoint.MIGRATIONS, agent_checkpoint.FORMAT - 1,
+                        lambda progress, arrays: (progress, arrays))
+    monkeypatch.setattr(PriorityFigure, "ADDED_KEYS", {"stats.resumptions": np.array(7)})
+    agent = agent_in(tmp_path / "migrated")
+    agent.begin(str(newest))
+    figure = agent.report.priority_figure
+    assert figure.resumptions == 7
+    expected = state_in_files(agent_checkpoint.FORMAT - 1)
+    expected["priority_figure"]["stats.resumptions"] = np.array(7)
+    assert_same_state(agent_state(agent), expected)
+
+    figure.resumptions = 8
+    agent.run()  # checkpoints at step 800, in format 3
+    written = sorted((tmp_path / "migrated").rglob("step-0000000800"))[-1]
+    progress, arrays = agent_checkpoint.read_state(written)
+    assert progress["format"] == agent_checkpoint.FORMAT
+    assert arrays["priority_figure"]["stats.resumptions"] == 8
+    resumed = agent_in(tmp_path / "resumed", total_steps=900)
+    resumed.begin(str(written))
+    assert resumed.report.priority_figure.resumptions == 8  # read back, not the default
+
+
+@pytest.mark.parametrize(("memory_class", "field", "default", "value_of"), [
+    (Memory, "max_priority", np.array(2.5), lambda memory: memory.max_priority),
+    (RankBasedMemory, "beta", np.array(0.7), lambda memory: memory.beta),
+    (UniformMemory, "rng", np.array(json.dumps(np.random.default_rng(9).bit_generator.state)),
+     lambda memory: json.dumps(memory.rng.bit_generator.state)),
+])
+def test_each_memory_gives_a_key_it_lacks_the_value_in_its_added_keys(
+        monkeypatch, memory_class, field, default, value_of):
+    memory = memory_class(8, rng=0)
+    for i in range(5):
+        memory.store(experience(i))
+    older = {name: array for name, array in memory.state_dict().items() if name != field}
+    with pytest.raises(ValueError, match=field):
+        memory_class(8, rng=1).load_state_dict(older)
+    monkeypatch.setattr(memory_class, "ADDED_KEYS", {field: default})
+    restored = memory_class(8, rng=1)
+    restored.load_state_dict(older)
+    assert value_of(restored) == default.item()
+    assert len(restored) == 5
+
+
+def test_the_agent_gives_a_counter_it_lacks_the_value_in_its_added_keys(tmp_path, monkeypatch):
+    directory = shutil.copytree(fixture(agent_checkpoint.FORMAT), tmp_path / STEP)
+    saved = json.loads((directory / "progress.json").read_text())
+    del saved["progress"]["steps_to_solve"]
+    (directory / "progress.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="steps_to_solve"):
+        agent_in(tmp_path / "refused").resume(str(directory))
+    monkeypatch.setattr(DQNAgent, "ADDED_KEYS", {"steps_to_solve": 123})
+    agent = agent_in(tmp_path / "resumed")
+    agent.resume(str(directory))
+    assert agent.steps_to_solve == 123 and agent.step == 400
 
 
 @pytest.mark.parametrize(("edit", "said"), [
@@ -52,13 +204,13 @@ def test_a_format_1_checkpoint_resumes_to_the_network_its_run_reached(tmp_path, 
      "has format None, which this version cannot read"),
     (lambda progress: {key: value for key, value in progress.items()
                        if key != "priority_history"},
-     "has no format number and is not of format 1"),
+     "is not of format 1 \\(it lacks 'priority_history'\\)"),
 ])
 def test_a_checkpoint_of_another_format_is_refused_naming_it(tmp_path, edit, said):
-    directory = format_1_checkpoint(tmp_path)
+    directory = shutil.copytree(fixture(1), tmp_path / STEP)
     progress_file = directory / "progress.json"
     progress_file.write_text(json.dumps(edit(json.loads(progress_file.read_text()))))
-    agent = DQNAgent("CartPole-v1", model_dir=str(tmp_path), plot_dir=str(tmp_path), **FLAGS)
+    agent = agent_in(tmp_path)
     with pytest.raises(ValueError, match=said):
         agent.resume(str(directory))
     assert agent.step == 0  # nothing was loaded
@@ -67,10 +219,8 @@ def test_a_checkpoint_of_another_format_is_refused_naming_it(tmp_path, edit, sai
 @pytest.mark.parametrize("changed", [{"total_steps": 600}, {"total_steps": 1000},
                                      {"gradient_steps_per_call": 8}])
 def test_beta_reaches_1_at_the_end_of_a_resumed_run_whatever_its_new_budget(tmp_path, changed):
-    format_1_checkpoint(tmp_path)
-    agent = DQNAgent("CartPole-v1", model_dir=str(tmp_path), plot_dir=str(tmp_path),
-                     **{**FLAGS, "eval_every": 1000, "checkpoint_every": 0, **changed})
-    agent.begin(LATEST)
+    agent = agent_in(tmp_path, **{"eval_every": 1000, "checkpoint_every": 0, **changed})
+    agent.begin(str(fixture(agent_checkpoint.FORMAT)))
     beta = agent.MEMORY.beta
     assert 0.4 < beta < 1.0
     agent.run()

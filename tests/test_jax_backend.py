@@ -7,11 +7,10 @@ suites whole, their own slow tests included (`-m ""` lifts pyproject.toml's `not
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Every suite that builds, trains, plays, saves or resumes an agent (apex.py is TensorFlow's).
 JAX_SUITES = ("test_agent.py", "test_greedy_policy.py", "test_checkpoint.py", "test_minatar.py",
               "test_atari_agent.py", "test_play.py", "test_settings.py",
@@ -19,6 +18,7 @@ JAX_SUITES = ("test_agent.py", "test_greedy_policy.py", "test_checkpoint.py", "t
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # eight suites whole, their slow tests included
 def test_the_agent_suites_pass_on_the_jax_backend():
     pytest.importorskip("jax")
     result = subprocess.run(

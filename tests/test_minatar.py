@@ -12,6 +12,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from conftest import ROOT, command_line, small_flags
 
 import d3qn_agent
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
@@ -20,11 +21,8 @@ from d3qn_utils.games import replay_storage, torso
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage
 
-ROOT = Path(__file__).resolve().parents[1]
 BREAKOUT = "MinAtar/Breakout-v1"
 CHANNELS = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 # --- environments ----------------------------------------------------------------------------
@@ -187,11 +185,10 @@ def test_a_short_run_learns_above_random_play_and_records_a_gif(tmp_path):
 
 # Gradient steps from step 100 on, before the step-200 checkpoint and after it; no XLA to compile
 # (test_checkpoint.py resumes a run with XLA).
-TINY = ["--env-name", BREAKOUT, "--memory-size", "600", "--batch-size", "16",
-        "--learning-starts", "100", "--train-frequency", "1", "--gradient-steps-per-call", "4",
-        "--target-update", "50", "--exploration-steps", "200", "--eval-every", "1000000",
-        "--eval-episodes", "1", "--seed", "5", "--total-steps", "400", "--checkpoint-every", "200",
-        "--no-xla"]
+TINY = command_line(small_flags(
+    None, env_name=BREAKOUT, memory_size=600, learning_starts=100, train_frequency=1,
+    gradient_steps_per_call=4, target_update=50, exploration_steps=200, eval_every=1_000_000,
+    eval_episodes=1, seed=5, total_steps=400, checkpoint_every=200))
 
 
 def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path, capsys):

@@ -14,10 +14,10 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from PER import Memory
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "prioritized_replay.ipynb"
 # The project's modules the notebook must run (never copies of them).
 PROJECT_MODULES = {"PER", "rank_based", "blind_cliffwalk", "d3qn_agent", "atari_wrappers"}

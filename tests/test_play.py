@@ -11,6 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from conftest import ROOT
 from PIL import Image
 
 import atari_wrappers
@@ -19,7 +20,6 @@ from d3qn_agent import DQNAgent, main
 from d3qn_utils import recording
 from d3qn_utils.recording import GifRecorder
 
-ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED_DIR = ROOT / "models" / "pretrained"
 # Every network committed to models/pretrained/: file name -> (environment id, greedy test
 # episodes, the mean score it must reach). An entry's test runs once its file is there.
@@ -38,8 +38,6 @@ PRETRAINED = {
 }
 REQUIRED = ["CartPole-v1.keras"]  # must be in the repository
 PRETRAINED_MAX_BYTES = 11_000_000  # all of them together, so that they can stay in git
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def committed_networks() -> list[str]:

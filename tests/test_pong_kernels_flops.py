@@ -1,12 +1,9 @@
 """bench_pong_kernels.py counts a network's arithmetic as one would by hand."""
 
-import sys
-from pathlib import Path
 
 import keras
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import bench_pong_kernels as kernels
+from benchmarks import bench_pong_kernels as kernels
 
 
 def test_forward_flops_counts_multiply_adds_of_convolutions_and_dense_layers() -> None:

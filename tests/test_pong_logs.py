@@ -1,14 +1,12 @@
 """The Pong log reader reads resumed logs as the run's history; the table and its command line."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import pong_logs as report
+from benchmarks import pong_logs as report
 
 # A run that logged episodes 1-3, was stopped at step 350 after its checkpoint at step 200,
 # and was resumed from that checkpoint: episodes 2 and 3 were replayed, 3 with another score;

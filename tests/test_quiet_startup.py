@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+from conftest import ROOT
 
 from d3qn_utils import quiet_startup
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # The lines TensorFlow 2.21 printed on importing on this project's CPU-only machine.
 HARMLESS_LINES = [

@@ -1,25 +1,80 @@
-"""The promises to a reader of the tutorial: the core files stay at its scale, a CartPole run
-loads no Atari or MinAtar package, and the rewrite to the tutorial's shape did not change what
-the agent learns (its log is the same as the code's before it, side by side)."""
+"""The promises to a reader of the tutorial: its classes and methods in its order, each method
+of PER.py's sum tree used by a training run, a CartPole run that loads no Atari or MinAtar
+package, and the rewrite to the tutorial's shape did not change what the agent learns (its log is
+the same as the code's before it, side by side)."""
 
 import ast
+import functools
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import ROOT, small_agent
 
+import PER
+from benchmarks import same_log
 from d3qn_utils import games
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import same_log  # noqa: E402
+
+def defined(body: Sequence[ast.stmt]) -> list[str]:
+    """The names of the classes and functions in `body`, in order."""
+    return [node.name for node in body
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
-@pytest.mark.parametrize(("name", "most"), [("d3qn_agent.py", 570), ("PER.py", 350)])
-def test_the_core_files_stay_at_the_tutorials_scale(name, most):
-    lines = len((ROOT / name).read_text().splitlines())
-    assert lines <= most, f"{name} has {lines} lines, more than {most}"
+def class_body(path: Path, name: str) -> list[ast.stmt]:
+    return next(node.body for node in ast.parse(path.read_text()).body
+                if isinstance(node, ast.ClassDef) and node.name == name)
+
+
+def in_order(names: list[str], within: list[str]) -> bool:
+    """Whether `names` all come in `within`, in this order (others may come between)."""
+    rest = iter(within)
+    return all(name in rest for name in names)
+
+
+@pytest.mark.parametrize(("file", "owner", "names"), [
+    ("d3qn_agent.py", None, ["OurModel", "DQNAgent"]),
+    ("d3qn_agent.py", "DQNAgent", ["__init__", "update_target_model", "remember", "act",
+                                   "replay", "load", "save", "PlotModel", "run", "test"]),
+    ("PER.py", None, ["SumTree", "Memory"]),
+    # The tutorial's add is Memory.store's; get_leaves is its get_leaf for k values.
+    ("PER.py", "SumTree", ["__init__", "update", "get_leaves", "total_priority"]),
+    ("PER.py", "Memory", ["__init__", "store", "sample", "batch_update"]),
+])
+def test_the_tutorials_classes_and_methods_come_in_its_order(file, owner, names):
+    path = ROOT / file
+    body = ast.parse(path.read_text()).body if owner is None else class_body(path, owner)
+    assert in_order(names, defined(body)), (names, defined(body))
+
+
+def test_a_training_run_uses_every_method_of_the_sum_tree(tmp_path, monkeypatch):
+    # Nothing in the SumTree a learner reads is there for show.
+    used = set()
+
+    def counted(name: str, method: Callable) -> Callable:
+        @functools.wraps(method)
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            used.add(name)
+            return method(*args, **kwargs)
+        return counting
+
+    methods = {}
+    for name, member in vars(PER.SumTree).items():
+        if isinstance(member, property):
+            methods[name] = property(counted(name, member.fget))
+        elif callable(member) and (name == "__init__" or not name.startswith("__")):
+            methods[name] = counted(name, member)
+    for name, method in methods.items():
+        monkeypatch.setattr(PER.SumTree, name, method)
+    agent = small_agent(tmp_path, total_steps=120, learning_starts=60, eval_every=120,
+                        eval_episodes=1)
+    agent.begin()
+    agent.run()
+    assert used == set(methods)
 
 
 def function_source(path: Path, name: str) -> str:

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import benchmark_tables
-import learning_tables
-import provenance
-import render_docs
-import study
-
-ROOT = render_docs.ROOT
+from benchmarks import benchmark_tables, learning_tables, provenance, render_docs, study
 
 
 def block_names(text: str) -> list[str]:

@@ -12,11 +12,11 @@ import re
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import apex
 import d3qn_agent
@@ -24,8 +24,6 @@ from d3qn_agent import DQNAgent, main
 from d3qn_utils import games, settings
 
 native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def resolve(**given):

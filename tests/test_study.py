@@ -7,16 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import KILL_WHILE_CHECKPOINTING, ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import study
-
-ROOT = study.ROOT
+from benchmarks import study
 
 
 @pytest.fixture(autouse=True)
@@ -284,17 +281,15 @@ TINY = ("--total-steps", "1000", "--eval-every", "250", "--eval-episodes", "5",
 @pytest.mark.slow  # three trainings, two of them in Pythons of their own
 def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     run = study.Run("tiny", "CartPole-v1", "per", 3, TINY)
-    killed = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "study.py"), "train", "tiny", "CartPole-v1",
+    # Killed as it writes its second checkpoint (step 400): it resumes from the first.
+    program = KILL_WHILE_CHECKPOINTING + "from benchmarks import study\nstudy.main(sys.argv[3:])"
+    killed = subprocess.run(
+        [sys.executable, "-c", program, "memory.npz", "400", "train", "tiny", "CartPole-v1",
          "per", "3", "--work-dir", str(tmp_path / "work"), "--results", str(tmp_path / "results"),
-         "--", *TINY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--", *TINY], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     checkpoints = run.work_dir(tmp_path / "work") / "DDQN_CartPole-v1_Dueling_PER.checkpoints"
-    deadline = time.monotonic() + 120
-    while not any(checkpoints.glob("run-*/step-*")) and killed.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.05)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    assert [path.name for path in checkpoints.glob("run-*/step-*")] == ["step-0000000200"]
     assert not run.result_path(tmp_path / "results").exists()
 
     kept = tmp_path / "pretrained" / "CartPole-v1.keras"

@@ -3,17 +3,13 @@ with bfloat16 units or without one, it gives every setting that the runs' result
 
 import json
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import study  # noqa: E402
-
-import d3qn_agent  # noqa: E402
-from d3qn_utils import settings  # noqa: E402
+import d3qn_agent
+from benchmarks import study
+from d3qn_utils import settings
 
 
 def settings_of(command: str) -> dict:

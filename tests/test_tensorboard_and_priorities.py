@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import small_agent
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util.tensor_util import make_ndarray
 
@@ -19,21 +20,14 @@ from d3qn_utils.priority_figure import PriorityFigure, draw_priority_figure
 from d3qn_utils.reporting import TensorBoardWriter, TrainingMeans
 from PER import Memory, UniformMemory
 
-CARTPOLE = "CartPole-v1"
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
 FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-0000000400"
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
-    """A CartPole agent that learns from step 100 and writes only under tmp_path."""
-    settings = {"hidden_units": (16, 16), "memory_size": 1_000, "batch_size": 16, "seed": 0,
-                "xla": False, "total_steps": 600, "learning_starts": 100, "eval_every": 300,
-                "eval_episodes": 2, "model_dir": str(tmp_path / "models"),
-                "plot_dir": str(tmp_path / "plots")}
-    settings.update(flags)
-    return DQNAgent(CARTPOLE, **settings)
+    """A small agent that learns from step 100 to 600, evaluated at 300 and 600."""
+    return small_agent(tmp_path, **{"total_steps": 600, "learning_starts": 100, "eval_every": 300,
+                                    "eval_episodes": 2, **flags})
 
 
 def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
