@@ -32,8 +32,6 @@ from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay
 from d3qn_utils.apex_report import ApexReport
 from d3qn_utils.gradient_steps import Batches
 
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 LEARNED = 100  # a greedy mean on CartPole-v1 that random play (about 22) does not reach
 
 
