@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import same_log  # noqa: E402
 
 
-@pytest.mark.parametrize(("name", "most"), [("d3qn_agent.py", 570), ("PER.py", 350)])
+@pytest.mark.parametrize(("name", "most"), [("d3qn_agent.py", 575), ("PER.py", 350)])
 def test_the_core_files_stay_at_the_tutorials_scale(name, most):
     lines = len((ROOT / name).read_text().splitlines())
     assert lines <= most, f"{name} has {lines} lines, more than {most}"
