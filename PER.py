@@ -262,7 +262,7 @@ class Memory(ReplayMemory):
         """
         tree_idx, abs_errors = check_indices(tree_idx, abs_errors, self.tree.leaves)
         priorities = self.leaf_priorities(abs_errors)
-        if len(self.storage) < self.capacity:  # else every slot holds a transition, as drawn
+        if len(self.storage) < self.capacity:  # in a full memory every slot holds a transition
             # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
             priorities *= self.storage.holds(self.tree.slot(tree_idx))
         self.write_priorities(tree_idx, priorities)
