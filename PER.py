@@ -4,12 +4,12 @@ memory, `SumTree` and `Memory`, then `UniformMemory`, plain replay behind the sa
 Proportional prioritization, in the paper's notation: transition i has priority
 p_i = |delta_i| + epsilon (here, as in the tutorial, capped at `abs_err_upper` = 1; epsilon = 0.01
 and the cap are the tutorial's values, the paper gives neither), is drawn with probability
-P(i) = p_i^alpha / sum_k p_k^alpha, and its
-loss is scaled by the importance-sampling weight w_i = (N * P(i))^-beta / max_j w_j, which undoes
-the bias of drawing it more (or less) often than uniform replay would. The sum tree holds the
-numerators p_i^alpha, so drawing by P(i) is one walk down it. Below, as in the tutorial's code,
-"priority" names such a leaf value, p_i^alpha: `SumTree`'s priorities, its `min_priority` and
-`Memory.max_priority` are p^alpha, and the paper's p_i appears only in `Memory.leaf_priorities`.
+P(i) = p_i^alpha / sum_k p_k^alpha, and its loss is scaled by the importance-sampling weight
+w_i = (N * P(i))^-beta / max_j w_j, which undoes the bias of drawing it more (or less) often than
+uniform replay would. The sum tree holds the numerators p_i^alpha, so drawing by P(i) is one walk
+down it. Below, as in the tutorial's code, "priority" names such a leaf value, p_i^alpha:
+`SumTree`'s priorities, its `min_priority` and `Memory.max_priority` are p^alpha, and the paper's
+p_i appears only in `Memory.leaf_priorities`.
 
 Tutorial -> here: `PER_e`, `PER_a`, `PER_b`, `PER_b_increment_per_sampling` and
 `absolute_error_upper` are `Memory`'s arguments `epsilon`, `alpha`, `beta`, `beta_increment`
@@ -18,7 +18,7 @@ that beta reaches 1 at the end of its run). `SumTree.update`, `total_priority` a
 `sample`, `batch_update` keep their names; `get_leaf` is `get_leaves`, a batch of values at a
 time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a storage
 (d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
-the slot's leaf its priority with `update`.
+the slot's leaf (`leaf_index`) its priority with `update`.
 
 The walks up and down the tree are the tutorial's loops, fixed and compiled by numba
 (`_update_leaf`, `_get_leaves`): what you read is what runs, a whole batch per call.
@@ -30,8 +30,8 @@ import numba
 import numpy as np
 
 from d3qn_utils.checks import (
+    check_indices,
     check_integer,
-    check_leaves,
     check_non_negative,
     check_saved_value,
     check_transition,
@@ -40,7 +40,7 @@ from d3qn_utils.checks import (
     with_added_keys,
 )
 from d3qn_utils.replay_memory import ReplayMemory
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
+from d3qn_utils.replay_storage import ReplayStorage
 
 
 class SumTree:
@@ -67,29 +67,37 @@ class SumTree:
         self.capacity = check_integer("capacity", capacity, 1)
         self.tree = np.zeros(2 * self.capacity - 1)
         self.mins = np.full(2 * self.capacity - 1, np.inf)
+        self.leaves = range(self.capacity - 1, 2 * self.capacity - 1)  # their tree indices
+
+    def leaf_index(self, slots: int | np.ndarray) -> int | np.ndarray:
+        """The tree index of each slot's leaf: the tutorial's `data_pointer + capacity - 1`."""
+        return slots + (self.capacity - 1)
+
+    def slot(self, tree_indices: np.ndarray) -> np.ndarray:
+        """The slot of each leaf (tree index): the tutorial's `leaf_index - capacity + 1`."""
+        return tree_indices - (self.capacity - 1)
 
     def update(self, tree_index: int, priority: float) -> None:
         """Set the priority of the leaf at `tree_index` and fix the sums above it. O(log n)."""
-        if not is_integer(tree_index):
-            raise ValueError(f"tree index must be an integer, got {tree_index!r}")
-        if not self.capacity - 1 <= tree_index <= 2 * self.capacity - 2:
-            raise ValueError(f"tree index {tree_index} is not a leaf (leaves are "
-                             f"{self.capacity - 1}..{2 * self.capacity - 2})")
+        if not is_integer(tree_index) or int(tree_index) not in self.leaves:
+            raise ValueError(f"tree index must be an integer in {self.leaves.start}.."
+                             f"{self.leaves.stop - 1}, got {tree_index!r}")
         if not 0 <= priority < np.inf:
             raise ValueError(f"priority must be finite and >= 0, got {float(priority)!r}")
         _update_leaf(self.tree, self.mins, int(tree_index), float(priority))
 
-    def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray) -> None:
-        """`update` for k leaves, in order: a leaf named twice keeps its last. O(k log n).
+    def update_batch(self, tree_indices: np.ndarray, priorities: np.ndarray | float) -> float:
+        """`update` for k leaves, in order: a leaf named twice keeps its last. Returns the
+        highest priority written (0 for none), which `Memory` keeps. O(k log n).
 
         The tree is left unchanged when any index is not a leaf or any priority is NaN, infinite
-        or negative.
+        or negative. A float for `priorities` goes to every leaf.
         """
-        priorities = np.asarray(priorities, dtype=np.float64)
-        if priorities.size == 1:  # one priority for every leaf (`store` gives freed slots 0)
-            priorities = np.full(np.shape(tree_indices), priorities.item())
-        leaves, priorities = check_leaves(tree_indices, priorities, self.capacity, "priority")
-        _update_leaves(self.tree, self.mins, leaves, priorities)
+        if isinstance(priorities, float):  # `store` gives the slots a frame store freed 0.0
+            priorities = np.full(np.shape(tree_indices), priorities)
+        leaves, priorities = check_indices(tree_indices, priorities, self.leaves, "tree index",
+                                           "priority")
+        return _update_leaves(self.tree, self.mins, leaves, priorities)
 
     def get_leaves(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tutorial's `get_leaf` for k values: (tree indices, priorities). O(k log n).
@@ -131,9 +139,12 @@ def _update_leaf(tree, mins, node, priority):  # pragma: no cover (compiled)
 
 @numba.njit(cache=True)
 def _update_leaves(tree, mins, leaves, priorities):  # pragma: no cover (compiled)
-    """`_update_leaf` for each leaf in turn."""
+    """`_update_leaf` for each leaf in turn; returns the highest priority written (0 for none)."""
+    highest = 0.0
     for k in range(leaves.size):
         _update_leaf(tree, mins, leaves[k], priorities[k])
+        highest = max(highest, priorities[k])
+    return highest
 
 
 @numba.njit(cache=True)
@@ -170,6 +181,7 @@ class Memory(ReplayMemory):
     """
 
     kind = "proportional"
+    RUN_SUFFIX, PRIORITIZED = "_PER", True
     BYTES_PER_SLOT = 2 * 2 * 8 + 8  # sum and min trees, two float64 nodes a slot each; headroom
 
     def __init__(
@@ -180,7 +192,7 @@ class Memory(ReplayMemory):
         beta_increment: float = 0.001,
         epsilon: float = 0.01,
         abs_err_upper: float = 1.0,
-        storage: TransitionStorage | FrameStackStorage | None = None,
+        storage: ReplayStorage | None = None,
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
@@ -223,8 +235,8 @@ class Memory(ReplayMemory):
         """
         slot, freed = self.storage.add(check_transition(experience))
         if freed.size:  # a frame store overwrote the first frame of these transitions
-            self.tree.update_batch(freed + (self.capacity - 1), 0.0)
-        self.tree.update(slot + self.capacity - 1, self.max_priority)
+            self.tree.update_batch(self.tree.leaf_index(freed), 0.0)
+        self.tree.update(self.tree.leaf_index(slot), self.max_priority)
         return slot
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
@@ -240,8 +252,7 @@ class Memory(ReplayMemory):
         tree_idx, priorities = self.tree.get_leaves(strata * self.tree.total_priority)
         # w_i / max_j w_j = (N P(i))^-beta / (N P_min)^-beta = (p_i^alpha / p_min^alpha)^-beta.
         is_weights = (priorities / self.tree.min_priority) ** -self.beta
-        slots = tree_idx - (self.capacity - 1)
-        return tree_idx, self.n_step_batch(slots), is_weights.astype(np.float32)
+        return tree_idx, self.n_step_batch(self.tree.slot(tree_idx)), is_weights.astype(np.float32)
 
     def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
         """Give the sampled transitions new priorities from their |TD errors|. O(k log N).
@@ -250,16 +261,17 @@ class Memory(ReplayMemory):
         longer hold a transition (overwritten frames) get priority 0, so they are never drawn; a
         slot named twice takes its last error.
         """
-        leaves, abs_errors = check_leaves(tree_idx, abs_errors, self.capacity)
-        # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
-        live = self.storage.holds_transition[leaves - (self.capacity - 1)]
-        self.write_priorities(leaves, self.leaf_priorities(abs_errors) * live)
+        tree_idx, abs_errors = check_indices(tree_idx, abs_errors, self.tree.leaves)
+        priorities = self.leaf_priorities(abs_errors)
+        if len(self.storage) < self.capacity:  # in a full memory every slot holds a transition
+            # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
+            priorities *= self.storage.holds(self.tree.slot(tree_idx))
+        self.write_priorities(tree_idx, priorities)
 
     def write_priorities(self, tree_idx: np.ndarray, priorities: np.ndarray) -> None:
         """Give the leaves `tree_idx` the priorities (p^alpha) `priorities`, in order, and keep
         the highest ever given. O(k log N)."""
-        self.tree.update_batch(tree_idx, priorities)
-        self.max_priority = float(np.max(priorities, initial=self.max_priority))
+        self.max_priority = max(self.max_priority, self.tree.update_batch(tree_idx, priorities))
 
     def leaf_priorities(self, abs_errors: np.ndarray) -> np.ndarray:
         """The leaves' priorities p^alpha, p = min(|delta| + epsilon, abs_err_upper): the
@@ -269,8 +281,12 @@ class Memory(ReplayMemory):
     # ---- Beyond the tutorial: what the priority figure shows, what a checkpoint holds ----
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, their P(i) = p_i^alpha / sum_k p_k^alpha). O(N)."""
-        slots = self.held_slots()
-        return slots, self.tree.tree[slots + self.capacity - 1] / self.tree.total_priority
+        slots = self.storage.held_slots()
+        return slots, self.tree.tree[self.tree.leaf_index(slots)] / self.tree.total_priority
+
+    def slots_of(self, tree_idx: np.ndarray) -> np.ndarray:
+        """The storage slots of the leaves `sample` returned."""
+        return self.tree.slot(np.asarray(tree_idx))
 
     def zero_error_floor(self) -> tuple[float, float] | None:
         """(P(i) of a transition whose |delta| is 0, epsilon): epsilon^alpha / total."""
@@ -303,19 +319,9 @@ class UniformMemory(ReplayMemory):
     `batch_update` only checks its input, so the agent runs one code path for both memories.
     """
 
-    kind = "uniform"
+    kind = "uniform"  # and no RUN_SUFFIX: the tutorial's run names say PER only when it is on
     alpha = 0.0  # P(i) = p_i^0 / sum_k p_k^0 = 1 / N: uniform, as with alpha = 0
     beta = 0.0  # every importance-sampling weight is 1, as with beta = 0
-
-    def __init__(
-        self,
-        capacity: int,
-        storage: TransitionStorage | FrameStackStorage | None = None,
-        rng: np.random.Generator | int | None = None,
-        n_step: int = 1,
-        gamma: float = 0.99,
-    ) -> None:
-        super().__init__(capacity, storage, rng, n_step, gamma)
 
     def store(self, experience: tuple) -> int:
         """Add one (state, action, reward, next_state, done); return its slot. O(1). ValueError
@@ -324,24 +330,23 @@ class UniformMemory(ReplayMemory):
         return slot
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
-        """n transitions drawn uniformly with replacement: (tree_idx, batch, ones). O(n)."""
+        """n transitions drawn uniformly with replacement: (slots, batch, ones), the slots where
+        `Memory` returns tree indices (there is no tree here). O(n)."""
         self.check_sample_size(n)
-        holds = self.storage.holds_transition
         slots = self.rng.integers(0, self.storage.written, size=n)
         # A storage may have written slots without a transition (frame stacks): draw those again.
-        empty = ~holds[slots]
+        empty = ~self.storage.holds(slots)
         while empty.any():
             slots[empty] = self.rng.integers(0, self.storage.written, size=int(empty.sum()))
-            empty = ~holds[slots]
-        tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self.n_step_batch(slots), np.ones(n, dtype=np.float32)
+            empty = ~self.storage.holds(slots)
+        return slots, self.n_step_batch(slots), np.ones(n, dtype=np.float32)
 
-    def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
+    def batch_update(self, slots: np.ndarray, abs_errors: np.ndarray) -> None:
         """Check the arguments like `Memory.batch_update`; uniform sampling ignores priorities."""
-        check_leaves(tree_idx, abs_errors, self.capacity)
+        self.check_slots(slots, abs_errors)
 
     def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """(slots holding a transition, their P(i) = 1 / N). O(N)."""
-        slots = self.held_slots()
+        slots = self.storage.held_slots()
         return slots, np.full(len(slots), 1.0 / max(len(slots), 1))
 

@@ -85,6 +85,14 @@ PLOT_DIR = "plots"  # where the learning curve and the priority figure go
 TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
 TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars (loss, |TD|, ...)
 
+# The replay variants by name (a memory's `kind`); USE_PER and PER_RANK_BASED pick one of them.
+REPLAY_MEMORIES = {memory.kind: memory for memory in (UniformMemory, Memory, RankBasedMemory)}
+
+
+def replay_variant(use_per: bool, rank_based: bool) -> str:
+    """The name of the replay memory the flags pick: PER's `Memory` unless they say otherwise."""
+    return (RankBasedMemory if rank_based else Memory).kind if use_per else UniformMemory.kind
+
 
 # ---- Network -------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="d3qn")
@@ -206,9 +214,8 @@ class DQNAgent:
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
-        # The replay memory: PER's Memory (or rank-based), or UniformMemory, one interface.
-        memory_class = ((RankBasedMemory if config.per_rank_based else Memory) if config.use_per
-                        else UniformMemory)
+        # The replay memory the flags pick from REPLAY_MEMORIES: all have the tutorial's interface.
+        memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         memory_class.check_fits(config.memory_size, self.state_shape, self.state_dtype,
                                 TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
@@ -216,7 +223,7 @@ class DQNAgent:
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
-        if config.use_per:  # the tutorial's PER_a, PER_b, PER_b_increment_per_sampling
+        if memory_class.PRIORITIZED:  # the tutorial's PER_a, PER_b, PER_b_increment_per_sampling
             replay_options.update(alpha=config.per_alpha, beta=config.per_beta,
                                   beta_increment=self.beta_increment(config.per_beta, 0))
         self.MEMORY = memory_class(config.memory_size, **replay_options)
@@ -244,7 +251,7 @@ class DQNAgent:
         self.episode_score = 0.0
         self.episode_actions: list[int] = []
 
-        self.name = settings.run_name(config)  # the tutorial's plot name: DDQN_CartPole-v1_...
+        self.name = settings.run_name(config, memory_class.RUN_SUFFIX)  # the tutorial's: DDQN_...
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
         self.Last_model_name = os.path.join(config.model_dir, self.name + "_last.keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
@@ -252,7 +259,7 @@ class DQNAgent:
         self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
-            config, self.Plot_name, self.Priority_plot_name,
+            config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
                 self.first_gradient_step(), config.total_steps, config.learning_starts))

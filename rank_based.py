@@ -15,15 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from d3qn_utils.checks import (
-    check_leaves,
-    check_saved_value,
-    check_transition,
-    saved_array,
-    with_added_keys,
-)
+from d3qn_utils.checks import check_saved_value, check_transition, saved_array, with_added_keys
 from d3qn_utils.replay_memory import ReplayMemory
-from d3qn_utils.replay_storage import NO_SLOTS, FrameStackStorage, TransitionStorage
+from d3qn_utils.replay_storage import NO_SLOTS, ReplayStorage
 
 
 class RankBasedMemory(ReplayMemory):
@@ -32,6 +26,7 @@ class RankBasedMemory(ReplayMemory):
     weights w_i = (N * P(i))^-beta / max_j w_j; beta grows by `beta_increment` per `sample`."""
 
     kind = "rank-based"
+    RUN_SUFFIX, PRIORITIZED = "_PERrank", True
     BYTES_PER_SLOT = 4 * 8 + 1  # abs_errors, ranked_slots, ranked_keys, _rank_cdf; _stale
 
     def __init__(
@@ -40,7 +35,7 @@ class RankBasedMemory(ReplayMemory):
         alpha: float = 0.7,
         beta: float = 0.5,
         beta_increment: float = 0.001,
-        storage: TransitionStorage | FrameStackStorage | None = None,
+        storage: ReplayStorage | None = None,
         rng: np.random.Generator | int | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
@@ -68,8 +63,9 @@ class RankBasedMemory(ReplayMemory):
         return slot
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
-        """Draw n transitions by rank: (tree_idx, batch, is_weights), as `PER.Memory.sample`.
-        O(n log N), plus an O(N) merge when priorities changed since the last sample."""
+        """Draw n transitions by rank: (slots, batch, is_weights), as `PER.Memory.sample`, the
+        slots where it returns tree indices (there is no tree here). O(n log N), plus an O(N)
+        merge when priorities changed since the last sample."""
         self.check_sample_size(n)
         self.beta = min(1.0, self.beta + self.beta_increment)
         strata = (np.arange(n) + self.rng.random(n)) / n
@@ -80,15 +76,13 @@ class RankBasedMemory(ReplayMemory):
         # P(rank j) = j^-alpha / S, P_min = N^-alpha / S, so w_j / w_max = (j / N)^(alpha beta).
         is_weights = ((ranks + 1) / size) ** (self.alpha * self.beta)
         slots = self.ranked_slots[ranks]
-        tree_idx = slots + (self.capacity - 1)
-        return tree_idx, self.n_step_batch(slots), is_weights.astype(np.float32)
+        return slots, self.n_step_batch(slots), is_weights.astype(np.float32)
 
-    def batch_update(self, tree_idx: np.ndarray, abs_errors: np.ndarray) -> None:
+    def batch_update(self, slots: np.ndarray, abs_errors: np.ndarray) -> None:
         """Re-rank the sampled transitions by their new |TD errors|, as `PER.Memory.batch_update`
         (same checks; overwritten slots skipped; a slot named twice takes its last error)."""
-        leaves, errors = check_leaves(tree_idx, abs_errors, self.capacity)
-        slots = leaves - (self.capacity - 1)
-        live = self.storage.holds_transition[slots]
+        slots, errors = self.check_slots(slots, abs_errors)
+        live = self.storage.holds(slots)
         self.abs_errors[slots[live]] = errors[live]
         self.mark_stale(slots[live])
 
@@ -113,7 +107,7 @@ class RankBasedMemory(ReplayMemory):
         self._stale[stale] = False
         ranked_slots, ranked_keys = self.ranked_slots[keep], self.ranked_keys[keep]
         # Ranked: slots that hold a transition (freed ones have |delta| = -inf).
-        stale = stale[self.storage.holds_transition[stale] & (self.abs_errors[stale] > -np.inf)]
+        stale = stale[self.storage.holds(stale) & (self.abs_errors[stale] > -np.inf)]
         keys = -self.abs_errors[stale]
         order = np.argsort(keys, kind="stable")
         stale, keys = stale[order], keys[order]

@@ -257,7 +257,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
-        print(f"{args.env_name}: {reporting.describe(config)}; batch {config.batch_size}, a "
+        report = getattr(agent, "report", None)  # commits before TrainingReport: describe(config)
+        description = report.description if report else reporting.describe(config)
+        print(f"{args.env_name}: {description}; batch {config.batch_size}, a "
               f"gradient step every {config.train_frequency} env steps, "
               f"{getattr(config, 'gradient_steps_per_call', 1)} per compiled call, XLA "
               f"{'on' if getattr(config, 'xla', False) else 'off'}")

@@ -62,7 +62,7 @@ class BlockMemory(Memory):
             if writes:
                 leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
                 values = np.concatenate([values for _, values in writes])
-                self.write_priorities(leaves + (self.capacity - 1), values)
+                self.write_priorities(self.tree.leaf_index(leaves), values)
         return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
 

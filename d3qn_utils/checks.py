@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
+FLOAT_MAX = sys.float_info.max  # the largest finite float: "finite and >= 0" is [0, FLOAT_MAX]
 
 
 def is_integer(value: Any) -> bool:
@@ -163,26 +164,39 @@ def first_outside(values: np.ndarray, low: float, high: float) -> int:  # pragma
 
 def check_non_negative(name: str, values: np.ndarray) -> None:
     """ValueError naming the first NaN, infinite or negative entry of the 1-D float `values`."""
-    bad = first_outside(values, 0.0, sys.float_info.max)
+    bad = first_outside(values, 0.0, FLOAT_MAX)
     if bad >= 0:
         raise ValueError(f"{name} must be finite and >= 0, got {float(values[bad])!r}")
 
 
-def check_leaves(tree_indices: Any, values: Any, capacity: int, name: str = "absolute TD error"
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(tree indices, values) as flat int64 / float64 arrays; ValueError naming the first index
-    that is not a leaf of a `capacity`-leaf tree, or the first bad `name` value."""
-    leaves = np.asarray(tree_indices)
-    if leaves.dtype.kind not in "iu":
-        raise ValueError(f"tree indices must be integers, got dtype {leaves.dtype}")
-    leaves = leaves.astype(np.int64, copy=False).reshape(-1)
-    values = np.asarray(values, dtype=np.float64).reshape(-1)
-    if values.shape != leaves.shape:
-        raise ValueError(f"got {len(leaves)} tree indices but {len(values)} errors")
-    first_leaf, last_leaf = capacity - 1, 2 * capacity - 2
-    outside = first_outside(leaves, first_leaf, last_leaf)
-    if outside >= 0:
-        raise ValueError(f"tree index {leaves[outside]} is not a leaf (leaves are "
-                         f"{first_leaf}..{last_leaf})")
-    check_non_negative(name, values)
-    return leaves, values
+@numba.njit(cache=True)
+def first_bad_pair(indices: np.ndarray, low: int, high: int, values: np.ndarray
+                   ) -> int:  # pragma: no cover (compiled)
+    """Position of the first pair whose index is outside [low, high] or whose value is NaN,
+    infinite or negative, or -1: one pass over both 1-D arrays."""
+    for i in range(indices.size):
+        if not (low <= indices[i] <= high and 0.0 <= values[i] <= FLOAT_MAX):
+            return i
+    return -1
+
+
+def check_indices(indices: Any, values: Any, valid: range, index_name: str = "tree index",
+                  value_name: str = "absolute TD error") -> tuple[np.ndarray, np.ndarray]:
+    """(indices, values) as flat int64 / float64 arrays; ValueError naming the first index
+    outside `valid` or the first NaN, infinite or negative value (the first bad pair's index
+    before its value). O(k), one compiled pass."""
+    array = np.asarray(indices)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"each {index_name} must be an integer, got dtype {array.dtype}")
+    indices = array.astype(np.int64, copy=False).ravel()
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if values.shape != indices.shape:
+        raise ValueError(f"got {len(indices)} indices ({index_name}) but {len(values)} values "
+                         f"({value_name})")
+    bad = first_bad_pair(indices, valid.start, valid.stop - 1, values)
+    if bad < 0:
+        return indices, values
+    if not valid.start <= indices[bad] < valid.stop:
+        raise ValueError(f"{index_name} must be in {valid.start}..{valid.stop - 1}, got "
+                         f"{indices[bad]}")
+    raise ValueError(f"{value_name} must be finite and >= 0, got {float(values[bad])!r}")

@@ -1,5 +1,7 @@
 """`ReplayMemory`: what PER.py's `Memory` and `UniformMemory` and rank_based.py's
-`RankBasedMemory` share."""
+`RankBasedMemory` share. A replay variant is a subclass: its name, the name's part in a run's
+files, then `store`, `sample` and `batch_update` (the tutorial's interface) and
+`sampling_probabilities` (the priority figure); d3qn_agent.py's REPLAY_MEMORIES lists them."""
 
 from __future__ import annotations
 
@@ -12,27 +14,33 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d3qn_utils.checks import (
+    check_indices,
     check_integer,
     check_range,
     check_saved_value,
     require,
     with_added_keys,
 )
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage, storage_type
+from d3qn_utils.replay_storage import ReplayStorage, TransitionStorage, storage_type
 
 
 class ReplayMemory:
     """A replay memory's storage, rng, n-step batches, blocks, saved state and size."""
 
-    kind = ""  # "uniform", "proportional" or "rank-based": a checkpoint must match
+    kind = ""  # the variant's name, said once: its REPLAY_MEMORIES key, a checkpoint's "kind"
+    RUN_SUFFIX = ""  # what it adds to a run's file names (DDQN_CartPole-v1_Dueling_PER): unique
+    PRIORITIZED = False  # it draws by priority: takes PER_ALPHA and PER_BETA, "<kind> PER" in logs
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
     # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
-    def __init__(self, capacity: int, storage: TransitionStorage | FrameStackStorage | None,
-                 rng: np.random.Generator | int | None, n_step: int = 1, gamma: float = 0.99
-                 ) -> None:
+    def __init__(self, capacity: int, storage: ReplayStorage | None = None,
+                 rng: np.random.Generator | int | None = None, n_step: int = 1,
+                 gamma: float = 0.99) -> None:
+        """An empty memory of `capacity` slots in `storage` (default a new `TransitionStorage`),
+        drawing with `rng` (or its seed); its batches hold `n_step` returns discounted by
+        `gamma` (`n_step_batch`). ValueError naming an argument out of range."""
         self.capacity = check_integer("capacity", capacity, 1)
         self.n_step = check_integer("n_step", n_step, 1)
         self.gamma = check_range("gamma", gamma, 0.0, 1.0)
@@ -85,13 +93,21 @@ class ReplayMemory:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty memory: store transitions first")
 
-    def held_slots(self) -> np.ndarray:
-        """The slots that hold a transition. O(capacity)."""
-        return np.flatnonzero(self.storage.holds_transition)
+    def check_slots(self, slots: np.ndarray, abs_errors: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """`batch_update`'s arguments as flat int64 slots and float64 errors; ValueError naming
+        the first slot outside the memory or the first NaN, infinite or negative error. O(k)."""
+        return check_indices(slots, abs_errors, range(self.capacity), "slot")
 
-    def slots_of(self, tree_idx: np.ndarray) -> np.ndarray:
-        """The storage slots of the leaves `sample` returned (a leaf's index less capacity - 1)."""
-        return np.asarray(tree_idx) - (self.capacity - 1)
+    def slots_of(self, indices: np.ndarray) -> np.ndarray:
+        """The storage slots of the indices `sample` returned: here they are the slots
+        (`PER.Memory`'s are its sum tree's leaves)."""
+        return np.asarray(indices)
+
+    @classmethod
+    def title(cls) -> str:
+        """The variant in a run's first line: "proportional PER", "uniform replay"."""
+        return f"{cls.kind} {'PER' if cls.PRIORITIZED else 'replay'}"
 
     def describe(self) -> str:
         """The memory in a figure's title: "proportional replay (alpha 0.6)"."""
@@ -126,10 +142,9 @@ class ReplayMemory:
             raise ValueError(f"saved random generator state is unusable: {error}") from error
 
     def block(self) -> tuple[np.ndarray, ...]:
-        """The stored transitions as the five columns `apex.BlockMemory.store_block` takes, in slot
-        order: the order they came in until the ring wraps (slot i holds the i-th); a
-        TransitionStorage only."""
-        return self.storage.columns()
+        """The stored transitions as the five columns `BlockMemory.store_block` (Ape-X) takes, in
+        slot order: the order they came in until the ring wraps (slot i holds the i-th)."""
+        return self.storage.get(self.storage.held_slots())
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,

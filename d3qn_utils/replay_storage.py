@@ -1,19 +1,19 @@
 """Replay storages: where a replay memory keeps the transitions themselves.
 
-A storage has `capacity`, `written` (slots written at least once), `holds_transition` (bool per
-slot; `len()` counts them), `add(experience) -> (slot, freed slots)`, `add_block(columns)`, what
-`n_step_batch` reads (`get`, `rewards_and_dones`, `next_in_episode`) and `state_dict` /
-`load_state_dict`. Its memory checked each transition (checks.py); it checks only shapes, and
-frames' dtype and shift. `TransitionStorage` keeps one row per transition (vector states);
-`FrameStackStorage` each uint8 frame once (Atari: one 84x84 frame a slot, not two stacks of four;
-`bytes_per_slot` counts it).
+`ReplayStorage` is what a memory may ask of its storage; a memory never reads a storage's arrays.
+Its memory checked each transition (checks.py); a storage checks only shapes, and frames' dtype
+and shift. `TransitionStorage` keeps one row per transition (vector states) and can also replace
+the transition of a chosen slot (`SlotStorage`, for a memory that decides where a transition
+goes); `FrameStackStorage` keeps each uint8 frame once (Atari: one 84x84 frame a slot, not two
+stacks of four; `bytes_per_slot` counts it), written in order only, since neighbouring slots
+share frames.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,63 @@ from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, require
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackStorage's per slot
+
+
+@runtime_checkable
+class ReplayStorage(Protocol):
+    """A ring of `capacity` slots that replay memories keep their transitions in: what a memory
+    may ask of it. A transition is (state, action, reward, next_state, done); slots are numbered
+    0 .. capacity - 1 and the first `written` of them were written at least once."""
+
+    capacity: int
+    written: int
+
+    def __len__(self) -> int:
+        """The transitions held. O(1)."""
+
+    @staticmethod
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes per slot of a full storage of these states."""
+
+    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
+        """Store one transition at the ring's next slot: (its slot, the slots that stopped
+        holding a transition because of it)."""
+
+    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Store k transitions (five columns of length k) as `add` would one by one, yielding
+        (slots written, slots freed) as they go."""
+
+    def holds(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each slot holds a transition (bool array). O(k)."""
+
+    def held_slots(self) -> np.ndarray:
+        """The slots that hold a transition, ascending. O(capacity)."""
+
+    def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
+            ) -> tuple[np.ndarray, ...]:
+        """(states, actions, rewards, next_states, dones) of `slots`, which must hold
+        transitions; with `last_slots`, the next_states of those (the end of n-step chains)."""
+
+    def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards and dones of `slots`. O(k)."""
+
+    def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
+        """Whether slot + 1 holds the transition that followed slot's in its episode."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The storage as plain arrays."""
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back what `state_dict` gave; ValueError if it does not fit this storage."""
+
+
+@runtime_checkable
+class SlotStorage(ReplayStorage, Protocol):
+    """A `ReplayStorage` that can also replace the transition of a chosen slot, for a memory
+    that decides itself where a transition goes (reservoir sampling, say)."""
+
+    def put(self, slot: int, experience: tuple) -> None:
+        """Replace the transition of `slot`, a slot written before. O(state size)."""
 
 
 class TransitionStorage:
@@ -57,6 +114,15 @@ class TransitionStorage:
         k = len(columns[0])
         yield self._put((self.write_pointer + np.arange(k)) % self.capacity, columns, k), NO_SLOTS
 
+    def put(self, slot: int, experience: tuple) -> None:
+        """Replace the transition of `slot`, one written before; the ring's next slot stays.
+        ValueError, nothing written, for another slot or a bad shape."""
+        if not 0 <= slot < self.written:
+            raise ValueError(f"slot {slot} was never written (written: {self.written})")
+        self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
+        for field, value in zip(self.fields, experience, strict=True):
+            field[slot] = value
+
     def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> int | np.ndarray:
         """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones;
         return `slots`."""
@@ -84,6 +150,12 @@ class TransitionStorage:
         states, actions, rewards, next_states, dones = self.fields
         ends = slots if last_slots is None else last_slots
         return states[slots], actions[slots], rewards[slots], next_states[ends], dones[slots]
+
+    def holds(self, slots: np.ndarray) -> np.ndarray:
+        return self.holds_transition[slots]
+
+    def held_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.holds_transition)
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.fields[2][slots], self.fields[4][slots]
@@ -122,7 +194,7 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
-def storage_type(state_shape: tuple[int, ...]) -> type[TransitionStorage | FrameStackStorage]:
+def storage_type(state_shape: tuple[int, ...]) -> type[ReplayStorage]:
     """The storage of these states: `FrameStackStorage` for images, else `TransitionStorage`."""
     return FrameStackStorage if len(state_shape) == 3 else TransitionStorage
 
@@ -213,6 +285,12 @@ class FrameStackStorage:
         ends = slots if last_slots is None else self._checked_slots(last_slots)
         return (self._stacks(slots), self.actions[slots], self.rewards[slots],
                 self._stacks((ends + 1) % self.capacity), self.dones[slots])
+
+    def holds(self, slots: np.ndarray) -> np.ndarray:
+        return self.holds_transition[slots]
+
+    def held_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.holds_transition)
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.rewards[slots], self.dones[slots]

@@ -27,11 +27,10 @@ BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}  # the first line nam
 ESTIMATE_AFTER_SECONDS = 30.0  # seconds of training measured before the estimate is given
 
 
-def describe(config: Namespace) -> str:
-    """One line naming the flags that are on, for the plot title and the log."""
-    per = "rank-based PER" if config.per_rank_based else "proportional PER"
-    parts = ["double DQN" if config.ddqn else "DQN", "dueling" if config.dueling else "",
-             per if config.use_per else "uniform replay",
+def describe(config: Namespace, replay: str) -> str:
+    """One line naming the flags that are on and the `replay` variant ("proportional PER"), for
+    the plot title and the log."""
+    parts = ["double DQN" if config.ddqn else "DQN", "dueling" if config.dueling else "", replay,
              f"{config.n_step}-step returns" if config.n_step > 1 else "",
              f"soft target (tau={config.tau})" if config.soft_update
              else f"target copy every {config.target_update} steps",
@@ -146,9 +145,9 @@ class TrainingReport:
 
     BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
-    def __init__(self, config: Namespace, plot_path: str, priority_plot_path: str, *,
+    def __init__(self, config: Namespace, plot_path: str, priority_plot_path: str, *, replay: str,
                  tensorboard_dir: str | None, image_states: bool, warning: str | None) -> None:
-        self.config, self.description = config, describe(config)
+        self.config, self.description = config, describe(config, replay)
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.image_states, self.warning = image_states, warning
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)

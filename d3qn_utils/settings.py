@@ -320,13 +320,12 @@ def explicit_flags(argv: list[str], parser: argparse.ArgumentParser) -> dict[str
     return {name: value for name, value in vars(given).items() if value is not not_given}
 
 
-def run_name(config: argparse.Namespace) -> str:
+def run_name(config: argparse.Namespace, replay_suffix: str) -> str:
     """The name of a run's files, built as the tutorial named its plot: DDQN_CartPole-v1_Dueling_PER
-    and so on (its model file was <env>_e_greedy.h5)."""
+    and so on (its model file was <env>_e_greedy.h5); `replay_suffix` is the replay memory's part
+    ("_PER", its `RUN_SUFFIX`)."""
     name = ("DDQN_" if config.ddqn else "DQN_") + config.env_name.replace("/", "-")
     name += "_soft" if config.soft_update else ""
     name += "_Dueling" if config.dueling else ""
     name += "_Greedy" if config.epsilon_greedy else ""
-    if config.use_per:
-        name += "_PERrank" if config.per_rank_based else "_PER"
-    return name
+    return name + replay_suffix

@@ -15,7 +15,6 @@ from d3qn_utils.games import torso
 from d3qn_utils.gradient_steps import Batches
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage
-from d3qn_utils.reporting import describe
 
 PONG = "PongNoFrameskip-v4"
 PONG_STATE = (84, 84, 4)
@@ -79,7 +78,7 @@ def test_bfloat16_convolutions_compute_the_same_q_values_and_save_for_safe_mode(
 
 def test_a_bfloat16_agent_trains_and_acts_through_the_compiled_call(tmp_path):
     agent = pong_agent(tmp_path, memory_size=100, bfloat16=True)
-    assert "bfloat16 convolutions" in describe(agent.config)
+    assert "bfloat16 convolutions" in agent.report.description
     assert agent.greedy_actions.layers is None  # numpy's float32 would act on other numbers
     rng = np.random.default_rng(5)
     frames = rng.integers(0, 256, (2, 32, *PONG_STATE), dtype=np.uint8)

@@ -11,7 +11,7 @@ from d3qn_utils.replay_storage import FrameStackStorage
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
-KINDS = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}
+KINDS = {memory.kind: memory for memory in (UniformMemory, Memory, RankBasedMemory)}
 PRIORITY_KEYS = {
     "uniform": (),
     "proportional": ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"),
@@ -116,7 +116,7 @@ def test_a_memory_loaded_without_a_file_shares_nothing_with_the_original(kind):
 
 def test_a_rank_based_state_includes_the_ranks_still_pending():
     memory = filled("rank-based", 4)
-    memory.batch_update(np.arange(7, 11), np.array([1.0, 4.0, 2.0, 3.0]))
+    memory.batch_update(np.arange(4), np.array([1.0, 4.0, 2.0, 3.0]))
     memory.store(experience(4))  # not ranked until the next sample, or state_dict
     arrays = save_and_load(memory.state_dict())
     np.testing.assert_array_equal(arrays["ranked_slots"], [4, 1, 3, 2, 0])

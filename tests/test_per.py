@@ -18,6 +18,7 @@ from memory_helpers import (
     states_equal,
 )
 
+from d3qn_agent import REPLAY_MEMORIES
 from d3qn_utils import replay_memory
 from d3qn_utils.apex_replay import BlockMemory
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
@@ -98,6 +99,24 @@ def test_update_batch_matches_single_updates_and_last_duplicate_wins():
         single.update(leaf, priority)
     np.testing.assert_array_equal(single.tree, tree.tree)
     np.testing.assert_array_equal(single.mins, tree.mins)
+
+
+def test_the_tree_turns_slots_into_leaves_and_back():
+    # Capacity 4: slots 0..3 are nodes 3..6 (the docstring's drawing); capacity 5: nodes 4..8.
+    tree = SumTree(4)
+    np.testing.assert_array_equal(tree.leaf_index(np.arange(4)), [3, 4, 5, 6])
+    np.testing.assert_array_equal(tree.slot(np.array([6, 3, 5])), [3, 0, 2])
+    assert tree.leaf_index(2) == 5 and list(tree.leaves) == [3, 4, 5, 6]
+    tree = SumTree(5)
+    np.testing.assert_array_equal(tree.leaf_index(np.arange(5)), [4, 5, 6, 7, 8])
+    np.testing.assert_array_equal(tree.slot(tree.leaf_index(np.arange(5))), np.arange(5))
+
+
+def test_update_batch_returns_the_highest_priority_it_wrote():
+    tree = filled_tree([1, 2, 3, 4])
+    assert tree.update_batch(np.array([3, 4]), np.array([0.5, 0.25])) == 0.5
+    assert tree.update_batch(np.array([6, 6]), np.array([7.0, 0.0])) == 7.0  # not what stays
+    assert tree.update_batch(np.zeros(0, np.int64), np.zeros(0)) == 0.0
 
 
 def test_update_batch_broadcasts_one_priority_to_every_leaf():
@@ -248,15 +267,15 @@ def test_sum_tree_bad_input_leaves_tree_unchanged():
         tree.update_batch(np.array([3, 4]), np.array([np.inf, 1.0]))
     with pytest.raises(ValueError, match=names_bad("priority", -2.0)):
         tree.update(5, -2.0)
-    with pytest.raises(ValueError, match=r"tree index 2 is not a leaf \(leaves are 3\.\.6\)"):
+    with pytest.raises(ValueError, match=r"^tree index must be in 3\.\.6, got 2$"):
         tree.update_batch(np.array([3, 2]), np.array([1.0, 1.0]))
-    with pytest.raises(ValueError, match="tree index 7 is not a leaf"):
+    with pytest.raises(ValueError, match=r"^tree index must be an integer in 3\.\.6, got 7$"):
         tree.update(7, 1.0)
-    with pytest.raises(ValueError, match=r"tree index must be an integer, got 3\.0"):
+    with pytest.raises(ValueError, match=r"tree index must be an integer in 3\.\.6, got 3\.0"):
         tree.update(3.0, 1.0)
-    with pytest.raises(ValueError, match="tree index must be an integer, got True"):
+    with pytest.raises(ValueError, match=r"tree index must be an integer in 3\.\.6, got True"):
         tree.update(True, 1.0)
-    with pytest.raises(ValueError, match="tree indices must be integers"):
+    with pytest.raises(ValueError, match="each tree index must be an integer, got dtype float64"):
         tree.update_batch(np.array([3.0]), np.array([1.0]))
     with pytest.raises(ValueError, match=names_bad("value", -1.0)):
         tree.get_leaves(np.array([0.5, -1.0]))
@@ -273,7 +292,7 @@ def test_every_public_sum_tree_method_is_one_the_memory_uses(monkeypatch):
     # A public method or property of SumTree that the agent's memory never calls is dead API:
     # enumerated from the class, so that a new one fails here until Memory uses it.
     public = sorted(name for name in vars(SumTree) if not name.startswith("_"))
-    assert public  # update, update_batch, get_leaves, total_priority, min_priority today
+    assert public  # leaf_index, slot, update, update_batch, get_leaves, total_priority, ...
     called: set[str] = set()
 
     def recorded(name: str, function):
@@ -297,7 +316,7 @@ def test_every_public_sum_tree_method_is_one_the_memory_uses(monkeypatch):
     memory = Memory(6, storage=FrameStackStorage(6), rng=0)
     for i in range(len(stacks) - 1):
         memory.store((stacks[i], i % 2, 1.0, stacks[i + 1], False))
-    assert called == {"update", "update_batch"}
+    assert called == {"leaf_index", "update", "update_batch"}
     tree_idx, _, _ = memory.sample(4)
     memory.batch_update(tree_idx, np.full(4, 0.3))
     assert called == set(public), f"never called: {sorted(set(public) - called)}"
@@ -329,10 +348,10 @@ def test_batch_fields_keep_their_types():
 
 def sampled_by_slot(memory: UniformMemory, draws: int = 300) -> dict[int, tuple]:
     """{slot: (reward, next_state[0], done, discount)} over many uniform draws."""
-    tree_idx, (_, _, rewards, next_states, dones, discounts), _ = memory.sample(draws)
+    slots, (_, _, rewards, next_states, dones, discounts), _ = memory.sample(draws)
     rows = zip(rewards.tolist(), next_states[:, 0].tolist(), dones.tolist(), discounts.tolist(),
                strict=True)
-    return dict(zip((tree_idx - (memory.capacity - 1)).tolist(), rows, strict=True))
+    return dict(zip(slots.tolist(), rows, strict=True))
 
 
 def test_n_step_returns_by_hand():
@@ -368,10 +387,11 @@ def test_n_step_returns_of_the_prioritized_memories(kind):
     for state, reward, done in [(0, 1.0, False), (1, 2.0, True), (5, 4.0, False)]:
         memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
                       np.float32), done))
-    tree_idx, (states, _, rewards, next_states, dones, discounts), _ = memory.sample(200)
+    indices, (states, _, rewards, next_states, dones, discounts), _ = memory.sample(200)
     expected = {0: (2.0, 2.0, True, 0.25), 1: (2.0, 2.0, True, 0.5), 2: (4.0, 6.0, False, 0.5)}
-    assert set((tree_idx - 3).tolist()) == {0, 1, 2}
-    for row, slot in enumerate((tree_idx - 3).tolist()):
+    slots = memory.slots_of(indices)
+    assert set(slots.tolist()) == {0, 1, 2}
+    for row, slot in enumerate(slots.tolist()):
         got = (rewards[row], next_states[row, 0], bool(dones[row]), float(discounts[row]))
         assert got == expected[slot]
         assert states[row, 0] == [0, 1, 5][slot]
@@ -402,9 +422,10 @@ def test_partly_filled_memory_samples_only_filled_slots(kind):
     memory = filled_memory(kind, 3, capacity=100)
     assert len(memory) == 3
     for _ in range(50):
-        tree_idx, (states, *_), _ = memory.sample(32)
-        assert set(tree_idx - 99) <= {0, 1, 2}
-        np.testing.assert_array_equal(states[:, 0], tree_idx - 99)
+        indices, (states, *_), _ = memory.sample(32)
+        slots = memory.slots_of(indices)
+        assert set(slots.tolist()) <= {0, 1, 2}
+        np.testing.assert_array_equal(states[:, 0], slots)
 
 
 def test_wrap_around_keeps_the_newest_transitions():
@@ -452,6 +473,52 @@ def test_batch_update_writes_through_the_trees_own_batch_update(monkeypatch):
     memory.batch_update(np.array([3, 4]), errors)
     assert len(calls) == 1
     np.testing.assert_array_equal(memory.tree.tree[3:5], memory.leaf_priorities(errors))
+
+
+def reference_batch_update(memory: Memory, tree_idx: np.ndarray, abs_errors: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(sums, mins, max_priority) after `batch_update` as the docstring says it, leaf by leaf:
+    min(|delta| + epsilon, abs_err_upper)^alpha where the slot holds a transition, else 0."""
+    sums, mins = memory.tree.tree.copy(), memory.tree.mins.copy()
+    highest = memory.max_priority
+    # numpy's power, as the memory's (Python's may round the last bit otherwise).
+    priorities = np.minimum(abs_errors + memory.epsilon, memory.abs_err_upper) ** memory.alpha
+    for leaf, priority in zip(tree_idx.tolist(), priorities.tolist(), strict=True):
+        if not memory.storage.holds_transition[leaf - (memory.capacity - 1)]:
+            priority = 0.0
+        _update_leaves.py_func(sums, mins, np.array([leaf]), np.array([priority]))
+        highest = max(highest, priority)
+    return sums, mins, highest
+
+
+@pytest.mark.parametrize("storage", ["full", "filling", "frames"])
+def test_batch_update_equals_its_readable_form(storage):
+    # A full vector memory (every slot holds a transition, so none is looked up), one still
+    # filling, and frame stacks whose stores free drawn slots before their update comes back.
+    rng = np.random.default_rng(3)
+    stacks = frame_stacks(200)
+    memory = Memory(16, alpha=0.7, abs_err_upper=2.0, rng=1,
+                    storage=FrameStackStorage(16) if storage == "frames" else None)
+    stored = 16 if storage == "full" else 9
+    for i in range(stored if storage != "frames" else 40):
+        memory.store((stacks[i], 0, 1.0, stacks[i + 1], False) if storage == "frames"
+                     else experience(i))
+    freed = 0  # updates for slots freed since they were drawn
+    for i in range(40, 70):
+        tree_idx, _, _ = memory.sample(8)
+        if storage == "frames":  # frees some of the slots just drawn
+            memory.store((stacks[i], 0, 1.0, stacks[i + 1], False))
+        # Duplicates, and errors beyond the cap.
+        tree_idx = np.concatenate([tree_idx, tree_idx[:3]])
+        abs_errors = rng.exponential(1.0, tree_idx.size) * 2
+        sums, mins, highest = reference_batch_update(memory, tree_idx, abs_errors)
+        freed += np.count_nonzero(sums[tree_idx] == 0)
+        memory.batch_update(tree_idx, abs_errors)
+        np.testing.assert_array_equal(memory.tree.tree, sums)
+        np.testing.assert_array_equal(memory.tree.mins, mins)
+        assert memory.max_priority == highest
+    assert (len(memory) == 16) == (storage == "full")
+    assert (freed > 0) == (storage == "frames")
 
 
 def test_batch_update_last_duplicate_wins():
@@ -516,9 +583,10 @@ def test_memory_bad_input_raises_and_changes_nothing():
     for bad in (np.nan, np.inf, -0.5):
         with pytest.raises(ValueError, match=names_bad("absolute TD error", bad)):
             memory.batch_update(np.array([3, 4]), np.array([0.1, bad]))
-    with pytest.raises(ValueError, match="tree index 9 is not a leaf"):
+    with pytest.raises(ValueError, match=r"^tree index must be in 3\.\.6, got 9$"):
         memory.batch_update(np.array([9]), np.array([0.1]))
-    with pytest.raises(ValueError, match="2 tree indices but 1 errors"):
+    with pytest.raises(ValueError, match=re.escape(
+            "got 2 indices (tree index) but 1 values (absolute TD error)")):
         memory.batch_update(np.array([3, 4]), np.array([0.1]))
     assert states_equal(snapshot(memory), before)
     for n in (0, -1, 2.0, True):
@@ -606,8 +674,7 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
     storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
-    memory_class = {"uniform": UniformMemory, "proportional": Memory,
-                    "rank-based": RankBasedMemory}[kind]
+    memory_class = REPLAY_MEMORIES[kind]
     memory = memory_class(capacity, storage=storage, rng=0)
     for i in range(capacity):
         if storage is None:
@@ -645,7 +712,7 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
 def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
         monkeypatch, size, state_shape, dtype, kind, needs):
     monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: 2**30)
-    memory = {"uniform": UniformMemory, "proportional": Memory, "rank-based": RankBasedMemory}[kind]
+    memory = REPLAY_MEMORIES[kind]
     if needs is None:
         memory.check_fits(size, state_shape, dtype, 16)
         return
@@ -672,17 +739,19 @@ def test_uniform_memory_has_the_same_interface():
     memory = UniformMemory(8, rng=3)
     for i in range(5):
         memory.store(experience(i))
-    tree_idx, (states, *_), is_weights = memory.sample(1000)
-    np.testing.assert_array_equal(states[:, 0], tree_idx - 7)
+    # No tree here: `sample` returns the slots themselves to pass back to `batch_update`.
+    slots, (states, *_), is_weights = memory.sample(1000)
+    np.testing.assert_array_equal(memory.slots_of(slots), slots)
+    np.testing.assert_array_equal(states[:, 0], slots)
     np.testing.assert_array_equal(is_weights, 1.0)
     assert is_weights.dtype == np.float32
-    counts = np.bincount(tree_idx - 7, minlength=5)
+    counts = np.bincount(slots, minlength=5)
     np.testing.assert_allclose(counts / 1000, 0.2, atol=0.05)
-    memory.batch_update(tree_idx, np.zeros(1000))
+    memory.batch_update(slots, np.zeros(1000))
     with pytest.raises(ValueError, match=names_bad("absolute TD error", np.nan)):
-        memory.batch_update(tree_idx[:1], np.array([np.nan]))
-    with pytest.raises(ValueError, match="tree index 15 is not a leaf"):
-        memory.batch_update(np.array([15]), np.array([0.0]))
+        memory.batch_update(slots[:1], np.array([np.nan]))
+    with pytest.raises(ValueError, match=r"^slot must be in 0\.\.7, got 8$"):
+        memory.batch_update(np.array([8]), np.array([0.0]))
     with pytest.raises(ValueError, match="empty memory"):
         UniformMemory(4).sample(1)
 
@@ -693,8 +762,8 @@ def test_uniform_memory_draws_only_slots_that_hold_a_transition():
     memory = UniformMemory(4, storage=FrameStackStorage(4), rng=0)
     for i in range(6):
         memory.store((stacks[i], i, 1.0, stacks[i + 1], False))
-    tree_idx, (states, actions, *_), _ = memory.sample(300)
-    assert set((tree_idx - 3).tolist()) == {1, 2}  # the ring holds the last two
+    slots, (states, actions, *_), _ = memory.sample(300)
+    assert set(slots.tolist()) == {1, 2}  # the ring holds the last two
     np.testing.assert_array_equal(states, stacks[actions])
 
 

@@ -16,10 +16,10 @@ def store(memory, stats: PriorityFigure, transition: tuple) -> None:
 
 
 def sample(memory, stats: PriorityFigure, n: int) -> np.ndarray:
-    """Sample as the agent's `replay` does, telling the statistics; return the tree indices."""
-    tree_idx, _, _ = memory.sample(n)
-    stats.note_sample(tree_idx - (memory.capacity - 1), len(memory))
-    return tree_idx
+    """Sample as the agent's `replay` does, telling the statistics; return `sample`'s indices."""
+    indices, _, _ = memory.sample(n)
+    stats.note_sample(memory.slots_of(indices), len(memory))
+    return indices
 
 
 def test_age_bins_are_powers_of_two_by_hand():
@@ -69,7 +69,7 @@ def test_statistics_count_every_store_and_draw_of_each_memory(kind):
     assert stats.replays_by_age.sum() == draws
     assert stats.uniform_replays_by_age.sum() == pytest.approx(draws)
     assert stats.exposure_by_age.sum() == 50 * 64
-    assert stats.ages(memory.held_slots()).max() == 63
+    assert stats.ages(memory.storage.held_slots()).max() == 63
 
 
 def test_uniform_memory_replays_every_age_at_the_uniform_rate():

@@ -1,6 +1,7 @@
 """Tests for rank_based.py's `RankBasedMemory`: ranks by hand, then statistics with fixed seeds.
 Checkpoints of it are tested in test_memory_state.py."""
 
+import re
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ def test_defaults_are_the_papers():
 def test_store_returns_the_slot_and_new_transitions_rank_first():
     memory = RankBasedMemory(8, rng=0)
     assert [memory.store(experience(i)) for i in range(4)] == [0, 1, 2, 3]
-    memory.batch_update(np.arange(7, 11), np.array([1.0, 2.0, 3.0, 4.0]))
+    memory.batch_update(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
     assert memory.store(experience(4)) == 4
     memory.sample(1)
     np.testing.assert_array_equal(memory.ranked_slots, [4, 3, 2, 1, 0])
@@ -36,7 +37,7 @@ def test_store_returns_the_slot_and_new_transitions_rank_first():
 
 def test_a_full_memory_overwrites_the_oldest_and_ranks_it_first():
     memory = filled_memory(RankBasedMemory, 4)
-    memory.batch_update(np.arange(3, 7), np.array([4.0, 3.0, 2.0, 1.0]))
+    memory.batch_update(np.arange(4), np.array([4.0, 3.0, 2.0, 1.0]))
     assert memory.store(experience(4)) == 0  # overwrites slot 0, which ranked first
     memory.refresh_ranks()
     np.testing.assert_array_equal(memory.ranked_slots, [0, 1, 2, 3])
@@ -46,7 +47,7 @@ def test_a_full_memory_overwrites_the_oldest_and_ranks_it_first():
 
 def test_batch_update_last_duplicate_wins_and_ranks_follow():
     memory = filled_memory(RankBasedMemory, 4)
-    memory.batch_update(np.array([3, 4, 5, 6, 3]), np.array([5.0, 1.0, 2.0, 3.0, 0.5]))
+    memory.batch_update(np.array([0, 1, 2, 3, 0]), np.array([5.0, 1.0, 2.0, 3.0, 0.5]))
     np.testing.assert_array_equal(memory.abs_errors, [0.5, 1.0, 2.0, 3.0])
     memory.refresh_ranks()
     np.testing.assert_array_equal(memory.ranked_slots, [3, 2, 1, 0])
@@ -60,9 +61,9 @@ def test_ranks_stay_sorted_through_many_stores_and_updates():
     for step in range(300):
         memory.store(experience(step))
         if step % 7 == 6:
-            tree_idx, _, _ = memory.sample(16)
+            slots, _, _ = memory.sample(16)
             errors = rng.exponential(1.0, 16).round(1)  # ties too
-            memory.batch_update(tree_idx, errors)
+            memory.batch_update(slots, errors)
         memory.refresh_ranks()
         held = np.flatnonzero(memory.storage.holds_transition)
         assert sorted(memory.ranked_slots.tolist()) == held.tolist()
@@ -74,26 +75,26 @@ def test_ranks_stay_sorted_through_many_stores_and_updates():
 def test_rank_based_sampling_frequencies_and_weights():
     memory = filled_memory(RankBasedMemory, 6, alpha=0.7, beta=0.5, beta_increment=0.0, rng=7)
     errors = np.array([0.3, 5.0, 0.1, 2.0, 0.2, 1.0])  # ranks 4, 1, 6, 2, 5, 3
-    memory.batch_update(np.arange(5, 11), errors)
+    memory.batch_update(np.arange(6), errors)
     ranks = np.array([4, 1, 6, 2, 5, 3])
     probabilities = ranks**-0.7 / (np.arange(1, 7) ** -0.7).sum()
     counts = np.zeros(6)
     for _ in range(1000):
-        tree_idx, _, is_weights = memory.sample(64)
+        slots, _, is_weights = memory.sample(64)  # no tree: the slots are sample's indices
         assert is_weights.dtype == np.float32
-        counts += np.bincount(tree_idx - 5, minlength=6)
+        counts += np.bincount(slots, minlength=6)
         weights = (6 * probabilities) ** -0.5
-        np.testing.assert_allclose(is_weights, weights[tree_idx - 5] / weights.max(), rtol=1e-6)
+        np.testing.assert_allclose(is_weights, weights[slots] / weights.max(), rtol=1e-6)
     # 64,000 draws: each frequency's standard error is below 0.002.
     np.testing.assert_allclose(counts / counts.sum(), probabilities, atol=0.01)
 
 
 def test_alpha_zero_samples_uniformly_with_weights_one():
     memory = filled_memory(RankBasedMemory, 5, alpha=0.0, rng=2)
-    memory.batch_update(np.arange(4, 9), np.array([9.0, 0.0, 1.0, 3.0, 0.5]))
-    tree_idx, _, is_weights = memory.sample(5000)
+    memory.batch_update(np.arange(5), np.array([9.0, 0.0, 1.0, 3.0, 0.5]))
+    slots, _, is_weights = memory.sample(5000)
     np.testing.assert_array_equal(is_weights, 1.0)
-    np.testing.assert_allclose(np.bincount(tree_idx - 4, minlength=5) / 5000, 0.2, atol=0.02)
+    np.testing.assert_allclose(np.bincount(slots, minlength=5) / 5000, 0.2, atol=0.02)
 
 
 def test_beta_grows_to_one_and_stops():
@@ -108,7 +109,7 @@ def test_sampling_probabilities_sum_to_one_and_follow_the_ranks():
     memory = RankBasedMemory(8, rng=0)
     for i in range(4):
         memory.store(experience(i))
-    memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.3, 0.1, 0.4, 0.2]))
+    memory.batch_update(np.array([0, 1, 2, 3]), np.array([0.3, 0.1, 0.4, 0.2]))
     for slots, probabilities in (memory.sampling_probabilities(), memory.sampling_probabilities()):
         np.testing.assert_array_equal(slots, [2, 0, 3, 1])  # largest |delta| first
         expected = np.arange(1, 5) ** -0.7  # P(rank j) proportional to j^-alpha
@@ -130,11 +131,11 @@ def test_a_frame_store_drops_the_transitions_it_breaks_from_the_ranks():
     memory.refresh_ranks()
     assert sorted(memory.ranked_slots.tolist()) == [1, 2]
     np.testing.assert_array_equal(memory.abs_errors[[0, 3]], -np.inf)
-    tree_idx, (states, actions, *_), _ = memory.sample(200)
-    assert set((tree_idx - 3).tolist()) == {1, 2}
+    slots, (states, actions, *_), _ = memory.sample(200)
+    assert set(slots.tolist()) == {1, 2}
     np.testing.assert_array_equal(states, stacks[actions])
     # An update for a broken slot is skipped: it stays out of the ranks.
-    memory.batch_update(np.array([3, 4]), np.array([5.0, 0.5]))
+    memory.batch_update(np.array([0, 1]), np.array([5.0, 0.5]))
     memory.refresh_ranks()
     assert memory.abs_errors[0] == -np.inf
     np.testing.assert_array_equal(memory.ranked_slots, [2, 1])  # slot 2 is still unseen
@@ -144,17 +145,20 @@ def test_memory_bad_input_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="empty memory"):
         RankBasedMemory(4).sample(2)
     memory = filled_memory(RankBasedMemory, 4)
-    memory.batch_update(np.arange(3, 7), np.array([0.1, 0.2, 0.3, 0.4]))
+    memory.batch_update(np.arange(4), np.array([0.1, 0.2, 0.3, 0.4]))
     before = snapshot(memory)
     for bad in (np.nan, np.inf, -0.5):
         with pytest.raises(ValueError, match=names_bad("absolute TD error", bad)):
-            memory.batch_update(np.array([3, 4]), np.array([0.1, bad]))
-    with pytest.raises(ValueError, match=r"tree index 9 is not a leaf \(leaves are 3\.\.6\)"):
-        memory.batch_update(np.array([9]), np.array([0.1]))
-    with pytest.raises(ValueError, match="2 tree indices but 1 errors"):
-        memory.batch_update(np.array([3, 4]), np.array([0.1]))
-    with pytest.raises(ValueError, match="tree indices must be integers"):
-        memory.batch_update(np.array([3.0]), np.array([0.1]))
+            memory.batch_update(np.array([0, 1]), np.array([0.1, bad]))
+    with pytest.raises(ValueError, match=r"^slot must be in 0\.\.3, got 4$"):
+        memory.batch_update(np.array([4]), np.array([0.1]))
+    with pytest.raises(ValueError, match=r"^slot must be in 0\.\.3, got -1$"):
+        memory.batch_update(np.array([0, -1]), np.array([0.1, 0.1]))
+    with pytest.raises(ValueError, match=re.escape(
+            "got 2 indices (slot) but 1 values (absolute TD error)")):
+        memory.batch_update(np.array([0, 1]), np.array([0.1]))
+    with pytest.raises(ValueError, match="each slot must be an integer, got dtype float64"):
+        memory.batch_update(np.array([0.0]), np.array([0.1]))
     assert states_equal(snapshot(memory), before)
     for n in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="batch size must be an integer >= 1"):

@@ -9,11 +9,17 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.wrappers import FrameStackObservation
+from memory_helpers import experience
 
 import PER
 from atari_wrappers import ChannelsLast, make_env
-from d3qn_utils.checks import check_leaves, first_outside
-from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils.checks import check_indices, first_bad_pair, first_outside
+from d3qn_utils.replay_storage import (
+    FrameStackStorage,
+    ReplayStorage,
+    SlotStorage,
+    TransitionStorage,
+)
 from rank_based import RankBasedMemory
 
 PONG = "PongNoFrameskip-v4"
@@ -302,8 +308,8 @@ def test_memories_sample_only_complete_correct_transitions(kind, n_step):
             del held[freed_slot]
         held[slot] = index
         assert len(memory) == len(held)
-        tree_idx, batch, is_weights = memory.sample(16)
-        slots = tree_idx - (memory.capacity - 1)
+        indices, batch, is_weights = memory.sample(16)
+        slots = memory.slots_of(indices)
         assert all(slot in held for slot in slots.tolist()), "sampled a freed or empty slot"
         states, actions, rewards, next_states, dones, discounts = batch
         assert states.shape == next_states.shape == (16, 84, 84, STACK)
@@ -319,7 +325,7 @@ def test_memories_sample_only_complete_correct_transitions(kind, n_step):
             assert rewards[row] == pytest.approx(n_step_return, rel=1e-6)
             assert discounts[row] == pytest.approx(discount, rel=1e-6)
         # Large errors make stale priorities matter: a freed slot left with one would be drawn.
-        memory.batch_update(tree_idx, errors_rng.uniform(0, 5, size=16))
+        memory.batch_update(indices, errors_rng.uniform(0, 5, size=16))
 
 
 def test_first_outside_finds_the_first_value_out_of_range_nan_included():
@@ -330,11 +336,62 @@ def test_first_outside_finds_the_first_value_out_of_range_nan_included():
         assert first_outside(np.array([0.0, 1.0, bad, np.nan]), 0.0, 1e308) == 2
 
 
-def test_check_leaves_names_the_first_bad_index_or_value():
-    leaves, values = check_leaves(np.array([[3], [6]], dtype=np.uint32), [0.0, 2.5], 4)
+def test_first_bad_pair_finds_the_first_index_or_value_out_of_range():
+    assert first_bad_pair(np.array([3, 6]), 3, 6, np.array([0.0, 1e308])) == -1
+    assert first_bad_pair(np.array([3, 7, 2]), 3, 6, np.zeros(3)) == 1
+    assert first_bad_pair(np.array([3, 4, 9]), 3, 6, np.array([0.0, np.nan, 0.0])) == 1
+    for bad in (np.nan, np.inf, -1e-300):
+        assert first_bad_pair(np.array([3, 3, 3]), 3, 6, np.array([0.0, 1.0, bad])) == 2
+    assert first_bad_pair(np.zeros(0, np.int64), 0, 3, np.zeros(0)) == -1
+
+
+def test_check_indices_names_the_first_bad_index_or_value():
+    leaves, values = check_indices(np.array([[3], [6]], dtype=np.uint32), [0.0, 2.5], range(3, 7))
     assert leaves.dtype == np.int64 and values.dtype == np.float64
     np.testing.assert_array_equal(leaves, [3, 6])
-    with pytest.raises(ValueError, match=r"tree index 7 is not a leaf \(leaves are 3\.\.6\)"):
-        check_leaves(np.array([3, 7, 2]), [0.0, 0.0, 0.0], 4)
-    with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got -2\.0$"):
-        check_leaves(np.array([3, 4]), [1.0, -2.0], 4, "priority")
+    with pytest.raises(ValueError, match=r"^tree index must be in 3\.\.6, got 7$"):
+        check_indices(np.array([3, 7, 2]), [0.0, 0.0, 0.0], range(3, 7))
+    with pytest.raises(ValueError, match=r"^priority must be finite and >= 0, got -2\.0$"):
+        check_indices(np.array([3, 4]), [1.0, -2.0], range(3, 7), value_name="priority")
+    # The first bad pair decides: its index, then its value.
+    with pytest.raises(ValueError, match=r"^slot must be in 0\.\.3, got 4$"):
+        check_indices(np.array([0, 4]), [0.0, np.nan], range(4), "slot")
+    with pytest.raises(ValueError, match=r"^absolute TD error must be finite and >= 0, got nan$"):
+        check_indices(np.array([0, 1, 9]), [0.0, np.nan, 0.0], range(4), "slot")
+
+
+def test_both_storages_offer_what_a_memory_may_ask():
+    # Every member of the protocol, on both storages; only TransitionStorage writes a chosen slot.
+    members = [name for name in vars(ReplayStorage) if not name.startswith("_")]
+    assert {"add", "holds", "held_slots", "get", "capacity", "written"} <= {
+        *members, *ReplayStorage.__annotations__}
+    for storage in (TransitionStorage(4), FrameStackStorage(4)):
+        assert isinstance(storage, ReplayStorage)
+        for name in members:
+            assert callable(getattr(storage, name)), name
+    assert isinstance(TransitionStorage(4), SlotStorage)
+    assert not isinstance(FrameStackStorage(4), SlotStorage)
+
+
+def test_a_transition_storage_replaces_a_chosen_slot_and_keeps_its_ring():
+    storage = TransitionStorage(4)
+    for i in range(3):
+        storage.add(experience(i))
+    storage.put(1, experience(7))
+    states, actions, rewards, next_states, dones = storage.get(np.arange(3))
+    np.testing.assert_array_equal(states[:, 0], [0, 7, 2])
+    np.testing.assert_array_equal(next_states[:, 0], [1, 8, 3])
+    assert rewards.tolist() == [0.0, 7.0, 2.0] and actions.tolist() == [0, 1, 0]
+    assert dones.tolist() == [True, False, False]
+    assert storage.written == 3 and len(storage) == 3
+    slot, freed = storage.add(experience(3))  # the ring goes on where it was
+    assert slot == 3 and freed.size == 0
+    np.testing.assert_array_equal(storage.holds(np.array([0, 3])), [True, True])
+    np.testing.assert_array_equal(storage.held_slots(), [0, 1, 2, 3])
+    assert storage.add(experience(4))[0] == 0
+    for slot in (4, -1):
+        with pytest.raises(ValueError, match=f"slot {slot} was never written"):
+            storage.put(slot, experience(9))
+    with pytest.raises(ValueError, match=r"state has shape \(2,\)"):
+        storage.put(0, (np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
+    assert storage.get(np.array([0]))[0][0, 0] == 4  # nothing written
