@@ -69,7 +69,8 @@ LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient st
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
-GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, traced into one compiled call
+GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
+# its cost (priorities up to 15 steps old): docs/benchmarks.md, "Several gradient steps per call"
 XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on AVX512_BF16, AMX
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
