@@ -93,7 +93,7 @@ class SumTree:
         The tree is left unchanged when any index is not a leaf or any priority is NaN, infinite
         or negative. A float for `priorities` goes to every leaf.
         """
-        if isinstance(priorities, float):  # `store` gives the slots a frame store freed 0.0
+        if isinstance(priorities, float):  # `store` passes 0.0 for every slot a frame store freed
             priorities = np.full(np.shape(tree_indices), priorities)
         leaves, priorities = check_indices(tree_indices, priorities, self.leaves, "tree index",
                                            "priority")

@@ -41,7 +41,7 @@ from rank_based import RankBasedMemory
 # PER_RANK_BASED -> --rank-based); an edit here (a value other than the shipped one) wins over the
 # presets for other games (d3qn_utils/settings.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
-TUTORIAL = False  # True: tutorial values for flags at their shipped value, even if typed back
+TUTORIAL = False  # True: the tutorial's value for each flag whose value is still the shipped one
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
@@ -51,8 +51,8 @@ DDQN = True  # double DQN target: online net picks the next action, target net e
 DUELING = True  # dueling head Q = V + (A - mean A) instead of a plain Q layer
 SOFT_UPDATE = False  # Polyak-average the target net after each gradient step instead of copying
 TAU = 0.005  # soft-update rate: target <- TAU * online + (1 - TAU) * target
-TARGET_UPDATE = 500  # env steps between hard copies online -> target (a copy = one more backup)
-EPSILON_GREEDY = False  # the tutorial's exponential epsilon decay instead of a linear schedule
+TARGET_UPDATE = 500  # env steps between hard copies online -> target (when SOFT_UPDATE is off)
+EPSILON_GREEDY = False  # False: linear (the tutorial's False: eps *= 1 - decay); True: exponential
 EPSILON_START = 1.0  # exploration probability at the first step
 EPSILON_MIN = 0.01  # exploration probability at the end of the schedule
 EXPLORATION_STEPS = 10_000  # linear schedule: steps to go from EPSILON_START to EPSILON_MIN
@@ -115,10 +115,11 @@ ADVANTAGE_LAYER = "action_advantage"
 def OurModel(input_shape: tuple[int, ...], action_space: int, dueling: bool,  # tutorial's name
              hidden_units: tuple[int, ...] = HIDDEN_UNITS, bfloat16: bool = False,
              image_torso: Any = None) -> keras.Model:
-    """Q-network: state -> one Q-value per action (uncompiled; the agent trains it itself). A
-    vector state gets an MLP with `hidden_units`, a game of uint8 images its `image_torso`
-    (games.py), its convolutions in bfloat16 if `bfloat16`. The head is one linear layer, or
-    the dueling pair V, A combined by `DuelingCombine`."""
+    """Q-network: state -> one Q-value per action. A vector state gets an MLP with
+    `hidden_units`, a game of uint8 images its `image_torso` (games.py), its convolutions in
+    bfloat16 if `bfloat16`. The head is one linear layer, or the dueling pair V, A combined by
+    `DuelingCombine`. Named "d3qn" or "dqn" (the tutorial's: 'CartPole D3QN model') and not
+    compiled: the tutorial's `compile` (MSE, RMSprop, accuracy) is the agent's `compile()`."""
     if image_torso is not None:
         inputs = keras.Input(shape=input_shape, dtype="uint8", name="frames")
         x = image_torso(inputs, bfloat16)
@@ -297,7 +298,8 @@ class DQNAgent:
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
-        (traced into the compiled gradient steps, after each one)."""
+        (traced into the compiled gradient steps, after each one). Whatever DDQN is: the
+        tutorial's did nothing without DDQN, so its plain DQN kept its first target network."""
         tau, soft = ops.convert_to_tensor(self.config.tau, "float32"), self.config.soft_update
         for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
             target.assign(tau * online + (1.0 - tau) * target if soft else online)
@@ -309,7 +311,8 @@ class DQNAgent:
         self.report.stored(slot)  # for the priority figure: who gets replayed, at what age
 
     def act(self, state: np.ndarray) -> int:
-        """Epsilon-greedy action for one state, the greedy one without model.predict."""
+        """Epsilon-greedy: with probability eps = `epsilon_at(step)` a uniformly random action,
+        else the greedy argmax_a Q(s, a) (`GreedyPolicy`, without model.predict)."""
         self.epsilon = self.epsilon_at(self.step)
         return epsilon_greedy(self.greedy_actions, state, self.epsilon, self.rng, self.action_size)
 
@@ -324,18 +327,26 @@ class DQNAgent:
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
     def replay(self) -> np.ndarray:
-        """The tutorial's replay: sample, learn, give each transition its new |TD error| as its
-        priority, the error from before its step (the tutorial's `target_old`); here for
-        K = GRADIENT_STEPS_PER_CALL minibatches in one compiled call, an optimizer step on
-        `weighted_loss` (-> `td_errors`) each, `self.learn` from `compile()` (returns the losses).
-        One stratified draw of K x BATCH_SIZE is dealt round-robin: minibatch k (from 0) holds the
-        k-th of every K neighbouring strata, so each spans the priority range; it keeps its IS
-        weights and misses the k updates before it."""
+        """The tutorial's replay for K = GRADIENT_STEPS_PER_CALL minibatches; returns K losses.
+
+        1. Sample K x BATCH_SIZE transitions by P(i) = p_i^alpha / sum_k p_k^alpha, each with
+           its IS weight w_i = (N P(i))^-beta / max_j w_j (`Memory.sample`; uniform: w_i = 1).
+        2. Double-DQN n-step targets: delta_i = R_i + gamma^k (1 - done_i)
+           Q_target(s'_i, argmax_a Q(s'_i, a)) - Q(s_i, a_i), R_i the k <= N_STEP rewards summed
+           with gamma^j (`td_errors`; DDQN off: max_a Q_target(s'_i, a)).
+        3. IS-weighted Huber loss L = mean_i w_i huber(delta_i) (`weighted_loss`).
+        4. An optimizer step on grad L, its global norm clipped to GRAD_CLIP.
+        5. New priorities from the |delta_i| before the step (the tutorial's `target_old`):
+           p_i^alpha, p_i = min(|delta_i| + epsilon, 1) for proportional PER (`batch_update`).
+        Steps 2-4 run K times in one compiled call, `self.learn` from `compile()`
+        (tensorflow_backend.py or jax_backend.py), which returns (|delta| per minibatch, losses).
+        The draw is dealt round-robin: minibatch k holds draws k, k + K, k + 2K, ..."""
         steps = self.config.gradient_steps_per_call
+        # 1. one stratified draw for the call, with its importance-sampling weights
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
-        abs_errors, losses = self.learn(batches, self.step)
-        # Written in the order of the steps: a transition drawn twice keeps its later error.
+        abs_errors, losses = self.learn(batches, self.step)  # 2-4, K times, compiled
+        # 5. Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
         self.report.gradient_steps(self.step, self.MEMORY.slots_of(tree_idx), len(self.MEMORY),
                                    losses, abs_errors, batches.is_weights, self.epsilon,

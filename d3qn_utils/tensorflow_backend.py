@@ -1,9 +1,10 @@
 """What is compiled on the TensorFlow backend (Keras' default): the gradient steps behind
 `DQNAgent.replay`, the greedy forward pass, and reading the weights.
 
-`model.fit` has a large fixed cost in Keras 3; a concrete function looping (`tf.scan`) over the
-batches pays a small one once for all, and XLA fuses a step's many small operations (what a
-step costs each way: docs/benchmarks.md).
+In place of the tutorial's `model.fit` per batch, one concrete function loops (`tf.scan`) over a
+call's batches: one call from Python and one hand-over of the batches for all its gradient steps,
+and XLA fuses a step's many small operations (one call's steps against one each, measured:
+docs/benchmarks.md, "Several gradient steps per call").
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def greedy_call(model: Any, state_dtype: Any, xla: bool = True
 
 
 def weights_reader(variables: list) -> Callable[[], list[np.ndarray]]:
-    """A function returning the current values of `variables` as numpy arrays, in one traced
-    call (`.numpy()` on each would cost nearly as much apiece)."""
+    """A function returning the current values of `variables` as numpy arrays, read in one
+    traced call: one dispatch for all of them, not one `.numpy()` read per variable."""
     read = tf.function(lambda: [tf.identity(v) for v in variables],
                        autograph=False).get_concrete_function()
     return lambda: [tensor.numpy() for tensor in read()]
