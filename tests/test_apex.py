@@ -28,9 +28,11 @@ import keras
 import numpy as np
 import pytest
 import ray
+from conftest import small_agent
 from test_tensorboard_and_priorities import read_events
 
 import apex
+import d3qn_agent
 from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
 from d3qn_utils.apex_report import ApexReport
 from d3qn_utils.gradient_steps import Batches
@@ -96,6 +98,24 @@ def test_actor_reports_an_episodes_unclipped_score_as_the_agent_does(tmp_path, m
     assert context == 0 and new_steps == actor.steps > 1  # one whole episode
     np.testing.assert_array_equal(transitions[2], np.ones(actor.steps))  # replayed: clipped
     assert returns == [2.0 * actor.steps]  # reported: the raw score
+
+
+def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
+    seeds = []
+
+    def record_seeds(envs, policy, episode_seeds):
+        seeds.append(episode_seeds)
+        return np.zeros(len(episode_seeds))
+
+    monkeypatch.setattr(apex_learner, "play_greedy", record_seeds)
+    monkeypatch.setattr(d3qn_agent, "play_greedy", record_seeds)
+    learner = apex_learner.Learner(small_config(tmp_path, eval_episodes=3, seed=5))
+    learner.evaluate()
+    learner.evaluate()
+    agent = small_agent(tmp_path / "agent", seed=5)
+    agent.evaluate(3, 0)
+    agent.evaluate(3, 1)
+    assert seeds[:2] == seeds[2:] and seeds[0] != seeds[1]
 
 
 def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(tmp_path):
