@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     any actor starts); otherwise the run's own exit code (`run_until_stopped`)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        check_backend()
         parser = settings.build_parser(
             sys.modules[__name__], APEX_FLAGS,
             "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
             [(family.ids, apex_preset(family)) for family in games.FAMILIES if family.preset])
-        flags = settings.explicit_flags(argv, parser)
+        flags = settings.explicit_flags(argv, parser)  # --help answers on any backend
+        check_backend()
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)
