@@ -3,9 +3,10 @@
 `python apex.py` starts a local Ray on this machine and trains CartPole-v1 with 2 actors;
 `python apex.py --address auto` (or RAY_ADDRESS) joins a running Ray cluster instead. Every
 hyperparameter below can be edited here or set on the command line (`python apex.py --help`), to
-the same effect: either wins over the Atari preset (below). The best evaluated network goes
-to `models/apex_<env>.keras` (playable with `d3qn_agent.py --test --model ...`), the learning
-curve to `plots/apex_<env>.png`.
+the same effect: either wins over the game family's preset (Atari's, MinAtar's: d3qn_utils/games.py,
+as `apex_preset` converts it). The best evaluated network goes to `models/apex_<env>.keras`
+(playable with `d3qn_agent.py --test --model ...`), the learning curve to `plots/apex_<env>.png`.
+It runs on Keras' TensorFlow backend only (the actors trace with tf.function).
 
 Three parts, built from this repository's own pieces, each in a module of d3qn_utils/:
   actors   (apex_actor.py) NUM_ACTORS Ray actors, each with its own environment and a fixed
@@ -36,6 +37,7 @@ import sys
 from typing import Any
 
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+import keras
 import ray
 
 from d3qn_utils import games, settings, training_session
@@ -136,9 +138,14 @@ APEX_FLAGS: dict[str, Flag] = {
 }
 
 
-def apex_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """apex.py's values for a d3qn_agent.py `preset`: the shared flags it sets, its target period
-    and train frequency as learner updates at the same data rate."""
+def apex_preset(family: games.GameFamily) -> dict[str, Any]:
+    """apex.py's values for a game `family`'s d3qn_agent.py preset: the shared flags it sets, its
+    target period and train frequency as learner updates at the same data rate. ValueError
+    naming the family if its preset lacks either of those two."""
+    preset = family.preset
+    if missing := [name for name in ("target_update", "train_frequency") if name not in preset]:
+        raise ValueError(f"the {family.name} preset (d3qn_utils/games.py) lacks "
+                         f"{' and '.join(missing)}, which apex.py converts to learner updates")
     shared = ("total_steps", "memory_size", "batch_size", "learning_rate", "adam_epsilon",
               "learning_starts", "n_step", "eval_every", "eval_episodes")
     return {**{name: preset[name] for name in shared if name in preset},
@@ -150,12 +157,12 @@ def apex_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets apex.py applies: the game's family's (d3qn_utils/games.py: Atari, MinAtar) as
     apex.py's flags; a game's own preset is d3qn_agent.py's alone."""
     family = games.family(values["env_name"])
-    return [(family.name, apex_preset(family.preset))] if family.preset else []
+    return [(family.name, apex_preset(family))] if family.preset else []
 
 
 def resolve_config(flags: dict[str, Any]) -> tuple[argparse.Namespace, list[str]]:
-    """The flags above (as edited), the Atari preset for the flags left as shipped and the
-    explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
+    """The flags above (as edited), the game family's preset for the flags left as shipped and
+    the explicit `flags`, checked (settings.py), and the notes on what the preset set. Raises
     ValueError naming the first flag whose value cannot work."""
     config, notes = settings.resolve(sys.modules[__name__], APEX_FLAGS, apex_presets, flags)
     if config.block_size + config.n_step - 1 > config.memory_size:
@@ -188,17 +195,26 @@ def run_until_stopped(learner: Learner) -> int:
             return 1
 
 
+def check_backend() -> None:
+    """ValueError unless Keras runs on TensorFlow: the actors trace their |TD errors| with
+    tf.function (apex_actor.py), so on another backend they would fail inside Ray workers."""
+    if (backend := keras.backend.backend()) != "tensorflow":
+        raise ValueError(f"apex.py runs on Keras' TensorFlow backend only, not on {backend!r} "
+                         "(KERAS_BACKEND): unset KERAS_BACKEND or set it to tensorflow")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point. Bad flags, an unknown environment or an unreachable cluster
-    print one `error:` line and return 2 (before any actor starts); otherwise the run's own
-    exit code (`run_until_stopped`)."""
+    """Command-line entry point. A Keras backend other than TensorFlow, bad flags or presets, an
+    unknown environment or an unreachable cluster print one `error:` line and return 2 (before
+    any actor starts); otherwise the run's own exit code (`run_until_stopped`)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = settings.build_parser(
-        sys.modules[__name__], APEX_FLAGS,
-        "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
-        [(family.ids, apex_preset(family.preset)) for family in games.FAMILIES if family.preset])
-    flags = settings.explicit_flags(argv, parser)
     try:
+        parser = settings.build_parser(
+            sys.modules[__name__], APEX_FLAGS,
+            "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
+            [(family.ids, apex_preset(family)) for family in games.FAMILIES if family.preset])
+        flags = settings.explicit_flags(argv, parser)  # --help answers on any backend
+        check_backend()
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)

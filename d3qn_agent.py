@@ -26,11 +26,17 @@ from keras import ops
 
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
-from d3qn_utils.atomic_files import atomic_file
+from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import discrete_actions, with_added_keys
 from d3qn_utils.games import make_env, replay_storage, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
-from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, keep_best, play_greedy
+from d3qn_utils.greedy_policy import (
+    GreedyPolicy,
+    epsilon_greedy,
+    keep_best,
+    play_greedy,
+    unclipped_score,
+)
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError
 from PER import Memory, UniformMemory
@@ -371,8 +377,7 @@ class DQNAgent:
 
     def save(self, name: str) -> None:
         """Save the online network as a `.keras` file (architecture + weights), atomically."""
-        with atomic_file(name) as temporary:
-            self.model.save(temporary)
+        save_model(self.model, name)
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
         """Record an episode's score; return the average of the last AVERAGE_WINDOW (50)."""
@@ -414,7 +419,7 @@ class DQNAgent:
                     self.update_target_model()
                 if terminated or truncated:
                     self.episode += 1
-                    score = info.get("episode", {}).get("r", self.episode_score)  # Atari: unclipped
+                    score = unclipped_score(info, self.episode_score)  # Atari: not the clipped sum
                     self.report.episode(self.step, self.episode, score, self.epsilon,
                                         self.PlotModel(score))
                     self.start_episode()

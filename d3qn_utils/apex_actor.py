@@ -14,7 +14,7 @@ import tensorflow as tf
 from d3qn_agent import ADVANTAGE_LAYER, OurModel, episode_seed, td_errors
 from d3qn_utils.apex_replay import IDLE_SLEEP
 from d3qn_utils.games import make_env, torso
-from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy
+from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, unclipped_score
 from PER import UniformMemory
 
 
@@ -62,16 +62,17 @@ class Actor:
         self.weights_version = -1
         self.steps = 0  # env steps taken by this actor
         self.episode = 0
-        self.returns: list[float] = []  # returns of the episodes finished since the last block
+        self.returns: list[float] = []  # scores of the episodes finished since the last block
         self.state = self._reset()
-        self.score = 0.0
+        self.score = 0.0  # the rewards summed as the env gives them (Atari's: clipped)
         self.outbox = self._new_outbox()
         self._unsent_steps = 0
 
     def _compile_functions(self, dtype: tf.DType, state_shape: tuple[int, ...]) -> None:
-        """Build the greedy policy and trace the |TD errors| once, as DQNAgent does (a concrete
-        function's call costs a small part of `model.predict`'s). Closures, not methods: Ray's
-        actor wrapper adds an argument to every method, which tf.function would trace."""
+        """Build the greedy policy and trace the |TD errors| once, for blocks of any length (an
+        episode's end cuts one short): a block's three forward passes are then one graph call.
+        Closures, not methods: Ray's actor wrapper adds an argument to every method, which
+        tf.function would trace."""
         model, target_model, double = self.model, self.target_model, self.config.ddqn
         self.greedy_actions = GreedyPolicy(model, dtype, head=ADVANTAGE_LAYER)
 
@@ -120,18 +121,19 @@ class Actor:
         A block ends at BLOCK_SIZE + N_STEP - 1 transitions, whose last N_STEP - 1 are context
         (they complete the others' n-step returns and open the next block), or at the end of an
         episode, with no context. `new_steps` counts the env steps not sent before; `returns`
-        are the episodes finished meanwhile. Only a termination is stored as done.
+        are the scores of the episodes finished meanwhile, unclipped as DQNAgent reports them
+        (`unclipped_score`). Only a termination is stored as done.
         """
         while True:
             action = self.act(self.state)
-            next_state, reward, terminated, truncated, _ = self.env.step(action)
+            next_state, reward, terminated, truncated, info = self.env.step(action)
             self.steps += 1
             self._unsent_steps += 1
             self.score += reward
             self.outbox.store((self.state, action, reward, next_state, terminated))
             self.state = next_state
             if terminated or truncated:
-                self.returns.append(self.score)
+                self.returns.append(unclipped_score(info, self.score))
                 self.episode += 1
                 self.state, self.score = self._reset(), 0.0
                 return self._take_block(context=0)

@@ -21,7 +21,7 @@ from d3qn_utils import training_session
 from d3qn_utils.apex_actor import Actor, actor_epsilon
 from d3qn_utils.apex_replay import IDLE_SLEEP, Replay
 from d3qn_utils.apex_report import ApexReport
-from d3qn_utils.atomic_files import atomic_file
+from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import discrete_actions
 from d3qn_utils.games import make_env, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, make_optimizer
@@ -92,8 +92,7 @@ class Learner:
 
     def save(self, path: str) -> None:
         """Save the online network as a `.keras` file, atomically (as DQNAgent.save)."""
-        with atomic_file(path) as temporary:
-            self.model.save(temporary)
+        save_model(self.model, path)
 
     def weights(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(online, target) weights, as an actor's `set_weights` takes them."""

@@ -66,8 +66,6 @@ class BlockMemory(Memory):
         return np.concatenate([slots for slots, _ in writes[1::2]]).astype(np.int64)
 
 
-
-
 class Replay:
     """The shared prioritized replay, as one Ray actor, plus the run's bookkeeping hub.
 

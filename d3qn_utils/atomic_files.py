@@ -1,7 +1,8 @@
 """Files written whole or not at all, and the errors that say so.
 
 `atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
-flushed: a process killed at any moment leaves the old file or the new one, never half of one.
+flushed: a process killed at any moment leaves the old file or the new one, never half of one
+(`save_model` writes a Keras model so).
 A write that fails (disk full) removes what it wrote and raises `WriteError`; `being_written` tells
 a live writer's temporary file from a killed one's. `read_arrays` never unpickles, and a missing
 or damaged `.npz` file is one ValueError naming it.
@@ -16,6 +17,7 @@ import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +69,13 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         raise WriteError(path, error, outcome) from error
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def save_model(model: Any, path: str | Path) -> None:
+    """Save a Keras `model` as a `.keras` file (architecture and weights) at `path`, atomically:
+    what both programs save, the best evaluated network and the last one."""
+    with atomic_file(path) as temporary:
+        model.save(temporary)
 
 
 def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:

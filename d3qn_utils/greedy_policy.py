@@ -5,8 +5,8 @@ A traced TensorFlow call has a fixed cost per call that a small numpy forward pa
 `PatchConv2D` torso runs in numpy on a copy of the weights, taken again after
 `weights_changed()` (on CartPole every 32 environment steps); the Nature torso stays compiled.
 With the dueling head the greedy action is argmax A(s, .), so the numpy pass stops at the
-advantages. Both programs act (`epsilon_greedy`), evaluate (`play_greedy`) and keep the best
-evaluated network (`keep_best`) with what is here.
+advantages. Both programs act (`epsilon_greedy`), evaluate (`play_greedy`), score episodes
+(`unclipped_score`) and keep the best evaluated network (`keep_best`) with what is here.
 """
 
 from __future__ import annotations
@@ -99,8 +99,15 @@ def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int]) -> np.n
             returns[i] += reward
             if terminated or truncated:
                 running[i] = False
-                returns[i] = info.get("episode", {}).get("r", returns[i])  # unclipped score
+                returns[i] = unclipped_score(info, returns[i])
     return returns
+
+
+def unclipped_score(info: dict[str, Any], summed: float) -> float:
+    """An episode's score from the `info` of its last step: the raw game score that
+    `RecordEpisodeStatistics` records there (Atari: inside the reward clipping), else `summed`,
+    the sum of the rewards as the env gave them."""
+    return info.get("episode", {}).get("r", summed)
 
 
 def epsilon_greedy(policy: GreedyPolicy, state: np.ndarray, epsilon: float,

@@ -13,6 +13,7 @@ env steps, which Ray's scheduling decides) is benchmarks/bench_apex.py's to meas
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import http.server
 import os
 import re
@@ -22,13 +23,17 @@ import threading
 from pathlib import Path
 
 import grpc
+import gymnasium as gym
+import keras
 import numpy as np
 import pytest
 import ray
+from conftest import small_agent
 from test_tensorboard_and_priorities import read_events
 
 import apex
-from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay
+import d3qn_agent
+from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
 from d3qn_utils.apex_report import ApexReport
 from d3qn_utils.gradient_steps import Batches
 
@@ -77,6 +82,40 @@ def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
     (learner_errors,), _ = learner.learn(Batches.dealt(batch, is_weights, 1), 0)
     np.testing.assert_allclose(abs_errors, learner_errors, rtol=1e-5, atol=1e-6)
     assert abs_errors.std() > 0  # not a degenerate batch
+
+
+def test_actor_reports_an_episodes_unclipped_score_as_the_agent_does(tmp_path, monkeypatch):
+    # CartPole's rewards doubled, recorded (RecordEpisodeStatistics), then clipped to their sign
+    # (as atari_wrappers.SignReward): the Atari wrappers' order; each raw reward 2, clipped 1.
+    def doubled_then_clipped(env_name, max_episode_steps=None):
+        env = gym.wrappers.TransformReward(gym.make(env_name), lambda reward: 2.0 * reward)
+        return gym.wrappers.TransformReward(gym.wrappers.RecordEpisodeStatistics(env), np.sign)
+
+    monkeypatch.setattr(apex_actor, "make_env", doubled_then_clipped)
+    config = small_config(tmp_path, block_size=600)  # longer than an episode (500 steps at most)
+    actor = apex_actor.Actor(0, config)
+    transitions, _, context, new_steps, returns = actor.collect_block()
+    assert context == 0 and new_steps == actor.steps > 1  # one whole episode
+    np.testing.assert_array_equal(transitions[2], np.ones(actor.steps))  # replayed: clipped
+    assert returns == [2.0 * actor.steps]  # reported: the raw score
+
+
+def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
+    seeds = []
+
+    def record_seeds(envs, policy, episode_seeds):
+        seeds.append(episode_seeds)
+        return np.zeros(len(episode_seeds))
+
+    monkeypatch.setattr(apex_learner, "play_greedy", record_seeds)
+    monkeypatch.setattr(d3qn_agent, "play_greedy", record_seeds)
+    learner = apex_learner.Learner(small_config(tmp_path, eval_episodes=3, seed=5))
+    learner.evaluate()
+    learner.evaluate()
+    agent = small_agent(tmp_path / "agent", seed=5)
+    agent.evaluate(3, 0)
+    agent.evaluate(3, 1)
+    assert seeds[:2] == seeds[2:] and seeds[0] != seeds[1]
 
 
 def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(tmp_path):
@@ -282,6 +321,29 @@ def test_bad_flags_give_one_error_line_before_ray_starts(capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
     assert message in err
+
+
+def test_a_keras_backend_other_than_tensorflow_gets_one_error_line_before_ray_starts(
+        capsys, monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(apex, "Learner", None)  # never reached
+    assert apex.main(["--hidden-units", "8"]) == 2
+    assert capsys.readouterr().err == (
+        "error: apex.py runs on Keras' TensorFlow backend only, not on 'jax' (KERAS_BACKEND): "
+        "unset KERAS_BACKEND or set it to tensorflow\n")
+
+
+def test_a_family_preset_lacking_a_learner_period_is_refused_by_name(capsys, monkeypatch):
+    lacking = dataclasses.replace(games.MINATAR, preset={
+        name: value for name, value in games.MINATAR.preset.items() if name != "train_frequency"})
+    with pytest.raises(ValueError, match=r"^the MinAtar preset \(d3qn_utils/games.py\) lacks "
+                                         r"train_frequency, which apex.py converts"):
+        apex.apex_preset(lacking)
+    # Any run reads every family's preset (its --help lists them): one error line, exit 2.
+    monkeypatch.setattr(games, "FAMILIES", [lacking, games.ATARI, games.CLASSIC])
+    assert apex.main(["--hidden-units", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the MinAtar preset") and err.count("\n") == 1
 
 
 class QuietHTTPHandler(http.server.BaseHTTPRequestHandler):
