@@ -80,6 +80,13 @@ class ReplayMemory:
                              f"states, {cls.kind} replay), more than this machine's "
                              f"{machine / 2**30:,.1f} GiB")
 
+    def store(self, experience: tuple) -> int | None:
+        """Keep one (state, action, reward, next_state, done): the slot written, or None when
+        the memory drops the transition (a reservoir may); the agent's report ignores None.
+        ValueError naming the field, and nothing written, for a transition `check_transition`
+        refuses."""
+        raise NotImplementedError
+
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""
         self.alpha = check_range("alpha", alpha, 0.0, np.inf)
