@@ -182,7 +182,7 @@ class Memory(ReplayMemory):
 
     kind = "proportional"
     RUN_SUFFIX, PRIORITIZED = "_PER", True
-    BYTES_PER_SLOT = 2 * 2 * 8 + 8  # sum and min trees, two float64 nodes a slot each; headroom
+    BYTES_PER_SLOT = 2 * 2 * 8  # sum and min trees: two float64 nodes a slot each
 
     def __init__(
         self,

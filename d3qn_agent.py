@@ -28,7 +28,7 @@ from d3qn_utils import agent_checkpoint, recording, run_files, settings, trainin
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import discrete_actions, with_added_keys
-from d3qn_utils.games import make_env, replay_storage, torso
+from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
     GreedyPolicy,
@@ -224,10 +224,11 @@ class DQNAgent:
 
         # The replay memory the flags pick from REPLAY_MEMORIES: all have the tutorial's interface.
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
-        memory_class.check_fits(config.memory_size, self.state_shape, self.state_dtype,
+        storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
+        memory_class.check_fits(config.memory_size, storage, self.state_shape, self.state_dtype,
                                 TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
-            storage=replay_storage(config.env_name, config.memory_size),
+            storage=storage(config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
@@ -268,6 +269,7 @@ class DQNAgent:
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),
+            prioritized=memory_class.PRIORITIZED,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
                 self.first_gradient_step(), config.total_steps, config.learning_starts))

@@ -23,7 +23,7 @@ from d3qn_utils.apex_replay import IDLE_SLEEP, Replay
 from d3qn_utils.apex_report import ApexReport
 from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import discrete_actions
-from d3qn_utils.games import make_env, torso
+from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, make_optimizer
 from d3qn_utils.greedy_policy import GreedyPolicy, keep_best, play_greedy
 from d3qn_utils.reporting import tensorboard_dir
@@ -54,8 +54,8 @@ class Learner:
         self.state_dtype = env.observation_space.dtype
         self.solved_score = env.spec.reward_threshold if env.spec else None
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
-        Memory.check_fits(config.memory_size, self.state_shape, self.state_dtype,
-                          Replay.BYTES_PER_SLOT)
+        Memory.check_fits(config.memory_size, storage_spec(config.env_name), self.state_shape,
+                          self.state_dtype, Replay.BYTES_PER_SLOT)
         image_torso = torso(config.env_name)
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, image_torso=image_torso)

@@ -11,7 +11,6 @@ not know).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -23,7 +22,7 @@ import keras
 
 from d3qn_utils import minatar_wrappers  # light: it imports minatar for a MinAtar id only
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils.replay_storage import FrameStackStorage, ReplayStorage, StorageSpec
 
 # The Nature torso's convolution layer: TensorFlow's Conv2D, oneDNN's kernels where TensorFlow
 # turns them on (benchmarks/bench_pong_kernels.py sets it to time PatchConv2D against it).
@@ -37,20 +36,20 @@ class GameFamily:
     `name` names its preset in a run's notes ("Atari preset"). `recognises(env_name)`: True
     for the family's ids, without importing its package. `make_env(env_name,
     max_episode_steps, render_mode)`: its environment; ValueError for an unknown game.
-    `storage(capacity)`: its replay storage, or None (a `TransitionStorage`). `torso(frames,
-    bfloat16)`: the convolutional torso of its uint8 image states, or None (vector states:
-    `OurModel`'s MLP). `preset`: d3qn_agent.py's values for all its games (apex.py converts
-    them to its own flags, so a preset gives all of those `apex_preset` reads, or none);
-    `game_presets`: one game's, applied after it; `bfloat16_games`: games that also get
-    BFLOAT16 on a CPU with bfloat16 instructions. `packages`: the modules its games import,
-    which a CartPole run must not.
+    `storage`: its replay storage's class and options (default one row per transition), sized
+    before `storage(capacity)` makes one. `torso(frames, bfloat16)`: the convolutional torso of
+    its uint8 image states, or None (vector states: `OurModel`'s MLP). `preset`: d3qn_agent.py's
+    values for all its games (apex.py converts them to its own flags, so a preset gives all of
+    those `apex_preset` reads, or none); `game_presets`: one game's, applied after it;
+    `bfloat16_games`: games that also get BFLOAT16 on a CPU with bfloat16 instructions.
+    `packages`: the modules its games import, which a CartPole run must not.
     """
 
     name: str
     ids: str  # what its ids look like, for --help
     recognises: Callable[[str], bool]
     make_env: Callable[[str, int | None, str | None], gym.Env]
-    storage: Callable[[int], FrameStackStorage | None] = lambda capacity: None
+    storage: StorageSpec = field(default_factory=StorageSpec)
     torso: Callable[[Any, bool], Any] | None = None
     preset: dict[str, Any] = field(default_factory=dict)
     game_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -121,7 +120,7 @@ MINATAR = GameFamily(
     name="MinAtar", ids="MinAtar ids",
     recognises=lambda env_name: env_name.startswith(minatar_wrappers.PREFIX),
     make_env=minatar_wrappers.make_env,
-    storage=functools.partial(FrameStackStorage, stack_axis=None),  # single frames
+    storage=StorageSpec(FrameStackStorage, {"stack_axis": None}),  # whole states, no stacks
     torso=minatar_torso,
     # The MinAtar paper's DQN (Young & Tian 2019, its examples/dqn.py) and Revisiting Rainbow's
     # (Obando-Ceron & Castro 2021, Dopamine's MinAtar settings).
@@ -170,7 +169,7 @@ PONG_PRESET: dict[str, Any] = {
 }
 ATARI = GameFamily(
     name="Atari", ids="Atari ids", recognises=is_ale_id, make_env=make_atari_env,
-    storage=FrameStackStorage,  # each frame once, four stacked on the last axis
+    storage=StorageSpec(FrameStackStorage),  # each frame once, four stacked on the last axis
     torso=nature_torso,
     # The DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns from
     # Hessel et al. 2018), with a constant Adam step as in the Pong runs. One gradient step per
@@ -216,7 +215,12 @@ def torso(env_name: str) -> Callable[[Any, bool], Any] | None:
     return family(env_name).torso
 
 
-def replay_storage(env_name: str, capacity: int) -> FrameStackStorage | None:
+def storage_spec(env_name: str) -> StorageSpec:
+    """The class and options of this game's replay storage, to size it before making it."""
+    return family(env_name).storage
+
+
+def replay_storage(env_name: str, capacity: int) -> ReplayStorage:
     """Where a replay memory keeps this game's transitions: each image frame once, as uint8, or
-    None (a `TransitionStorage`)."""
-    return family(env_name).storage(capacity)
+    one row per transition (a `TransitionStorage`)."""
+    return storage_spec(env_name)(capacity)

@@ -52,7 +52,10 @@ class PriorityFigure:
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
 
-    def note_store(self, slot: int) -> None:
+    def note_store(self, slot: int | None) -> None:
+        """A transition went into `slot`; None (the memory dropped it) changes nothing."""
+        if slot is None:  # indexing with None would write every slot
+            return
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1

@@ -21,7 +21,7 @@ from d3qn_utils.checks import (
     require,
     with_added_keys,
 )
-from d3qn_utils.replay_storage import ReplayStorage, TransitionStorage, storage_type
+from d3qn_utils.replay_storage import ReplayStorage, StorageSpec, TransitionStorage
 
 
 class ReplayMemory:
@@ -54,21 +54,24 @@ class ReplayMemory:
         return len(self.storage)
 
     @classmethod
-    def bytes_per_slot(cls, state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full memory of this class, its storage's included."""
-        return storage_type(state_shape).bytes_per_slot(state_shape, state_dtype) + \
-            cls.BYTES_PER_SLOT
+    def bytes_per_slot(cls, storage: StorageSpec, state_shape: tuple[int, ...],
+                       state_dtype: Any) -> int:
+        """Bytes per slot of a full memory of this class in `storage`, the storage's included."""
+        return storage.bytes_per_slot(state_shape, state_dtype) + cls.BYTES_PER_SLOT
 
     @classmethod
-    def check_fits(cls, size: int, state_shape: tuple[int, ...], state_dtype: Any,
-                   other_bytes_per_slot: int = 0) -> None:
-        """ValueError, before allocating, if `size` slots of this class cannot hold a frame stack
-        or, with the caller's `other_bytes_per_slot`, would not fit in this machine's memory
-        (numpy's zeroed arrays take memory only as they fill: a run would fail late)."""
-        if len(state_shape) == 3 and size <= state_shape[-1]:
-            raise ValueError(f"MEMORY_SIZE must exceed the frame stack ({state_shape[-1]}) for "
-                             f"images, got {size}")
-        per_slot = cls.bytes_per_slot(state_shape, state_dtype) + other_bytes_per_slot
+    def check_fits(cls, size: int, storage: StorageSpec, state_shape: tuple[int, ...],
+                   state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
+        """ValueError, before allocating, if `size` slots of this class in `storage` cannot hold
+        a transition of these states or, with the caller's `other_bytes_per_slot`, would not fit
+        in this machine's memory (numpy's zeroed arrays take memory only as they fill: a run
+        would fail late)."""
+        minimum = storage.min_capacity(state_shape)
+        if size < minimum:
+            raise ValueError(f"MEMORY_SIZE (--memory-size) must be at least {minimum} for "
+                             f"{tuple(state_shape)} states in a "
+                             f"{storage.storage_class.__name__}, got {size}")
+        per_slot = cls.bytes_per_slot(storage, state_shape, state_dtype) + other_bytes_per_slot
         machine = machine_memory_bytes()
         if machine and size * per_slot > machine:
             raise ValueError(f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of "
@@ -76,6 +79,13 @@ class ReplayMemory:
                              f"transition of {tuple(state_shape)} {np.dtype(state_dtype)} "
                              f"states, {cls.kind} replay), more than this machine's "
                              f"{machine / 2**30:,.1f} GiB")
+
+    def store(self, experience: tuple) -> int | None:
+        """Keep one (state, action, reward, next_state, done): the slot written, or None when
+        the memory drops the transition (a reservoir may); the agent's report ignores None.
+        ValueError naming the field, and nothing written, for a transition `check_transition`
+        refuses."""
+        raise NotImplementedError
 
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""

@@ -6,11 +6,13 @@ and shift. `TransitionStorage` keeps one row per transition (vector states) and 
 the transition of a chosen slot (`SlotStorage`, for a memory that decides where a transition
 goes); `FrameStackStorage` keeps each uint8 frame once (Atari: one 84x84 frame a slot, not two
 stacks of four; `bytes_per_slot` counts it), written in order only, since neighbouring slots
-share frames.
+share frames. `StorageSpec` is a storage class with its options before any storage exists: what
+a game family gives, sized (`ReplayMemory.check_fits`) before a run allocates one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -36,8 +38,13 @@ class ReplayStorage(Protocol):
         """The transitions held. O(1)."""
 
     @staticmethod
-    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full storage of these states."""
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any, **options: Any) -> int:
+        """Bytes per slot of a full storage of these states, made with these keyword `options`
+        (the constructor's)."""
+
+    @staticmethod
+    def min_capacity(state_shape: tuple[int, ...], **options: Any) -> int:
+        """The fewest slots that can hold a transition of these states, with these `options`."""
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one transition at the ring's next slot: (its slot, the slots that stopped
@@ -97,6 +104,11 @@ class TransitionStorage:
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
         """Bytes per slot of a full storage: two states, int64 action, float64 reward, 2 flags."""
         return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
+
+    @staticmethod
+    def min_capacity(state_shape: tuple[int, ...]) -> int:
+        """One slot holds a whole transition."""
+        return 1
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """The five fields of the written rows, in slot order: a block as `add_block` takes it."""
@@ -194,11 +206,6 @@ class TransitionStorage:
         self.holds_transition[:] = np.arange(self.capacity) < written
 
 
-def storage_type(state_shape: tuple[int, ...]) -> type[ReplayStorage]:
-    """The storage of these states: `FrameStackStorage` for images, else `TransitionStorage`."""
-    return FrameStackStorage if len(state_shape) == 3 else TransitionStorage
-
-
 class FrameStackStorage:
     """Replay storage for stacked frames that keeps every frame once, as uint8.
 
@@ -244,10 +251,18 @@ class FrameStackStorage:
         return self._count
 
     @staticmethod
-    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full storage: one frame, int64 action, float32 reward, 2 flags."""
-        frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // state_shape[-1]
+    def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any,
+                       stack_axis: int | None = -1) -> int:
+        """Bytes per slot of a full storage: one frame (a whole state without `stack_axis`),
+        int64 action, float32 reward, 2 flags."""
+        frames_per_state = 1 if stack_axis is None else state_shape[-1]
+        frame = math.prod(state_shape) * np.dtype(state_dtype).itemsize // frames_per_state
         return frame + 8 + 4 + 1 + 1
+
+    @staticmethod
+    def min_capacity(state_shape: tuple[int, ...], stack_axis: int | None = -1) -> int:
+        """A stack's frames plus its next state's newest frame; two slots without `stack_axis`."""
+        return 2 if stack_axis is None else state_shape[-1] + 1
 
     def add(self, experience: tuple) -> tuple[int, np.ndarray]:
         """Store one transition of uint8 states, next_state being state shifted by one frame:
@@ -356,7 +371,7 @@ class FrameStackStorage:
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
         first = self.state_shape is None  # the first transition sets the shape: check capacity
-        if first and self.stack_axis is not None and self.capacity < shape[-1] + 1:
+        if first and self.capacity < self.min_capacity(shape, self.stack_axis):
             raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
                              "frames plus its next frame")
         # Contiguous copies first (np.array): compared in one pass, not through strided views.
@@ -403,3 +418,26 @@ class FrameStackStorage:
         self._next_slot = (start + len(frames)) % self.capacity
         self.written = min(self.written + len(frames), self.capacity)
         return broken.astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageSpec:
+    """A storage class and the keyword options it is made with, before any storage exists (a
+    game family's). It answers a storage's size without allocating one, so that
+    `ReplayMemory.check_fits` can refuse a memory first; `spec(capacity)` makes the storage."""
+
+    storage_class: type[ReplayStorage] = TransitionStorage
+    # The constructor's keyword options beside capacity: FrameStackStorage's stack_axis.
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __call__(self, capacity: int) -> ReplayStorage:
+        """A new empty storage of `capacity` slots."""
+        return self.storage_class(capacity, **self.options)
+
+    def bytes_per_slot(self, state_shape: tuple[int, ...], state_dtype: Any) -> int:
+        """Bytes per slot of a full storage of these states."""
+        return self.storage_class.bytes_per_slot(state_shape, state_dtype, **self.options)
+
+    def min_capacity(self, state_shape: tuple[int, ...]) -> int:
+        """The fewest slots that can hold a transition of these states."""
+        return self.storage_class.min_capacity(state_shape, **self.options)

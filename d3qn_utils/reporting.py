@@ -146,8 +146,10 @@ class TrainingReport:
     BYTES_PER_SLOT = PriorityFigure.BYTES_PER_SLOT  # the priority figure's counters per slot
 
     def __init__(self, config: Namespace, plot_path: str, priority_plot_path: str, *, replay: str,
-                 tensorboard_dir: str | None, image_states: bool, warning: str | None) -> None:
+                 prioritized: bool, tensorboard_dir: str | None, image_states: bool,
+                 warning: str | None) -> None:
         self.config, self.description = config, describe(config, replay)
+        self.prioritized = prioritized  # the memory's PRIORITIZED: beta and IS weights to log
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.image_states, self.warning = image_states, warning
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size)
@@ -199,8 +201,9 @@ class TrainingReport:
         if self.tensorboard is not None:
             self.tensorboard.write(step, scalars)
 
-    def stored(self, slot: int) -> None:
-        """A transition went into `slot` of the memory (for the priority figure's ages)."""
+    def stored(self, slot: int | None) -> None:
+        """A transition went into `slot` of the memory (for the priority figure's ages); None:
+        the memory dropped it."""
         self.priority_figure.note_store(slot)
 
     def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int,
@@ -223,7 +226,7 @@ class TrainingReport:
             now, (then, start_step) = time.perf_counter(), self._interval_start
             scalars = {**self.training_means.take(), "train/epsilon": epsilon,
                        "train/env_steps_per_second": (step - start_step) / max(now - then, 1e-9)}
-            if self.config.use_per:
+            if self.prioritized:
                 scalars.update({"replay/beta": beta, "replay/max_is_weight": weights.max(),
                                 "replay/min_is_weight": weights.min()})
             self.write(step, scalars)

@@ -329,9 +329,9 @@ def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and
         (["--test"], "no saved model"),
         (["--epsilon-start", "0.2", "--epsilon-min", "0.5"],
          "EPSILON_MIN (0.5) must not exceed EPSILON_START (0.2)"),
-        # 96 TiB: one line before anything is allocated, not a MemoryError traceback
+        # 89 TiB: one line before anything is allocated, not a MemoryError traceback
         (["--memory-size", "1000000000000"], "MEMORY_SIZE (--memory-size) 1,000,000,000,000 "
-         "needs a replay memory of 98,720.2 GiB (106 bytes per transition of (4,) float32 "
+         "needs a replay memory of 91,269.6 GiB (98 bytes per transition of (4,) float32 "
          "states, proportional replay), more than this machine's"),
     ],
 )

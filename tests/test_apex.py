@@ -133,25 +133,26 @@ def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(t
         returns += finished
     memory = replay.memory
     stored = np.concatenate([t[0] for t in sent])
-    np.testing.assert_array_equal(memory.storage.fields[0][:len(stored)], stored)
+    np.testing.assert_array_equal(memory.storage.get(np.arange(len(stored)))[0], stored)
     # Context transitions are sent twice (as context, then at the head of the next block), but
     # their env steps count once.
     assert replay.env_steps[0] == actor.steps < len(memory) == len(stored)
     assert [score for _, _, score in replay.episodes] == returns
-    leaves = memory.tree.tree[memory.capacity - 1:]
+    tree = memory.tree
     for slots, errors in sampleable:
-        np.testing.assert_allclose(leaves[slots], np.minimum(errors + 0.01, 1.0) ** 0.6)
+        np.testing.assert_allclose(tree.tree[tree.leaf_index(slots)],
+                                   np.minimum(errors + 0.01, 1.0) ** 0.6)
     context = np.concatenate(context_slots)
-    assert len(context) > 0 and not leaves[context].any()
+    assert len(context) > 0 and not tree.tree[tree.leaf_index(context)].any()
     tree_idx, stamps, _, is_weights, collected = replay.sample(256)
     assert collected == actor.steps and is_weights.max() == pytest.approx(1.0)
-    assert not set(tree_idx - (memory.capacity - 1)) & set(context.tolist())
+    assert not set(tree.slot(tree_idx).tolist()) & set(context.tolist())
     # An update for a transition overwritten since it was sampled must not land on its successor.
-    before = leaves[tree_idx[0] - (memory.capacity - 1)]
+    before = tree.tree[tree_idx[0]]
     replay.update_priorities(tree_idx[:1], stamps[:1] - 1, np.array([0.5]))
-    assert leaves[tree_idx[0] - (memory.capacity - 1)] == before
+    assert tree.tree[tree_idx[0]] == before
     replay.update_priorities(tree_idx[:1], stamps[:1], np.array([0.5]))
-    assert leaves[tree_idx[0] - (memory.capacity - 1)] == pytest.approx(0.51**0.6)
+    assert tree.tree[tree_idx[0]] == pytest.approx(0.51**0.6)
 
 
 def test_replay_paces_the_actors_to_the_learners_update_rate(tmp_path):
@@ -312,7 +313,7 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
         (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
         (["--epsilon", "1.5"], "error: EPSILON (--epsilon) must be in [0, 1], got 1.5"),
         (["--memory-size", "1000000000000"], "error: MEMORY_SIZE (--memory-size) "
-         "1,000,000,000,000 needs a replay memory of 91,269.6 GiB (98 bytes per transition of "
+         "1,000,000,000,000 needs a replay memory of 83,819.0 GiB (90 bytes per transition of "
          "(4,) float32 states, proportional replay), more than this machine's"),
     ],
 )

@@ -4,6 +4,7 @@ plot."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import keras
@@ -174,5 +175,7 @@ def test_command_line_smoke_run_on_pong_writes_a_loadable_model_and_a_plot(tmp_p
 
 
 def test_memory_too_small_for_a_frame_stack_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="MEMORY_SIZE must exceed the frame stack"):
+    with pytest.raises(ValueError, match=re.escape(
+            "MEMORY_SIZE (--memory-size) must be at least 5 for (84, 84, 4) states in a "
+            "FrameStackStorage, got 4")):
         pong_agent(tmp_path, memory_size=4, batch_size=4)

@@ -4,7 +4,6 @@ registered here, gets its environment, storage, torso and presets, and an agent 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import gymnasium as gym
@@ -16,7 +15,7 @@ import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent
 from d3qn_utils import games, settings
-from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
 
 # Keras 3.15 itself triggers this NumPy 2 warning when converting a tensor.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -48,7 +47,8 @@ def test_a_game_is_in_at_most_one_family_and_vector_games_use_the_mlp():
                                                if other is not family
                                                for game in other.game_presets}
         assert set(family.bfloat16_games) <= set(family.game_presets)
-    assert games.torso("CartPole-v1") is None and games.replay_storage("CartPole-v1", 10) is None
+    assert games.torso("CartPole-v1") is None
+    assert isinstance(games.replay_storage("CartPole-v1", 10), TransitionStorage)
 
 
 # --- a new family: one wrapper and one record --------------------------------------------------
@@ -108,7 +108,7 @@ TOY_PRESET = {  # every flag Ape-X converts, so apex.py can take it too
     "eval_every": 96, "eval_episodes": 1}
 TOY = games.GameFamily(
     name="Toy", ids="Toy ids", recognises=lambda env_name: env_name.startswith(TOY_PREFIX),
-    make_env=make_toy_env, storage=functools.partial(FrameStackStorage, stack_axis=None),
+    make_env=make_toy_env, storage=StorageSpec(FrameStackStorage, {"stack_axis": None}),
     torso=toy_torso, preset=TOY_PRESET, game_presets={TOY_GAME: {"gamma": 0.9}},
     packages=())
 

@@ -21,7 +21,7 @@ from memory_helpers import (
 from d3qn_agent import REPLAY_MEMORIES
 from d3qn_utils import replay_memory
 from d3qn_utils.apex_replay import BlockMemory
-from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
+from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
 
@@ -331,7 +331,7 @@ def test_store_returns_the_slot_and_wraps_around():
     assert [uniform.store(experience(i)) for i in range(6)] == [0, 1, 2, 3, 0, 1]
     # The overwritten slots' leaves got the new transitions' priority; nothing else moved.
     np.testing.assert_array_equal(memory.tree.tree[3:], np.full(4, 1.0))
-    np.testing.assert_array_equal(memory.storage.fields[0][:, 0], [4, 5, 2, 3])
+    np.testing.assert_array_equal(memory.storage.get(np.arange(4))[0][:, 0], [4, 5, 2, 3])
 
 
 def test_batch_fields_keep_their_types():
@@ -484,7 +484,7 @@ def reference_batch_update(memory: Memory, tree_idx: np.ndarray, abs_errors: np.
     # numpy's power, as the memory's (Python's may round the last bit otherwise).
     priorities = np.minimum(abs_errors + memory.epsilon, memory.abs_err_upper) ** memory.alpha
     for leaf, priority in zip(tree_idx.tolist(), priorities.tolist(), strict=True):
-        if not memory.storage.holds_transition[leaf - (memory.capacity - 1)]:
+        if not memory.storage.holds(memory.tree.slot(leaf)):
             priority = 0.0
         _update_leaves.py_func(sums, mins, np.array([leaf]), np.array([priority]))
         highest = max(highest, priority)
@@ -632,7 +632,7 @@ def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_w
     # Integers of every kind, numpy floats and 0 / 1 for done are fine.
     assert memory.store((state, np.int32(1), np.float32(0.5), state, 1)) == 2
     assert memory.store((state, np.array(0), 2, state, np.bool_(False))) == 3
-    assert (memory.storage.fields[0][[2, 3]] == 9).all()
+    assert (memory.storage.get(np.array([2, 3]))[0] == 9).all()
 
 
 def test_a_frame_memory_refuses_a_negative_action_and_writes_nothing():
@@ -654,30 +654,38 @@ def test_a_frame_store_empties_the_leaves_of_the_transitions_it_breaks():
     memory = Memory(4, storage=FrameStackStorage(4), rng=0)
     slots = [memory.store((stacks[i], i, 1.0, stacks[i + 1], False)) for i in range(6)]
     assert slots == [1, 2, 3, 0, 1, 2]
-    holds = memory.storage.holds_transition
+    tree, all_slots = memory.tree, np.arange(4)
+    holds = memory.storage.holds(all_slots)
     np.testing.assert_array_equal(holds, [False, True, True, False])
-    np.testing.assert_array_equal(memory.tree.tree[3:] > 0, holds)
+    np.testing.assert_array_equal(tree.tree[tree.leaf_index(all_slots)] > 0, holds)
     tree_idx, (states, actions, *_), _ = memory.sample(200)
-    assert set((tree_idx - 3).tolist()) == {1, 2} and set(actions.tolist()) == {4, 5}
+    assert set(tree.slot(tree_idx).tolist()) == {1, 2} and set(actions.tolist()) == {4, 5}
     np.testing.assert_array_equal(states, stacks[actions])
     # An update for a broken slot is skipped: its leaf stays empty.
-    memory.batch_update(np.array([3, 4]), np.array([5.0, 5.0]))
-    assert memory.tree.tree[3] == 0.0 and memory.tree.tree[4] == pytest.approx(1.0)
-    assert set((memory.sample(100)[0] - 3).tolist()) == {1, 2}
+    memory.batch_update(tree.leaf_index(np.array([0, 1])), np.array([5.0, 5.0]))
+    assert tree.tree[tree.leaf_index(0)] == 0.0
+    assert tree.tree[tree.leaf_index(1)] == pytest.approx(1.0)
+    assert set(tree.slot(memory.sample(100)[0]).tolist()) == {1, 2}
+
+
+ATARI_FRAMES = StorageSpec(FrameStackStorage)  # (84, 84, 4) stacks: one frame a slot
+MINATAR_STATES = StorageSpec(FrameStackStorage, {"stack_axis": None})  # a whole state a slot
 
 
 @pytest.mark.parametrize("kind", ["uniform", "proportional", "rank-based"])
-@pytest.mark.parametrize("state_shape", [(4,), (10, 10, 4)], ids=["vector", "frames"])
-def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
-    # Filled as the agents fill it: float32 vectors or uint8 frame stacks, Python int actions,
+@pytest.mark.parametrize(("storage", "state_shape"), [
+    (StorageSpec(), (4,)), (ATARI_FRAMES, (10, 10, 4)), (MINATAR_STATES, (10, 10, 4))],
+    ids=["vector", "frame stacks", "minatar"])
+def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, storage, state_shape):
+    # Filled as the agents fill it, one episode: float32 vectors, uint8 stacks of 4 frames or
+    # MinAtar's uint8 states of 4 channels (the same arrays, kept whole), Python int actions,
     # float rewards, bool dones; a sample lets the rank-based memory rank every slot.
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
-    storage = FrameStackStorage(capacity) if len(state_shape) == 3 else None
     memory_class = REPLAY_MEMORIES[kind]
-    memory = memory_class(capacity, storage=storage, rng=0)
+    memory = memory_class(capacity, storage=storage(capacity), rng=0)
     for i in range(capacity):
-        if storage is None:
+        if state_shape == (4,):
             state, next_state = np.full(4, i, np.float32), np.full(4, i + 1, np.float32)
         else:
             state = np.stack(frames[i:i + 4], axis=-1)
@@ -688,48 +696,66 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, state_shape):
         assert len(memory.ranked_slots) == len(memory)
     holders = [memory, memory.storage, *([memory.tree] if kind == "proportional" else [])]
     measured = array_bytes(*holders) / capacity
-    estimate = memory_class.bytes_per_slot(
-        state_shape, np.dtype(np.float32 if storage is None else np.uint8))
-    # The proportional estimate keeps 8 bytes a slot of headroom, for the payload pointer the
-    # tree once held, and counts 2 * capacity tree nodes where there are 2 * capacity - 1 (16
-    # bytes in all). What else stays is a few fixed arrays (a pending stack): < 3 bytes a slot
-    # here, nothing for the millions of slots the estimate is for.
-    headroom = 8 + 16 / capacity if kind == "proportional" else 0
-    assert 0 <= measured + headroom - estimate < 3
+    dtype = np.dtype(np.float32 if state_shape == (4,) else np.uint8)
+    estimate = memory_class.bytes_per_slot(storage, state_shape, dtype)
+    # The proportional estimate counts 2 * capacity tree nodes where there are 2 * capacity - 1
+    # (16 bytes in all). What else stays is a few fixed arrays (a pending stack): < 3 bytes a
+    # slot here, nothing for the millions of slots the estimate is for.
+    missing = 16 / capacity if kind == "proportional" else 0
+    assert 0 <= measured + missing - estimate < 3
 
 
-@pytest.mark.parametrize(("size", "state_shape", "dtype", "kind", "needs"), [
+@pytest.mark.parametrize(("size", "storage", "state_shape", "dtype", "kind", "needs"), [
     # per slot: state and next state (16 + 16), action 8, reward 8, two flags, sum and min
-    # trees and a pointer (40), and the 16 bytes the caller keeps beside it: 106
-    (10_000_000, (4,), np.float32, "proportional", None),  # 0.99 GiB
-    (20_000_000, (4,), np.float32, "proportional", "2.0 GiB (106 bytes"),
-    (16_000_000, (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
-    (20_000_000, (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 for the ranks
-    # one 84 x 84 frame, action 8, reward 4, two flags, trees 40, the caller's 16: 7,126
-    (150_000, (84, 84, 4), np.uint8, "proportional", None),  # 0.995 GiB
-    (200_000, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7126 bytes"),
+    # trees (32), and the 16 bytes the caller keeps beside it: 98
+    (10_000_000, StorageSpec(), (4,), np.float32, "proportional", None),  # 0.91 GiB
+    (20_000_000, StorageSpec(), (4,), np.float32, "proportional", "1.8 GiB (98 bytes"),
+    (16_000_000, StorageSpec(), (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
+    (20_000_000, StorageSpec(), (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 ranks
+    # one 84 x 84 frame, action 8, reward 4, two flags, trees 32, the caller's 16: 7,118
+    (150_000, ATARI_FRAMES, (84, 84, 4), np.uint8, "proportional", None),  # 0.994 GiB
+    (200_000, ATARI_FRAMES, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7118 bytes"),
+    # MinAtar keeps a whole 10 x 10 x 4 state a slot (400), 14 more, trees 32, the caller's 16:
+    # 462 (counted as one 100-byte frame, it would be 162 and 2,500,000 slots would fit)
+    (2_000_000, MINATAR_STATES, (10, 10, 4), np.uint8, "proportional", None),  # 0.86 GiB
+    (2_500_000, MINATAR_STATES, (10, 10, 4), np.uint8, "proportional", "1.1 GiB (462 bytes"),
 ])
 def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
-        monkeypatch, size, state_shape, dtype, kind, needs):
+        monkeypatch, size, storage, state_shape, dtype, kind, needs):
     monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: 2**30)
     memory = REPLAY_MEMORIES[kind]
     if needs is None:
-        memory.check_fits(size, state_shape, dtype, 16)
+        memory.check_fits(size, storage, state_shape, dtype, 16)
         return
     with pytest.raises(ValueError) as refused:
-        memory.check_fits(size, state_shape, dtype, 16)
+        memory.check_fits(size, storage, state_shape, dtype, 16)
     assert str(refused.value) == (
         f"MEMORY_SIZE (--memory-size) {size:,} needs a replay memory of {needs} per transition "
         f"of {state_shape} {np.dtype(dtype)} states, {kind} replay), more than this machine's "
         "1.0 GiB")
     monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: None)  # the system won't say
-    memory.check_fits(size, state_shape, dtype, 16)
+    memory.check_fits(size, storage, state_shape, dtype, 16)
 
 
-def test_an_image_memory_must_hold_a_frame_stack():
+@pytest.mark.parametrize(("storage", "state_shape", "fewest"), [
+    (StorageSpec(), (4,), 1),
+    (ATARI_FRAMES, (84, 84, 4), 5),  # a stack of 4 frames and its next state's newest
+    (MINATAR_STATES, (10, 10, 4), 2),  # a state and its next state, channels not stacked
+    (StorageSpec(FrameStackStorage), (1, 5, 1), 2),  # a new family's single-frame images
+])
+def test_a_memory_must_hold_one_transition_of_its_storage(storage, state_shape, fewest):
     with pytest.raises(ValueError, match=re.escape(
-            "MEMORY_SIZE must exceed the frame stack (4) for images, got 4")):
-        Memory.check_fits(4, (84, 84, 4), np.uint8)
+            f"MEMORY_SIZE (--memory-size) must be at least {fewest} for {state_shape} states "
+            f"in a {storage.storage_class.__name__}, got {fewest - 1}")):
+        Memory.check_fits(fewest - 1, storage, state_shape, np.uint8)
+    Memory.check_fits(fewest, storage, state_shape, np.uint8)
+    # The storage that `fewest` slots make holds a transition, sampled back.
+    memory = Memory(fewest, storage=storage(fewest), rng=0)
+    state = np.zeros(state_shape, np.uint8)
+    next_state = state.copy()
+    next_state.flat[-1] = 1  # the newest frame (last axis) changes
+    memory.store((state, 1, 1.0, next_state, False))
+    np.testing.assert_array_equal(memory.sample(1)[1][3][0], next_state)
 
 
 # UniformMemory and storage -----------------------------------------------------------------------
@@ -841,7 +867,7 @@ def test_store_block_wraps_around_and_evicts_the_oldest():
         memory.store_block(block(0, 6), np.full(6, 0.5)), [0, 1, 2, 3, 4, 5])
     slots = memory.store_block(block(100, 5), np.full(4, 2.0), context=1)
     np.testing.assert_array_equal(slots, [6, 7, 0, 1, 2])
-    states = memory.storage.fields[0][:, 0]
+    states = memory.storage.get(np.arange(8))[0][:, 0]
     np.testing.assert_array_equal(states, [102, 103, 104, 3, 4, 5, 100, 101])
     # |delta| = 2 is clipped to abs_err_upper = 1 before the power alpha = 0.6; context gets 0.
     np.testing.assert_allclose(memory.tree.tree[7:], [1.0, 1.0, 0.0] + [0.51**0.6] * 3 + [1.0] * 2)
@@ -855,8 +881,9 @@ def test_store_block_through_a_frame_store_rebuilds_the_stacks():
     slots = memory.store_block(transitions, np.full(4, 0.5), context=1)
     # The frame store takes the block one transition at a time; the context leaf is empty.
     assert len(slots) == 5
-    np.testing.assert_array_equal(memory.tree.tree[slots[:4] + 15], np.full(4, 0.51**0.6))
-    assert memory.tree.tree[slots[4] + 15] == 0.0
+    leaves = memory.tree.tree[memory.tree.leaf_index(slots)]
+    np.testing.assert_array_equal(leaves[:4], np.full(4, 0.51**0.6))
+    assert leaves[4] == 0.0
     _, (states, actions, _, next_states, _, _), _ = memory.sample(100)
     assert set(actions) == {0, 1, 2, 3}
     np.testing.assert_array_equal(states, stacks[actions])
@@ -871,9 +898,10 @@ def test_store_block_through_a_frame_store_empties_the_transitions_it_breaks():
     transitions = (stacks[:4], np.arange(4), np.ones(4), stacks[1:], np.zeros(4, bool))
     slots = memory.store_block(transitions, np.full(4, 0.5))
     np.testing.assert_array_equal(slots, [1, 2, 3, 0])
-    holds = memory.storage.holds_transition
-    np.testing.assert_array_equal(memory.tree.tree[3:] > 0, holds)
-    np.testing.assert_array_equal(np.flatnonzero(holds), [0, 3])  # the last two of the block
+    holds = memory.storage.holds(np.arange(4))
+    np.testing.assert_array_equal(memory.tree.tree[memory.tree.leaf_index(np.arange(4))] > 0,
+                                  holds)
+    np.testing.assert_array_equal(memory.storage.held_slots(), [0, 3])  # the block's last two
 
 
 def test_store_block_bad_input_raises_and_changes_nothing():
@@ -898,7 +926,8 @@ def test_store_block_bad_input_raises_and_changes_nothing():
         with pytest.raises(ValueError, match=message):
             memory.store_block(*args, **kwargs)
         assert states_equal(snapshot(memory), before), message
-    assert len(memory) == 2 and memory.storage.write_pointer == 2
+    assert len(memory) == 2
+    assert memory.store_block(block(5, 1), np.ones(1)).tolist() == [2]  # the next slot, as before
 
 
 def test_store_block_refuses_a_block_with_one_bad_transition_and_writes_nothing():

@@ -41,8 +41,13 @@ def test_replay_statistics_by_hand():
     np.testing.assert_array_equal(stats.exposure_by_age[:3], [1, 2, 0])
     np.testing.assert_array_equal(stats.uniform_replays_by_age[:3], [1, 2, 0])
     assert stats.replays_by_age.sum() == 3 and stats.exposure_by_age.sum() == 3
-    # A fourth transition, then one that overwrites slot 0: its count starts again.
+    # A fourth transition, one the memory dropped (None: nothing changes), then one that
+    # overwrites slot 0: its count starts again.
     stats.note_store(3)
+    stats.note_store(None)
+    assert stats.stores == 4
+    np.testing.assert_array_equal(stats.replay_counts, [1, 0, 2, 0])
+    np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2, 3])), [3, 2, 1, 0])
     stats.note_store(0)
     assert stats.stores == 5
     np.testing.assert_array_equal(stats.replay_counts, [0, 0, 2, 0])

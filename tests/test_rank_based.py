@@ -65,7 +65,7 @@ def test_ranks_stay_sorted_through_many_stores_and_updates():
             errors = rng.exponential(1.0, 16).round(1)  # ties too
             memory.batch_update(slots, errors)
         memory.refresh_ranks()
-        held = np.flatnonzero(memory.storage.holds_transition)
+        held = memory.storage.held_slots()
         assert sorted(memory.ranked_slots.tolist()) == held.tolist()
         np.testing.assert_array_equal(memory.ranked_keys, -memory.abs_errors[memory.ranked_slots])
         keys = memory.ranked_keys

@@ -6,14 +6,17 @@ reaches the run's files, its log and its checkpoint with nothing else changed.""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from memory_helpers import experience
 
 import d3qn_agent
+from d3qn_utils import settings
 from d3qn_utils.checks import check_transition
 from d3qn_utils.replay_storage import FrameStackStorage, SlotStorage, TransitionStorage
+from d3qn_utils.reporting import TrainingReport
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
@@ -35,16 +38,25 @@ class ReservoirMemory(UniformMemory):
             raise ValueError("a reservoir writes the slots it draws: it needs a SlotStorage")
         self.seen = 0
 
-    def store(self, experience: tuple) -> int:
-        """The transition's slot, or -1 when the draw drops it."""
+    def store(self, experience: tuple) -> int | None:
+        """The transition's slot, or None when the draw drops it (`ReplayMemory.store`)."""
         self.seen += 1
         if self.seen <= self.capacity:
             return super().store(experience)
         slot = int(self.rng.integers(self.seen))
         if slot >= self.capacity:
-            return -1
+            return None
         self.storage.put(slot, check_transition(experience))
         return slot
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory's state and how many transitions it was given (the draws' odds)."""
+        return {**super().state_dict(), "seen": np.array(self.seen)}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        self.check_state(arrays, ("seen",))
+        super().load_state_dict(arrays)
+        self.seen = int(arrays["seen"])
 
 
 def test_the_flags_pick_the_shipped_variants_by_name():
@@ -64,7 +76,7 @@ def test_the_flags_pick_the_shipped_variants_by_name():
 def test_the_reservoir_keeps_a_uniform_sample_of_everything_it_was_given():
     memory = ReservoirMemory(100, rng=0)
     slots = [memory.store(experience(i)) for i in range(10_000)]
-    assert slots[:100] == list(range(100)) and -1 in slots
+    assert slots[:100] == list(range(100)) and None in slots
     kept = np.sort(memory.storage.get(np.arange(100))[0][:, 0])
     # A ring would hold 9,900..9,999; a uniform sample of 0..9,999 has about 50 below 5,000.
     assert 35 <= np.count_nonzero(kept < 5_000) <= 65
@@ -75,12 +87,33 @@ def test_the_reservoir_keeps_a_uniform_sample_of_everything_it_was_given():
         ReservoirMemory(8, storage=FrameStackStorage(8))  # frames are written in order only
 
 
+def test_a_reservoir_resumed_from_its_state_dict_draws_as_the_one_that_ran_on():
+    # 4 slots given 6 transitions: 4 stored, then each kept with odds 4 / seen, so the draws
+    # after a resume depend on `seen` as well as on the rng.
+    memory = ReservoirMemory(4, rng=0)
+    for i in range(6):
+        memory.store(experience(i))
+    resumed = ReservoirMemory(4, rng=1)
+    resumed.load_state_dict(memory.state_dict())
+    assert resumed.seen == 6
+    later = [experience(i) for i in range(6, 40)]
+    assert [resumed.store(t) for t in later] == [memory.store(t) for t in later]
+    np.testing.assert_array_equal(resumed.storage.get(np.arange(4))[0],
+                                  memory.storage.get(np.arange(4))[0])
+    np.testing.assert_array_equal(resumed.sample(8)[0], memory.sample(8)[0])
+    with pytest.raises(ValueError, match="seen"):
+        ReservoirMemory(4).load_state_dict(
+            {key: value for key, value in memory.state_dict().items() if key != "seen"})
+
+
 def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setitem(d3qn_agent.REPLAY_MEMORIES, ReservoirMemory.kind, ReservoirMemory)
     # The flags pick it (a real variant would get its own flag in settings.D3QN_FLAGS).
     monkeypatch.setattr(d3qn_agent, "replay_variant", lambda use_per, rank_based: "reservoir")
+    # 100 slots given 300 transitions: once full, the reservoir drops some, and the priority
+    # figure counts only those it stored.
     agent = d3qn_agent.DQNAgent(
-        "CartPole-v1", hidden_units=(16,), memory_size=500, batch_size=16, total_steps=300,
+        "CartPole-v1", hidden_units=(16,), memory_size=100, batch_size=16, total_steps=300,
         learning_starts=100, gradient_steps_per_call=4, eval_every=300, eval_episodes=1,
         xla=False, seed=0, model_dir=str(tmp_path / "models"), plot_dir=str(tmp_path / "plots"))
     assert isinstance(agent.MEMORY, ReservoirMemory) and isinstance(agent.MEMORY.storage,
@@ -90,5 +123,25 @@ def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, monkeypatch, 
     first_line = capsys.readouterr().out.splitlines()[0]
     assert "double DQN, dueling, reservoir replay, 3-step returns" in first_line
     assert int(agent.optimizer.iterations) > 0 and agent.MEMORY.seen == 300
+    assert len(agent.MEMORY) == 100 < agent.report.priority_figure.stores < 300
     assert (tmp_path / "models" / f"{agent.name}.keras").is_file()
     assert agent.state_dict()["memory"]["kind"] == "reservoir"
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_the_memory_not_use_per_decides_whether_beta_is_logged(prioritized):
+    # USE_PER is on, as when the reservoir above is picked: only a PRIORITIZED memory's beta
+    # and importance-sampling weights go to TensorBoard.
+    config, _ = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                                 {"env_name": "CartPole-v1", "use_per": True, "memory_size": 8,
+                                  "batch_size": 2, "train_frequency": 1, "tensorboard_every": 1})
+    report = TrainingReport(config, "plot.png", "priorities.png", replay="some replay",
+                            prioritized=prioritized, tensorboard_dir=None, image_states=False,
+                            warning=None)
+    report.stored(0)
+    report.stored(1)
+    written = []
+    report.tensorboard = SimpleNamespace(write=lambda step, scalars: written.append(scalars))
+    report.gradient_steps(5, np.array([0, 1]), 8, np.array([0.5]), np.array([[0.1, 0.2]]),
+                          np.ones((1, 2), np.float32), epsilon=0.5, beta=0.4)
+    assert len(written) == 1 and ("replay/beta" in written[0]) == prioritized
