@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 import pytest
 import ray
-from test_tensorboard_and_priorities import read_events
+from tensorboard_helpers import read_events
 
 import apex
 from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay

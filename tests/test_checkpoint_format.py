@@ -19,7 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from conftest import small_agent
+from conftest import DATA, small_agent
 from memory_helpers import experience
 
 from d3qn_agent import DQNAgent
@@ -29,7 +29,6 @@ from d3qn_utils.priority_figure import PriorityFigure
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
-DATA = Path(__file__).parent / "data"
 FORMATS = range(1, agent_checkpoint.FORMAT + 1)
 STEP = "step-0000000400"
 FLAGS = {"total_steps": 800, "learning_starts": 200, "memory_size": 500, "batch_size": 16,
