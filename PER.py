@@ -30,6 +30,7 @@ import numba
 import numpy as np
 
 from d3qn_utils.checks import (
+    added_keys,
     check_indices,
     check_integer,
     check_non_negative,
@@ -302,7 +303,7 @@ class Memory(ReplayMemory):
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
         alpha), before anything changes."""
-        arrays = with_added_keys(arrays, self.ADDED_KEYS)
+        arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
         check_saved_value(arrays, "alpha", self.alpha)
         sums = saved_array(arrays, "tree.sums", self.tree.tree.shape)

@@ -27,7 +27,7 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import discrete_actions, with_added_keys
+from d3qn_utils.checks import added_keys, discrete_actions, with_added_keys
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
@@ -512,7 +512,7 @@ class DQNAgent:
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
         # JSON, its types checked here: a corrupt file says so
-        progress = with_added_keys(state["progress"], self.ADDED_KEYS)
+        progress = with_added_keys(state["progress"], added_keys(type(self)))
         self.step, self.episode = int(progress["step"]), int(progress["episode"])
         self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]
         self.scores = [float(score) for score in progress["scores"]]

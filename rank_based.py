@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from d3qn_utils.checks import check_saved_value, check_transition, saved_array, with_added_keys
+from d3qn_utils.checks import (
+    added_keys,
+    check_saved_value,
+    check_transition,
+    saved_array,
+    with_added_keys,
+)
 from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.replay_storage import NO_SLOTS, ReplayStorage
 
@@ -126,7 +132,7 @@ class RankBasedMemory(ReplayMemory):
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
         capacity or alpha), checked before anything changes."""
-        arrays = with_added_keys(arrays, self.ADDED_KEYS)
+        arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"))
         check_saved_value(arrays, "alpha", self.alpha)
         abs_errors = saved_array(arrays, "abs_errors", (self.capacity,))

@@ -43,10 +43,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-from markdown_table import format_row
-
 import d3qn_agent
+from benchmarks import provenance
+from benchmarks.markdown_table import format_row
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_NAME = "CartPole-v1"

@@ -40,10 +40,9 @@ import numpy as np
 import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-from timing import median_seconds
-
 import apex
+from benchmarks import provenance
+from benchmarks.timing import median_seconds
 from d3qn_agent import OurModel
 from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
 from d3qn_utils.gradient_steps import Batches

@@ -66,8 +66,10 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
-import provenance
-from agent_loop import run_steps, skip_end_of_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import provenance
+from benchmarks.agent_loop import run_steps, skip_end_of_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

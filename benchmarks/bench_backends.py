@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-from timing import median_seconds
+from benchmarks import provenance
+from benchmarks.timing import median_seconds
 
 ENV_NAME = "PongNoFrameskip-v4"  # whose preset and network are timed
 STEPS_PER_CALL = (1, 16)  # gradient steps per compiled call

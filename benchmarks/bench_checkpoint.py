@@ -20,9 +20,8 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-from agent_loop import run_steps, skip_end_of_run
-
+from benchmarks import provenance
+from benchmarks.agent_loop import run_steps, skip_end_of_run
 from d3qn_agent import DQNAgent
 
 

@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-
+from benchmarks import provenance
 from PER import Memory
 
 STATE_SIZE = 4  # CartPole observation

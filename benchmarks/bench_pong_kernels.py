@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import keras
 import numpy as np
-import provenance
 import tensorflow as tf
-from timing import median_seconds
 
+from benchmarks import provenance
+from benchmarks.timing import median_seconds
 from d3qn_agent import DQNAgent
 from d3qn_utils import games, tensorflow_backend
 from d3qn_utils.gradient_steps import Batches

@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import provenance
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import PER
 from atari_wrappers import make_env
+from benchmarks import provenance
 from d3qn_utils.replay_storage import FrameStackStorage
 
 # Hyperparameters (each overridable from the command line).

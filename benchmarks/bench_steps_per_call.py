@@ -32,8 +32,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-from agent_loop import run_steps, skip_end_of_run
+from benchmarks import provenance
+from benchmarks.agent_loop import run_steps, skip_end_of_run
 
 # The games the pages report (MinAtar's five share one preset and network: Breakout stands for
 # them); Pong's preset already makes one gradient step per call.

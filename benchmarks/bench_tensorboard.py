@@ -37,9 +37,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-
 import d3qn_agent
+from benchmarks import provenance
 from d3qn_utils.priority_figure import PriorityFigure
 from PER import Memory
 

@@ -51,9 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
-import provenance
-from agent_loop import run_steps, skip_end_of_run
-
+from benchmarks import provenance
+from benchmarks.agent_loop import run_steps, skip_end_of_run
 from d3qn_agent import DQNAgent
 from d3qn_utils import games
 from d3qn_utils.games import make_env

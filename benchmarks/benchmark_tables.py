@@ -14,8 +14,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import provenance
-from markdown_table import format_row
+from benchmarks import provenance
+from benchmarks.markdown_table import format_row
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import provenance
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "DDQN_CartPole-v1_Dueling_PER"  # the default run's files (settings.run_name)

@@ -11,16 +11,15 @@ fails `render_docs.py --check`, naming it.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import provenance
-import study
-from benchmark_tables import newest_results, newest_results_file
-from learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
 from PIL import Image, PngImagePlugin
+
+from benchmarks import provenance, study
+from benchmarks.benchmark_tables import newest_results, newest_results_file
+from benchmarks.learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
 
 SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
 
@@ -57,7 +56,6 @@ def drawn_from(png: Path) -> str | None:
 def draw(figure: FileFigure, results: Path, root: Path = provenance.ROOT) -> Path:
     """Draw `figure` again from the newest results file of its command, with `blind_cliffwalk.py`'s
     own `plot`, and name that file in the PNG. Returns the PNG's path."""
-    sys.path.insert(0, str(provenance.ROOT))
     import blind_cliffwalk
 
     path, run = newest_results_file(results, "blind_cliffwalk", figure.command)

@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import provenance
-from benchmark_tables import markdown_table, newest_results, stamp_cells
+
+from benchmarks import provenance
+from benchmarks.benchmark_tables import markdown_table, newest_results, stamp_cells
 
 BLIND_CLIFFWALK = "python blind_cliffwalk.py"  # the page's first command
 BLIND_CLIFFWALK_EPSILON = ("python blind_cliffwalk.py --methods uniform,proportional,rank "

@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import provenance
-
 import d3qn_agent
+from benchmarks import provenance
 
 PRETRAINED = Path("models") / "pretrained"  # from the repository root
 PONG = "PongNoFrameskip-v4"

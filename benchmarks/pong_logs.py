@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +31,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
-import provenance
-from markdown_table import format_row
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import provenance
+from benchmarks.markdown_table import format_row
 
 CHECKPOINTS = (100_000, 200_000, 300_000, 400_000, 500_000)  # steps the table reports
 EVALUATION_STEPS = (250_000, 500_000)  # the Atari defaults evaluate every 250,000 steps

@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import benchmark_tables as tables
-import figure_stamps
-import learning_tables
 import numpy as np
-import provenance
-import study
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import benchmark_tables as tables
+from benchmarks import figure_stamps, learning_tables, provenance, study
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVALS_FILE = "bootstrap_intervals.json"  # under the results root

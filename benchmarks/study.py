@@ -60,8 +60,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import provenance
-from pong_logs import RunLog, parse_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import provenance
+from benchmarks.pong_logs import RunLog, parse_log
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -165,7 +167,6 @@ def train(run: Run, work_root: Path, results: Path = RESULTS, keep_network: Path
     last network and write its result file (and copy the network to `keep_network`, if given).
     Returns the result, or None when the run was stopped by a signal before its budget (its
     checkpoint is kept for the next try)."""
-    sys.path.insert(0, str(ROOT))
     import keras
 
     import d3qn_agent

@@ -3,7 +3,8 @@ with the flags allowed to change) and the error for a `.keras` file that will no
 
 A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holding
 
-    progress.json        {"format": 2, "run": {id, started, flags}, "progress": {counters, ...}}
+    progress.json        {"format": FORMAT, "run": {id, started, flags},
+                          "progress": {counters, ...}}
     memory.npz           the replay memory's own `state_dict`
     priority_figure.npz  the priority figure's `state_dict`
     optimizer.npz        the optimizer's variables, "0", "1", ... in Keras' order
@@ -16,7 +17,8 @@ A checkpoint of an older format is read through `MIGRATIONS`, one step per forma
 2, 2 to 3, ...); a newer or unknown format is refused. A format that only adds a field is a step
 that leaves the layout as it is (`lambda progress, arrays: (progress, arrays)`) and one line in
 the part that owns the field: in its `ADDED_KEYS`, the value that means what a checkpoint written
-before the field did (`checks.with_added_keys`).
+before the field did (`checks.with_added_keys`; a subclass's keys add to its bases',
+`checks.added_keys`).
 """
 
 from __future__ import annotations

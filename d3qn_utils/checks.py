@@ -45,9 +45,16 @@ def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> No
         raise ValueError(f"saved {what} lacks {missing}")
 
 
+def added_keys(part: type) -> dict[str, Any]:
+    """The `ADDED_KEYS` of class `part` and of its bases, a class's own over its bases': a subclass
+    that adds keys keeps those its bases added."""
+    return {key: value for cls in reversed(part.__mro__)
+            for key, value in vars(cls).get("ADDED_KEYS", {}).items()}
+
+
 def with_added_keys(saved: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
     """`saved`, a part's state from a checkpoint, with the keys `added` to the part after the
-    checkpoint's format (its `ADDED_KEYS`) that it lacks, at their values for such a checkpoint."""
+    checkpoint's format (its `added_keys`) that it lacks, at their values for such a checkpoint."""
     return {**added, **saved}
 
 

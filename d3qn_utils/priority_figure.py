@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from d3qn_utils.atomic_files import atomic_file
-from d3qn_utils.checks import require, saved_array, with_added_keys
+from d3qn_utils.checks import added_keys, require, saved_array, with_added_keys
 
 # Replay statistics bin a transition's age (transitions stored after it) by powers of two:
 # bin k holds ages 2^k - 1 .. 2^(k+1) - 2, so bin 0 is the newest transition alone.
@@ -116,7 +116,7 @@ class PriorityFigure:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what is missing or misshapen."""
-        arrays = with_added_keys(arrays, self.ADDED_KEYS)
+        arrays = with_added_keys(arrays, added_keys(type(self)))
         current = self.state_dict()
         require(arrays, list(current), "priority figure")
         saved = {key: saved_array(arrays, key, value.shape, value.dtype)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from d3qn_utils.checks import (
+    added_keys,
     check_indices,
     check_integer,
     check_range,
@@ -32,7 +33,8 @@ class ReplayMemory:
     PRIORITIZED = False  # it draws by priority: takes PER_ALPHA and PER_BETA, "<kind> PER" in logs
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
     # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
-    # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
+    # checkpoint written before each did (d3qn_utils/agent_checkpoint.py); a subclass's own
+    # ADDED_KEYS add to these (checks.added_keys).
     ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
     def __init__(self, capacity: int, storage: ReplayStorage | None = None,
@@ -142,7 +144,7 @@ class ReplayMemory:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit."""
-        arrays = with_added_keys(arrays, self.ADDED_KEYS)
+        arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays)
         self.storage.load_state_dict({key.removeprefix("storage."): value for key, value in
                                       arrays.items() if key.startswith("storage.")})

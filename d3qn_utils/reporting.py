@@ -233,10 +233,12 @@ class TrainingReport:
             self._interval_start = (now, step)
 
     def episode(self, step: int, episode: int, score: float, epsilon: float,
-                average: float) -> None:
-        """The tutorial's line for a finished episode (after the estimate when due)."""
+                average: float, now: float | None = None) -> None:
+        """The tutorial's line for a finished episode at `now` (time.perf_counter(), by default
+        now), after the estimate when due."""
         self.write(step, {"episode/score": score, "episode/average_score": average})
-        now, (then, start_step) = time.perf_counter(), self._start
+        now = time.perf_counter() if now is None else now
+        then, start_step = self._start
         estimate, left = self.forecast.tell(step, now)
         if estimate:
             print(estimate, flush=True)

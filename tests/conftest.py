@@ -1,7 +1,8 @@
-"""What the tests share: the repository's ROOT, small agents (`small_flags`, `small_agent`,
-`command_line`), a CPU without bfloat16 instructions for every test (so that a Pong agent is built
-alike on every machine; tests of the bfloat16 preset say which CPU they mean) and one real `python
-d3qn_agent.py` run on CartPole for the tests that read what the command writes.
+"""What the tests share: the repository's ROOT, the tests' DATA folder, small agents
+(`small_flags`, `small_agent`, `command_line`), a CPU without bfloat16 instructions for every test
+(so that a Pong agent is built alike on every machine; tests of the bfloat16 preset say which CPU
+they mean) and one real `python d3qn_agent.py` run on CartPole for the tests that read what the
+command writes.
 
 This file imports no TensorFlow at its top: pytest-xdist's controller loads it and runs no test,
 so TensorFlow's start-up lines, held by pytest's capture, would come out after the summary.
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from d3qn_agent import DQNAgent
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"  # the tests' fixed files (checkpoints of past formats)
 CARTPOLE = "CartPole-v1"
 # A small network and memory; no XLA (seconds of compiling per agent), which the tests of it
 # turn on.

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import ray
 from conftest import small_agent
-from test_tensorboard_and_priorities import read_events
+from tensorboard_helpers import read_events
 
 import apex
 import d3qn_agent

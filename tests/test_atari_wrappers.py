@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import gymnasium
 import numpy as np
 import pytest
+from conftest import ROOT
 from gymnasium.wrappers import FrameStackObservation
 
 from atari_wrappers import ChannelsLast, FireOnReset, SignReward, is_atari, make_env
@@ -30,7 +30,7 @@ def pong():
 
 def test_the_first_game_prints_no_ale_banner_before_a_runs_first_line():
     program = "import atari_wrappers; atari_wrappers.make_env('PongNoFrameskip-v4').reset(seed=0)"
-    done = subprocess.run([sys.executable, "-c", program], cwd=Path(__file__).parents[1],
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Arcade Learning Environment" not in done.stdout + done.stderr

@@ -499,8 +499,6 @@ def test_a_full_disk_while_saving_the_best_network_keeps_the_old_one(
 
 
 def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
-    import d3qn_agent
-
     finished = subprocess.Popen(["true"])  # a process that ended: its pid is no writer's
     finished.wait()
     models, plots = tmp_path / "models", tmp_path / "plots"
@@ -512,8 +510,7 @@ def test_a_new_run_removes_what_killed_writers_left_of_its_files(tmp_path):
     for path in (*leftovers, *others):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"half")
-    agent = d3qn_agent.DQNAgent("CartPole-v1", hidden_units=(16, 16), model_dir=str(models),
-                                plot_dir=str(plots))
+    agent = small_agent(tmp_path)
     agent.begin()
     agent.training_run.lock.release()
     assert not any(path.exists() for path in leftovers)

@@ -14,22 +14,22 @@ with one resumed, on this machine, from the checkpoint the first wrote as soon a
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import h5py
 import numpy as np
 import pytest
-from conftest import small_agent
+from conftest import DATA, small_agent
 from memory_helpers import experience
 
 from d3qn_agent import DQNAgent
 from d3qn_utils import agent_checkpoint
 from d3qn_utils.atomic_files import read_arrays
+from d3qn_utils.checks import added_keys
 from d3qn_utils.priority_figure import PriorityFigure
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
-DATA = Path(__file__).parent / "data"
 FORMATS = range(1, agent_checkpoint.FORMAT + 1)
 STEP = "step-0000000400"
 FLAGS = {"total_steps": 800, "learning_starts": 200, "memory_size": 500, "batch_size": 16,
@@ -185,6 +185,21 @@ def test_each_memory_gives_a_key_it_lacks_the_value_in_its_added_keys(
     assert len(restored) == 5
 
 
+def test_a_subclass_s_added_keys_add_to_its_base_s_and_override_them():
+    class Base:
+        ADDED_KEYS: ClassVar[dict[str, int]] = {"a": 1, "b": 2}
+
+    class Middle(Base):  # adds none
+        pass
+
+    class Child(Middle):
+        ADDED_KEYS: ClassVar[dict[str, int]] = {"b": 3, "c": 4}
+
+    assert added_keys(Child) == {"a": 1, "b": 3, "c": 4}
+    assert added_keys(Middle) == added_keys(Base) == {"a": 1, "b": 2}
+    assert added_keys(int) == {}
+
+
 def test_the_agent_gives_a_counter_it_lacks_the_value_in_its_added_keys(tmp_path, monkeypatch):
     directory = shutil.copytree(fixture(agent_checkpoint.FORMAT), tmp_path / STEP)
     saved = json.loads((directory / "progress.json").read_text())
@@ -199,7 +214,8 @@ def test_the_agent_gives_a_counter_it_lacks_the_value_in_its_added_keys(tmp_path
 
 
 @pytest.mark.parametrize(("edit", "said"), [
-    (lambda progress: {**progress, "format": 3}, "has format 3, which this version cannot read"),
+    (lambda progress: {**progress, "format": agent_checkpoint.FORMAT + 1},
+     f"has format {agent_checkpoint.FORMAT + 1}, which this version cannot read"),
     (lambda progress: {key: value for key, value in progress.items() if key != "fingerprint"},
      "has format None, which this version cannot read"),
     (lambda progress: {key: value for key, value in progress.items()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import small_agent
 
-from d3qn_agent import DQNAgent
 from d3qn_utils.reporting import Forecast, duration
 
 
@@ -51,10 +51,11 @@ def test_no_estimate_once_the_budget_is_spent():
 
 
 def test_an_episode_line_after_the_estimate_carries_the_time_left(tmp_path, capsys):
-    agent = DQNAgent(hidden_units=(8,), model_dir=str(tmp_path), plot_dir=str(tmp_path))
+    agent = small_agent(tmp_path)
     agent.step, agent.episode = 2_000, 7
-    agent.report.forecast.begin(0, time.perf_counter() - 100.0)  # as if 100 s ago
-    agent.report.episode(agent.step, agent.episode, 20.0, agent.epsilon, 15.0)
+    start = time.perf_counter()  # after the report's own start: its steps/s stays positive
+    agent.report.forecast.begin(0, start)
+    agent.report.episode(agent.step, agent.episode, 20.0, agent.epsilon, 15.0, now=start + 100.0)
     # 2,000 steps in 100 s: 20 steps/s; 48,000 left take 2,400 s.
     estimate, line = capsys.readouterr().out.splitlines()
     assert estimate == "estimate: about 40 min to step 50,000 at 20 steps/s"

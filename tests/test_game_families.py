@@ -10,15 +10,12 @@ import gymnasium as gym
 import keras
 import numpy as np
 import pytest
+from conftest import small_agent
 
 import apex
 import d3qn_agent
-from d3qn_agent import DQNAgent
 from d3qn_utils import games, settings
 from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
-
-# Keras 3.15 itself triggers this NumPy 2 warning when converting a tensor.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 # --- the shipped families --------------------------------------------------------------------
 
@@ -145,8 +142,7 @@ def test_a_new_family_gets_its_presets_and_an_edit_still_wins(toy_family, monkey
 
 
 def test_an_agent_trains_on_a_new_family_with_its_storage_and_torso(toy_family, tmp_path):
-    agent = DQNAgent(TOY_GAME, gradient_steps_per_call=4, hidden_units=(4,), xla=False,
-                     model_dir=str(tmp_path / "models"), plot_dir=str(tmp_path / "plots"))
+    agent = small_agent(tmp_path, TOY_GAME, gradient_steps_per_call=4, hidden_units=(4,))
     assert isinstance(agent.MEMORY.storage, FrameStackStorage)
     assert agent.MEMORY.storage.stack_axis is None
     assert agent.model.input.dtype == "uint8"

@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, small_agent
 from PIL import Image
 
 import atari_wrappers
@@ -130,8 +130,7 @@ def test_usage_guide_shows_each_committed_networks_gif_under_watch_a_trained_age
 
 def saved_small_agent(tmp_path: Path) -> DQNAgent:
     """An untrained CartPole agent with 8 hidden units, its network saved to `Model_name`."""
-    agent = DQNAgent("CartPole-v1", hidden_units=(8,), memory_size=100, batch_size=8,
-                     test_episodes=2, model_dir=str(tmp_path / "models"))
+    agent = small_agent(tmp_path, hidden_units=(8,), test_episodes=2)
     agent.save(agent.Model_name)
     return agent
 

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from benchmarks import benchmark_tables, learning_tables, provenance, render_docs, study
+from benchmarks import (
+    benchmark_tables,
+    figure_stamps,
+    learning_tables,
+    provenance,
+    render_docs,
+    study,
+)
 
 
 def block_names(text: str) -> list[str]:
@@ -260,8 +267,6 @@ def write_cliffwalk(results: Path, when: str, updates: list[int]) -> None:
 
 
 def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_again(tmp_path):
-    import figure_stamps
-
     results, png = tmp_path / "results", tmp_path / "plots" / "figure.png"
     figure = figure_stamps.FileFigure(str(png), learning_tables.BLIND_CLIFFWALK)
     write_cliffwalk(results, "20260101T000000Z", [10, 20])
@@ -281,8 +286,6 @@ def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_ag
 
 
 def test_a_study_s_figures_name_the_commits_and_machines_of_its_files(tmp_path):
-    import figure_stamps
-
     write_screen_run(tmp_path, 100, 10.0, commit="abc1234", date="2026-01-01T00:00:00+00:00",
                      machine="x86_64, 2 cores")
     write_screen_run(tmp_path, 101, 20.0, commit="def5678", date="2026-01-02T00:00:00+00:00",
@@ -295,8 +298,6 @@ def test_a_study_s_figures_name_the_commits_and_machines_of_its_files(tmp_path):
 
 
 def test_the_pong_logs_figure_must_be_the_one_its_results_file_s_command_drew(tmp_path):
-    import figure_stamps
-
     write_result(tmp_path / learning_tables.PONG_LOGS,
                  "python benchmarks/pong_logs.py a.log --plot plots/runs.png", {})
     assert figure_stamps.pong_logs_figure("plots/runs.png", tmp_path).startswith(

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import small_agent
 from memory_helpers import experience
 
 import d3qn_agent
@@ -19,9 +20,6 @@ from d3qn_utils.replay_storage import FrameStackStorage, SlotStorage, Transition
 from d3qn_utils.reporting import TrainingReport
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
-
-# Keras 3.15 itself triggers this NumPy 2 warning when saving a model.
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 class ReservoirMemory(UniformMemory):
@@ -112,10 +110,8 @@ def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, monkeypatch, 
     monkeypatch.setattr(d3qn_agent, "replay_variant", lambda use_per, rank_based: "reservoir")
     # 100 slots given 300 transitions: once full, the reservoir drops some, and the priority
     # figure counts only those it stored.
-    agent = d3qn_agent.DQNAgent(
-        "CartPole-v1", hidden_units=(16,), memory_size=100, batch_size=16, total_steps=300,
-        learning_starts=100, gradient_steps_per_call=4, eval_every=300, eval_episodes=1,
-        xla=False, seed=0, model_dir=str(tmp_path / "models"), plot_dir=str(tmp_path / "plots"))
+    agent = small_agent(tmp_path, memory_size=100, total_steps=300, learning_starts=100,
+                        gradient_steps_per_call=4, eval_every=300, eval_episodes=1)
     assert isinstance(agent.MEMORY, ReservoirMemory) and isinstance(agent.MEMORY.storage,
                                                                     TransitionStorage)
     assert agent.name == "DDQN_CartPole-v1_Dueling_reservoir"

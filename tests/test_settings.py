@@ -16,7 +16,7 @@ import types
 import keras
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, small_agent, small_flags
 
 import apex
 import d3qn_agent
@@ -148,7 +148,7 @@ def test_pong_on_a_cpu_with_bfloat16_gets_bfloat16_unless_told_not_to(monkeypatc
 
 def test_the_pong_run_announces_its_preset(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
-    agent = DQNAgent(memory_size=100, model_dir=str(tmp_path), plot_dir=str(tmp_path))
+    agent = DQNAgent(**small_flags(tmp_path))  # no env_name: the edited ENV_NAME picks Pong
     agent.report.start(agent.step, agent.settings_notes)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("training on PongNoFrameskip-v4 until step 500,000: ")
@@ -157,8 +157,7 @@ def test_the_pong_run_announces_its_preset(monkeypatch, tmp_path, capsys):
 
 
 def test_bfloat16_on_vector_states_says_that_it_changes_nothing(tmp_path, capsys):
-    agent = DQNAgent("CartPole-v1", bfloat16=True, model_dir=str(tmp_path),
-                     plot_dir=str(tmp_path))
+    agent = small_agent(tmp_path, bfloat16=True)
     agent.report.start(agent.step, agent.settings_notes)
     note = "note: BFLOAT16 changes only the convolutions of an image torso"
     assert note in capsys.readouterr().out

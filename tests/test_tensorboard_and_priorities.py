@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_agent
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.util.tensor_util import make_ndarray
+from conftest import DATA, small_agent
+from tensorboard_helpers import read_events
 
 import d3qn_agent
 from d3qn_agent import DQNAgent, main
@@ -21,22 +20,13 @@ from d3qn_utils.reporting import TensorBoardWriter, TrainingMeans
 from PER import Memory, UniformMemory
 
 RUN_NAME = "DDQN_CartPole-v1_Dueling_PER"
-FORMAT_1 = Path(__file__).parent / "data" / "checkpoint_format_1" / "step-0000000400"
+FORMAT_1 = DATA / "checkpoint_format_1" / "step-0000000400"
 
 
 def tiny_agent(tmp_path: Path, **flags) -> DQNAgent:
     """A small agent that learns from step 100 to 600, evaluated at 300 and 600."""
     return small_agent(tmp_path, **{"total_steps": 600, "learning_starts": 100, "eval_every": 300,
                                     "eval_episodes": 2, **flags})
-
-
-def read_events(directory: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} of every scalar in the event files under `directory`."""
-    events = EventAccumulator(str(directory), size_guidance={"tensors": 0})  # 0: keep all
-    events.Reload()
-    return {tag: [(event.step, float(make_ndarray(event.tensor_proto)))
-                  for event in events.Tensors(tag)]
-            for tag in events.Tags()["tensors"]}
 
 
 @pytest.fixture(scope="module")
