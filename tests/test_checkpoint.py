@@ -583,6 +583,7 @@ def test_nan_from_the_environment_stops_the_run_and_resume_works_once_it_is_fixe
     assert f"resuming from {saved} at step 150" in resumed and "done: 150 steps in" in resumed
 
 
+@pytest.mark.filterwarnings("ignore:.*is not within the observation space")  # the NaN, on purpose
 def test_nan_from_a_reset_stops_the_run_and_resume_works_once_it_is_fixed(
         tmp_path, capsys, monkeypatch):
     import d3qn_agent
