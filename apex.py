@@ -57,7 +57,7 @@ from d3qn_utils.settings import (
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters. Each one is also a command-line flag: NUM_ACTORS -> --num-actors, and so on.
 # ---------------------------------------------------------------------------------------------
-ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ids ("PongNoFrameskip-v4") go through atari_wrappers
+ENV_NAME = "CartPole-v1"  # gymnasium id; Atari, MinAtar: their families' wrappers and presets
 NUM_ACTORS = 2  # Ray actors collecting experience, one environment each (the paper: 360)
 TOTAL_STEPS = 50_000  # budget: environment steps collected by all actors together
 EPSILON = 0.4  # base exploration rate of the actors' schedule (the paper's 0.4)

@@ -124,7 +124,8 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
         (family.name, family.preset, bool(family.preset)),
         (env_name, game, game is not None),
         (f"{env_name} on {feature}", NATIVE_BFLOAT16_PRESET, feature),
-        ("rank-based", RANK_BASED_PRESET, values["per_rank_based"]),
+        # Only where it picks the memory: --no-per --rank-based is uniform replay.
+        ("rank-based", RANK_BASED_PRESET, values["per_rank_based"] and values["use_per"]),
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
 

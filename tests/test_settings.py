@@ -80,6 +80,15 @@ def test_the_rank_based_preset_gives_way_to_an_edited_alpha(monkeypatch):
     assert "per_beta 0.5 (rank-based preset)" in notes
 
 
+def test_rank_based_without_per_is_uniform_replay_with_no_rank_based_preset(monkeypatch):
+    monkeypatch.setattr(d3qn_agent, "PER_RANK_BASED", True)
+    monkeypatch.setattr(d3qn_agent, "USE_PER", False)
+    config, notes = resolve()
+    assert d3qn_agent.replay_variant(config.use_per, config.per_rank_based) == "uniform"
+    assert (config.per_alpha, config.per_beta) == (0.6, 0.4)  # as shipped, unused
+    assert not any("rank-based preset" in note for note in notes)
+
+
 def test_the_atari_preset_gives_way_to_an_edited_batch_size(monkeypatch):
     monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
     monkeypatch.setattr(d3qn_agent, "BATCH_SIZE", 64)
