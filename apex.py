@@ -8,24 +8,24 @@ as `apex_preset` converts it). The best evaluated network goes to `models/apex_<
 (playable with `d3qn_agent.py --test --model ...`), the learning curve to `plots/apex_<env>.png`.
 It runs on Keras' TensorFlow backend only (the actors trace with tf.function).
 
-Three parts, built from this repository's own pieces, each in a module of d3qn_utils/:
-  actors   (apex_actor.py) NUM_ACTORS Ray actors, each with its own environment and a fixed
+Three parts, built from this repository's own pieces, each in a module of ape_x/:
+  actors   (ape_x/actor.py) NUM_ACTORS Ray actors, each with its own environment and a fixed
            exploration rate eps_i = EPSILON ** (1 + EPSILON_ALPHA * i / (N - 1)). Each keeps a
            local copy of the online and target networks, assembles the N_STEP-step returns of its
            transitions in a small local `PER.UniformMemory`, computes their |TD errors| with the
            learner's own `d3qn_agent.td_errors`, and sends them in blocks of BLOCK_SIZE, with
            those priorities, to the replay. Every WEIGHT_SYNC_EVERY env steps it pulls fresh
            weights.
-  replay   (apex_replay.py) one Ray actor holding a `BlockMemory`, a `PER.Memory` (with
+  replay   (ape_x/replay.py) one Ray actor holding a `BlockMemory`, a `PER.Memory` (with
            `FrameStackStorage` for image games): `store_block` inserts a block with its
            priorities, `sample` serves prioritized batches with IS weights, `batch_update` takes
            the learner's new priorities, and the oldest transitions are overwritten first.
-  learner  (apex_learner.py) this process: d3qn_agent.py's network (`OurModel`), optimizer and
+  learner  (ape_x/learner.py) this process: d3qn_agent.py's network (`OurModel`), optimizer and
            compiled double-DQN IS-weighted gradient step, without a `DQNAgent`. It requests the
            next batch before training on the current one, so sampling overlaps the gradient
            step, and publishes its weights through Ray's object store every PUBLISH_EVERY updates.
-The local Ray or the cluster and the probe of its address: apex_connection.py; the progress
-lines, TensorBoard and the plot: apex_report.py.
+The local Ray or the cluster and the probe of its address: ape_x/connection.py; the progress
+lines, TensorBoard and the plot: ape_x/report.py.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: befo
 import keras
 import ray
 
+from ape_x.connection import check_reachable, connect_ray
+from ape_x.learner import Learner
 from d3qn_utils import games, settings, training_session
-from d3qn_utils.apex_connection import check_reachable, connect_ray
-from d3qn_utils.apex_learner import Learner
 from d3qn_utils.settings import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
@@ -197,7 +197,7 @@ def run_until_stopped(learner: Learner) -> int:
 
 def check_backend() -> None:
     """ValueError unless Keras runs on TensorFlow: the actors trace their |TD errors| with
-    tf.function (apex_actor.py), so on another backend they would fail inside Ray workers."""
+    tf.function (ape_x/actor.py), so on another backend they would fail inside Ray workers."""
     if (backend := keras.backend.backend()) != "tensorflow":
         raise ValueError(f"apex.py runs on Keras' TensorFlow backend only, not on {backend!r} "
                          "(KERAS_BACKEND): unset KERAS_BACKEND or set it to tensorflow")

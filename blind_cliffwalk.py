@@ -37,10 +37,12 @@ Usage: python blind_cliffwalk.py [--max-n 12] [--seeds 10] [--methods uniform,ra
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 import time
+from pathlib import Path
 
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import numpy as np
@@ -438,6 +440,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget-per-transition", type=float, default=BUDGET_PER_TRANSITION,
                         help="give up after this many updates per transition in the memory")
     parser.add_argument("--plot-path", default=PLOT_PATH, help="where to save the figure")
+    parser.add_argument("--replot", type=Path, metavar="RESULTS_FILE",
+                        help="run nothing: draw the figure again from a results file this "
+                             "script wrote")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -475,8 +480,16 @@ def table_columns(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run every (n, column, seed), print the table and save the plot."""
+    """Run every (n, column, seed), print the table and save the plot (its PNG names the results
+    file); with --replot, draw the plot again from a results file alone."""
     args = parse_args(argv)
+    if args.replot:
+        measured = json.loads(args.replot.read_text())["results"]
+        plot({(row["n"], row["column"]): row["updates"] for row in measured["runs"]},
+             measured["columns"], args.plot_path)
+        provenance.name_figure_source(Path(args.plot_path), args.replot)
+        print(f"plot: {args.plot_path}, drawn from {args.replot}")
+        return
     code = provenance.commit()  # before the runs: the checkout may move on meanwhile
     columns = table_columns(args.methods, args.priority_epsilon)
     results = {}
@@ -499,6 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(results, labels, args.plot_path)
     print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
     write_results(args, results, labels, time.perf_counter() - start, code)
+    provenance.name_figure_source(Path(args.plot_path), args.results)
 
 
 def write_results(args: argparse.Namespace, results: dict, labels: list[str],

@@ -40,11 +40,15 @@ import numpy as np
 import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ape_x.actor
+import ape_x.connection
+import ape_x.learner
+import ape_x.replay
 import apex
 from benchmarks import provenance
 from benchmarks.timing import median_seconds
 from d3qn_agent import OurModel
-from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
+from d3qn_utils import games
 from d3qn_utils.gradient_steps import Batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +69,7 @@ def throughput(num_actors: int, updates_per_step: float, steps: int, directory: 
         "num_actors": num_actors, "updates_per_step": updates_per_step, "total_steps": steps,
         "eval_every": 10**9, "eval_episodes": 1, "log_every": 1e6,
         "model_dir": directory, "plot_dir": directory})
-    learner = apex_learner.Learner(config)
+    learner = ape_x.learner.Learner(config)
     learner.launch()
     try:
         learner.train()
@@ -81,9 +85,9 @@ def component_costs(directory: str) -> dict[str, float]:
     # Epsilon 0: every step pays for a forward pass, as nearly all do late in a run.
     config, _ = apex.resolve_config({"num_actors": 1, "epsilon": 0.0, "model_dir": directory,
                                      "plot_dir": directory})
-    learner = apex_learner.Learner(config)
+    learner = ape_x.learner.Learner(config)
     weights = learner.weights()
-    actor = apex_actor.Actor(0, config)
+    actor = ape_x.actor.Actor(0, config)
     actor.set_weights(weights)
     blocks = []
     start, steps = time.perf_counter(), actor.steps
@@ -92,7 +96,7 @@ def component_costs(directory: str) -> dict[str, float]:
     per_step = (time.perf_counter() - start) / (actor.steps - steps)
     full = max(blocks, key=lambda block: len(block[1]))
     transitions, abs_errors, context, _, _ = full
-    replay = apex_replay.Replay(config)
+    replay = ape_x.replay.Replay(config)
     while len(replay.memory) < config.memory_size:  # a full replay, as in a long run
         replay.add_block(0, transitions, abs_errors, context, 0, [])
     batch = replay.memory.n_step_batch(np.arange(len(abs_errors)))
@@ -198,7 +202,7 @@ def main() -> None:
     provenance.time_alone()  # no other timing shares the cores
     config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
-        apex_connection.connect_ray(config, address=None)
+        ape_x.connection.connect_ray(config, address=None)
         try:
             print(f"throughput, {args.steps:,} env steps per run (rates from the first update):")
             print("| actors | pacing | env steps/s collected | learner updates/s | updates per "

@@ -1,11 +1,11 @@
 """The line under each committed figure on the pages: the command, machine and commit it came
 from, rendered from its results files as the tables are (`render_docs.RENDERERS` names each).
 
-Some figures are drawn from one results file alone, with no training: the Blind Cliffwalk's
-(FILE_FIGURES). `python benchmarks/render_docs.py --figures` draws them again from the newest
-file of their command and writes that file's name into the PNG (a "Source" text chunk); their
-stamp is rendered only while the PNG names that newest file, so a figure older than its table
-fails `render_docs.py --check`, naming it.
+Some figures are drawn from one results file alone: the Blind Cliffwalk's (FILE_FIGURES).
+`blind_cliffwalk.py` writes the name of the results file it wrote (or, with `--replot FILE`, the
+one it drew from again) into the PNG (a "Source" text chunk); their stamp is rendered only while
+the PNG names the newest file of their command, so a figure older than its table fails
+`render_docs.py --check`, naming it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, PngImagePlugin
+from PIL import Image
 
 from benchmarks import provenance, study
 from benchmarks.benchmark_tables import newest_results, newest_results_file
 from benchmarks.learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
 
-SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
+SOURCE = provenance.FIGURE_SOURCE
 
 
 @dataclass(frozen=True)
@@ -53,24 +53,6 @@ def drawn_from(png: Path) -> str | None:
         return image.text.get(SOURCE)
 
 
-def draw(figure: FileFigure, results: Path, root: Path = provenance.ROOT) -> Path:
-    """Draw `figure` again from the newest results file of its command, with `blind_cliffwalk.py`'s
-    own `plot`, and name that file in the PNG. Returns the PNG's path."""
-    import blind_cliffwalk
-
-    path, run = newest_results_file(results, "blind_cliffwalk", figure.command)
-    measured = run["results"]
-    curves = {(row["n"], row["column"]): row["updates"] for row in measured["runs"]}
-    png = root / figure.path
-    blind_cliffwalk.plot(curves, measured["columns"], str(png))
-    chunks = PngImagePlugin.PngInfo()
-    chunks.add_text(SOURCE, results_name(path, results))
-    with Image.open(png) as image:
-        image.load()
-    image.save(png, pnginfo=chunks)
-    return png
-
-
 def file_figure(figure: FileFigure, results: Path) -> str:
     """The stamp of a figure drawn from one results file; ValueError if its PNG names another
     file than the newest of its command (or none)."""
@@ -80,10 +62,11 @@ def file_figure(figure: FileFigure, results: Path) -> str:
     if found != newest:
         raise ValueError(f"{figure.path} was drawn from {found or 'no named results file'}, not "
                          f"from {newest}, the newest of `{figure.command}`: `python "
-                         "benchmarks/render_docs.py --figures` draws it again")
+                         f"blind_cliffwalk.py --replot {newest} --plot-path {figure.path}` "
+                         "draws it again")
     return (f"The figure: drawn from the table's results file `{newest}`, `{run['command']}` "
-            f"{made_on(run)}; `python benchmarks/render_docs.py --figures` draws it again from "
-            "that file.\n")
+            f"{made_on(run)}; `python blind_cliffwalk.py --replot FILE` draws it again from a "
+            "file.\n")
 
 
 def study_figures(name: str, figures: int, results: Path) -> str:

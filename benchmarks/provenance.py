@@ -41,6 +41,7 @@ COMMAND_ENVIRONMENT = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP
                        "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES")
 PACKAGES = ("tensorflow", "keras", "jax", "numpy")
 MACHINE_NOT_RECORDED = "machine not recorded"
+FIGURE_SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
 # In the system's temporary directory, not the checkout: two clones on one machine share it.
 MEASURING_LOCK = Path(tempfile.gettempdir()) / "d3qn_measuring.lock"
 # This process's hold on MEASURING_LOCK and the load average as it took it (`time_alone`).
@@ -232,3 +233,18 @@ def load_label(result: dict[str, Any], source: str = "a results file") -> str:
         raise ValueError(f"{source} was timed with a load average of {before:.2f} on {cores} "
                          "cores as it began: measure it again with the machine otherwise idle")
     return f"load average {before:.1f} before, {after:.1f} after, {cores} cores"
+
+
+def name_figure_source(png: Path, results_file: Path, results: Path = RESULTS) -> None:
+    """Write the results file a figure was drawn from into its PNG (FIGURE_SOURCE), named as the
+    pages name it when it lies under `results` (`blind_cliffwalk.py` does this for its figure;
+    `figure_stamps.py` reads it)."""
+    from PIL import Image, PngImagePlugin
+
+    path, results = results_file.resolve(), results.resolve()
+    chunks = PngImagePlugin.PngInfo()
+    chunks.add_text(FIGURE_SOURCE, f"benchmarks/results/{path.relative_to(results).as_posix()}"
+                    if path.is_relative_to(results) else str(path))
+    with Image.open(png) as image:
+        image.load()
+    image.save(png, pnginfo=chunks)

@@ -3,7 +3,6 @@
     python benchmarks/render_docs.py             # rewrite every rendered block from the files
     python benchmarks/render_docs.py --check     # change nothing; exit 1 naming each that differs
     python benchmarks/render_docs.py --check --recompute   # the bootstrap intervals afresh too
-    python benchmarks/render_docs.py --figures   # also draw the figures made from one file alone
 
 A block in README.md or docs/*.md is the lines between `<!-- rendered: NAME -->` and
 `<!-- end rendered -->`; RENDERERS says how each NAME is rendered from the files under
@@ -231,18 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each block that differs")
-    parser.add_argument("--figures", action="store_true",
-                        help="first draw the figures made from one results file alone again")
     parser.add_argument("--recompute", action="store_true",
                         help=f"compute every bootstrap afresh, not from {INTERVALS_FILE}")
     parser.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are")
     parser.add_argument("--results", type=Path, default=study.RESULTS,
                         help="the results files' root")
     args = parser.parse_args(argv)
-    if args.figures and args.check:
-        parser.error("--check writes nothing: leave out --figures")
-    for figure in figure_stamps.FILE_FIGURES if args.figures else ():
-        print(f"figure: {shown(figure_stamps.draw(figure, args.results, args.root))}")
     intervals = args.results / INTERVALS_FILE
     cache = study.IntervalCache(intervals)
     kept = dict(cache.stored)

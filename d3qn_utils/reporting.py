@@ -1,7 +1,7 @@
 """What a training run shows besides its algorithm: its log lines, TensorBoard and its plots.
 
 `DQNAgent` tells a `TrainingReport` what happened; a `Forecast` the time left. apex.py's report
-(apex_report.py) shares the `Forecast`, the `TensorBoardWriter` and the `TrainingMeans`.
+(ape_x/report.py) shares the `Forecast`, the `TensorBoardWriter` and the `TrainingMeans`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for apex.py and its parts (d3qn_utils/apex_*.py): the actors' exploration schedule and
+"""Tests for apex.py and its parts (ape_x/): the actors' exploration schedule and
 priorities, the replay's contents and pacing, the progress lines, Ape-X learning CartPole in a
 fixed order without Ray, a run on Ray stopped by SIGTERM, one that finishes with its outputs, an
 actor killed and restarted mid-run, and the flag errors.
@@ -31,10 +31,14 @@ import ray
 from conftest import small_agent
 from tensorboard_helpers import read_events
 
+import ape_x.actor
+import ape_x.connection
+import ape_x.learner
+import ape_x.replay
 import apex
 import d3qn_agent
-from d3qn_utils import apex_actor, apex_connection, apex_learner, apex_replay, games
-from d3qn_utils.apex_report import ApexReport
+from ape_x.report import ApexReport
+from d3qn_utils import games
 from d3qn_utils.gradient_steps import Batches
 
 LEARNED = 100  # a greedy mean on CartPole-v1 that random play (about 22) does not reach
@@ -54,26 +58,26 @@ def small_config(tmp_path: Path, **flags) -> object:
 @pytest.fixture(scope="session")
 def local_ray(tmp_path_factory):
     """One local Ray for the whole test session (2 actors and the replay fit in it)."""
-    apex_connection.connect_ray(small_config(tmp_path_factory.mktemp("ray")), address=None)
+    ape_x.connection.connect_ray(small_config(tmp_path_factory.mktemp("ray")), address=None)
     yield
     ray.shutdown()
 
 
 def test_actor_exploration_rates_follow_the_papers_schedule():
-    rates = [apex_actor.actor_epsilon(i, 8, 0.4, 7.0) for i in range(8)]
+    rates = [ape_x.actor.actor_epsilon(i, 8, 0.4, 7.0) for i in range(8)]
     np.testing.assert_allclose(rates, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
     assert rates[0] == 0.4 and rates[-1] == pytest.approx(0.4**8)
-    assert apex_actor.actor_epsilon(0, 1, 0.4, 7.0) == 0.4
+    assert ape_x.actor.actor_epsilon(0, 1, 0.4, 7.0) == 0.4
 
 
 def test_actor_priorities_equal_the_learners_td_errors(tmp_path):
     config = small_config(tmp_path)
-    learner = apex_learner.Learner(config)
+    learner = ape_x.learner.Learner(config)
     # A target network unlike the online one, so the double-DQN choice and evaluation differ.
     learner.target_model.set_weights([w * 0.5 for w in learner.model.get_weights()])
-    actor = apex_actor.Actor(1, config)
+    actor = ape_x.actor.Actor(1, config)
     actor.set_weights(learner.weights())
-    replay = apex_replay.Replay(config)
+    replay = ape_x.replay.Replay(config)
     transitions, abs_errors, context, _, _ = actor.collect_block()
     slots = replay.memory.store_block(transitions, abs_errors, context)
     # The batch the learner would get for these transitions, read back from the replay.
@@ -91,9 +95,9 @@ def test_actor_reports_an_episodes_unclipped_score_as_the_agent_does(tmp_path, m
         env = gym.wrappers.TransformReward(gym.make(env_name), lambda reward: 2.0 * reward)
         return gym.wrappers.TransformReward(gym.wrappers.RecordEpisodeStatistics(env), np.sign)
 
-    monkeypatch.setattr(apex_actor, "make_env", doubled_then_clipped)
+    monkeypatch.setattr(ape_x.actor, "make_env", doubled_then_clipped)
     config = small_config(tmp_path, block_size=600)  # longer than an episode (500 steps at most)
-    actor = apex_actor.Actor(0, config)
+    actor = ape_x.actor.Actor(0, config)
     transitions, _, context, new_steps, returns = actor.collect_block()
     assert context == 0 and new_steps == actor.steps > 1  # one whole episode
     np.testing.assert_array_equal(transitions[2], np.ones(actor.steps))  # replayed: clipped
@@ -107,9 +111,9 @@ def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
         seeds.append(episode_seeds)
         return np.zeros(len(episode_seeds))
 
-    monkeypatch.setattr(apex_learner, "play_greedy", record_seeds)
+    monkeypatch.setattr(ape_x.learner, "play_greedy", record_seeds)
     monkeypatch.setattr(d3qn_agent, "play_greedy", record_seeds)
-    learner = apex_learner.Learner(small_config(tmp_path, eval_episodes=3, seed=5))
+    learner = ape_x.learner.Learner(small_config(tmp_path, eval_episodes=3, seed=5))
     learner.evaluate()
     learner.evaluate()
     agent = small_agent(tmp_path / "agent", seed=5)
@@ -120,8 +124,8 @@ def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
 
 def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(tmp_path):
     config = small_config(tmp_path, n_step=3, num_actors=1, block_size=5)  # shorter than episodes
-    actor = apex_actor.Actor(0, config)
-    replay = apex_replay.Replay(config)
+    actor = ape_x.actor.Actor(0, config)
+    replay = ape_x.replay.Replay(config)
     sent, sampleable, context_slots, returns = [], [], [], []
     for _ in range(6):
         transitions, abs_errors, context, new_steps, finished = actor.collect_block()
@@ -158,7 +162,7 @@ def test_replay_holds_the_blocks_with_their_priorities_and_drops_stale_updates(t
 def test_replay_paces_the_actors_to_the_learners_update_rate(tmp_path):
     config = small_config(tmp_path, updates_per_step=0.5, learning_starts=100, block_size=10,
                           num_actors=1)
-    replay = apex_replay.Replay(config)
+    replay = ape_x.replay.Replay(config)
     replay.env_steps[0] = 100 + 2 * 10  # the margin: learning_starts + 2 blocks per actor
     assert replay.pace() == "go"
     replay.env_steps[0] += 1
@@ -196,14 +200,14 @@ def test_progress_line_after_the_estimate_carries_the_time_left(tmp_path, capsys
     assert line.startswith("[  100 s] env steps 2,000 (20/s, 40 min left), updates 0 (0/s)")
 
 
-def learn_without_ray(config) -> apex_learner.Learner:
+def learn_without_ray(config) -> ape_x.learner.Learner:
     """Ape-X's learning in this process, in a fixed order: each actor in turn sends a block;
     then the learner makes its UPDATES_PER_STEP updates per env step collected, each on a batch
     the replay samples, the new priorities going back; the actors take the learner's weights
     every WEIGHT_SYNC_EVERY of their env steps; the learner evaluates every EVAL_EVERY."""
-    learner = apex_learner.Learner(config)
-    actors = [apex_actor.Actor(i, config) for i in range(config.num_actors)]
-    replay = apex_replay.Replay(config)
+    learner = ape_x.learner.Learner(config)
+    actors = [ape_x.actor.Actor(i, config) for i in range(config.num_actors)]
+    replay = ape_x.replay.Replay(config)
     next_sync, next_eval = [0] * len(actors), config.eval_every
     while learner.env_steps < config.total_steps:
         for actor in actors:
@@ -240,7 +244,7 @@ def test_apex_learns_cartpole_in_a_fixed_order_without_ray(tmp_path):
 def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(
         local_ray, tmp_path, capsys):
     # One actor: each starts a Python with TensorFlow, and one is enough to stop.
-    learner = apex_learner.Learner(small_config(tmp_path, total_steps=10**6, eval_every=500,
+    learner = ape_x.learner.Learner(small_config(tmp_path, total_steps=10**6, eval_every=500,
                                                 eval_episodes=1, num_actors=1))
     first_evaluation = learner.evaluate
 
@@ -265,7 +269,7 @@ def test_sigterm_stops_the_run_cleanly_with_the_last_network_and_the_plot(
 def test_a_run_on_ray_collects_with_every_actor_and_leaves_its_outputs(local_ray, tmp_path):
     config = small_config(tmp_path, total_steps=2_000, eval_every=1_000, eval_episodes=2,
                           log_every=0.5, tensorboard=str(tmp_path / "tb"))
-    learner = apex_learner.Learner(config)
+    learner = ape_x.learner.Learner(config)
     learner.run()
     assert learner.env_steps >= 2_000 and learner.updates > 0
     assert all(steps > 0 for steps in learner.report.actor_steps)
@@ -285,7 +289,7 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
     # budget only through the restarted actor, however long Ray takes to restart it.
     config = small_config(tmp_path, num_actors=1, total_steps=1_500, eval_every=500,
                           eval_episodes=2)
-    learner = apex_learner.Learner(config)
+    learner = ape_x.learner.Learner(config)
     evaluate, killed_at = learner.evaluate, []
 
     def evaluate_then_kill_the_actor() -> None:
@@ -382,22 +386,22 @@ def test_an_address_that_is_not_ray_is_refused_within_the_timeout(not_ray):
     # main prints its message as the `error:` line (test_bad_flags_give_one_error_line...).
     port, reason = not_ray
     with pytest.raises(ValueError) as refused:
-        apex_connection.check_reachable(f"127.0.0.1:{port}", 1.0)
+        ape_x.connection.check_reachable(f"127.0.0.1:{port}", 1.0)
     where = f"{ray.util.get_node_ip_address()}:{port}"
     assert str(refused.value) == (f"cannot reach the Ray cluster at 127.0.0.1:{port} ({where}, "
                                   f"where Ray looks for it) within 1 s ({reason})")
     if reason != "Connection refused":  # what a ray:// address would reach: the same
         with pytest.raises(ValueError, match=re.escape(f"within 1 s ({reason})")):
-            apex_connection.check_reachable(f"ray://{where}", 1.0)
+            ape_x.connection.check_reachable(f"ray://{where}", 1.0)
 
 
 @pytest.mark.slow  # starts the local Ray
 def test_the_probe_accepts_a_ray_cluster(local_ray):
-    apex_connection.check_reachable(ray.get_runtime_context().gcs_address, 10.0)
+    ape_x.connection.check_reachable(ray.get_runtime_context().gcs_address, 10.0)
 
 
 def test_a_stop_at_env_step_0_names_no_best_network(tmp_path, capsys):
-    learner = apex_learner.Learner(small_config(tmp_path))
+    learner = ape_x.learner.Learner(small_config(tmp_path))
     learner.finish("interrupted by SIGTERM")
     plot = learner.report.plot_path
     assert capsys.readouterr().out.strip() == (
@@ -409,7 +413,7 @@ def test_a_stop_at_env_step_0_names_no_best_network(tmp_path, capsys):
 
 def test_a_stop_during_the_final_evaluation_lets_the_run_finish(tmp_path, capsys, monkeypatch):
     # The run's end alone, without Ray: training is over, the actors are stopped.
-    learner = apex_learner.Learner(small_config(tmp_path, eval_episodes=1))
+    learner = ape_x.learner.Learner(small_config(tmp_path, eval_episodes=1))
     for step in ("launch", "train", "fetch_status"):
         monkeypatch.setattr(learner, step, lambda: None)
     evaluate = learner.evaluate
@@ -433,5 +437,5 @@ def test_minatar_ids_get_the_minatar_preset_and_a_replay_of_single_frames(tmp_pa
     assert (config.learning_rate, config.target_update) == (1e-4, 250)  # the preset's, in updates
     assert config.updates_per_step == 0.25  # the MinAtar preset's gradient step every 4 steps
     assert config.adam_epsilon == 3.125e-4  # the preset's Adam, as d3qn_agent.py's MinAtar runs
-    replay = apex_replay.Replay(config)
+    replay = ape_x.replay.Replay(config)
     assert replay.memory.storage.stack_axis is None  # each 10x10 frame kept once, as uint8

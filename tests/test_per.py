@@ -18,9 +18,9 @@ from memory_helpers import (
     states_equal,
 )
 
+from ape_x.replay import BlockMemory
 from d3qn_agent import REPLAY_MEMORIES
 from d3qn_utils import replay_memory
-from d3qn_utils.apex_replay import BlockMemory
 from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
 from rank_based import RankBasedMemory
@@ -817,7 +817,7 @@ def test_storage_capacity_must_match():
         UniformMemory(8, storage=TransitionStorage(4))
 
 
-# Blocks with their own priorities (Ape-X actors, apex_replay.BlockMemory.store_block) -------------
+# Blocks with their own priorities (Ape-X actors, ape_x.replay.BlockMemory.store_block) ------------
 
 
 def block(first: int, k: int, done_at: int | None = None) -> tuple[np.ndarray, ...]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+import blind_cliffwalk
 from benchmarks import (
     benchmark_tables,
     figure_stamps,
@@ -269,20 +270,31 @@ def write_cliffwalk(results: Path, when: str, updates: list[int]) -> None:
 def test_a_figure_drawn_from_an_older_file_than_its_table_s_fails_until_drawn_again(tmp_path):
     results, png = tmp_path / "results", tmp_path / "plots" / "figure.png"
     figure = figure_stamps.FileFigure(str(png), learning_tables.BLIND_CLIFFWALK)
-    write_cliffwalk(results, "20260101T000000Z", [10, 20])
-    figure_stamps.draw(figure, results)
+
+    def draw(when: str, updates: list[int]) -> None:  # as blind_cliffwalk.py draws and names it
+        write_cliffwalk(results, when, updates)
+        blind_cliffwalk.main(["--replot", str(results / "blind_cliffwalk" / f"{when}.json"),
+                              "--plot-path", str(png)])
+
+    png.parent.mkdir()
+    draw("20260101T000000Z", [10, 20])
+    assert figure_stamps.drawn_from(png) == str(
+        (results / "blind_cliffwalk" / "20260101T000000Z.json").resolve())  # outside results/
+    provenance.name_figure_source(png, results / "blind_cliffwalk" / "20260101T000000Z.json",
+                                  results)
     assert figure_stamps.drawn_from(png) == (
         "benchmarks/results/blind_cliffwalk/20260101T000000Z.json")
     write_cliffwalk(results, "20270101T000000Z", [30, 40])  # the table moves on
     with pytest.raises(ValueError, match=r"drawn from .*20260101T000000Z\.json, not from "
                                          r".*20270101T000000Z\.json"):
         figure_stamps.file_figure(figure, results)
-    figure_stamps.draw(figure, results)
+    provenance.name_figure_source(png, results / "blind_cliffwalk" / "20270101T000000Z.json",
+                                  results)
     assert figure_stamps.file_figure(figure, results) == (
         "The figure: drawn from the table's results file "
         "`benchmarks/results/blind_cliffwalk/20270101T000000Z.json`, `python blind_cliffwalk.py` "
-        "on Some CPU, 2 cores (AVX2), commit abc1234; `python benchmarks/render_docs.py "
-        "--figures` draws it again from that file.\n")
+        "on Some CPU, 2 cores (AVX2), commit abc1234; `python blind_cliffwalk.py --replot FILE` "
+        "draws it again from a file.\n")
 
 
 def test_a_study_s_figures_name_the_commits_and_machines_of_its_files(tmp_path):

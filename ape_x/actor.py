@@ -1,5 +1,5 @@
 """An Ape-X actor (apex.py): its own environment, fixed exploration rate and copy of the networks;
-it sends blocks of transitions, with the priorities it measured, to the replay (apex_replay.py).
+it sends blocks of transitions, with the priorities it measured, to the replay (ape_x/replay.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import ray
 import tensorflow as tf
 
+from ape_x.replay import IDLE_SLEEP
 from d3qn_agent import ADVANTAGE_LAYER, OurModel, episode_seed, td_errors
-from d3qn_utils.apex_replay import IDLE_SLEEP
 from d3qn_utils.games import make_env, torso
 from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, unclipped_score
 from PER import UniformMemory

@@ -16,11 +16,11 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ape_x.actor import Actor, actor_epsilon
+from ape_x.replay import IDLE_SLEEP, Replay
+from ape_x.report import ApexReport
 from d3qn_agent import ADVANTAGE_LAYER, OurModel, episode_seed, weighted_loss
 from d3qn_utils import training_session
-from d3qn_utils.apex_actor import Actor, actor_epsilon
-from d3qn_utils.apex_replay import IDLE_SLEEP, Replay
-from d3qn_utils.apex_report import ApexReport
 from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import discrete_actions
 from d3qn_utils.games import make_env, storage_spec, torso
