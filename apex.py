@@ -214,7 +214,6 @@ def main(argv: list[str] | None = None) -> int:
             "Train a D3QN agent with Ape-X distributed prioritized replay on Ray.",
             [(family.ids, apex_preset(family)) for family in games.FAMILIES if family.preset])
         flags = settings.explicit_flags(argv, parser)  # --help answers on any backend
-        check_backend()
         config, notes = resolve_config(flags)
         if notes:
             print(f"settings: {', '.join(notes)}", flush=True)
@@ -222,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if warning := settings.no_training_warning(first_update, config.total_steps,
                                                    config.learning_starts):
             print(warning, file=sys.stderr)
+        check_backend()  # flags and settings are checked on any backend; a run needs TensorFlow
         address = config.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             check_reachable(address, config.connect_timeout)
