@@ -259,8 +259,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
-        report = getattr(agent, "report", None)  # commits before TrainingReport: describe(config)
-        description = report.description if report else reporting.describe(config)
+        # An older commit's report has no description: its reporting.describe(config) gives it.
+        description = getattr(getattr(agent, "report", None), "description", None) or (
+            reporting.describe(config))
         print(f"{args.env_name}: {description}; batch {config.batch_size}, a "
               f"gradient step every {config.train_frequency} env steps, "
               f"{getattr(config, 'gradient_steps_per_call', 1)} per compiled call, XLA "

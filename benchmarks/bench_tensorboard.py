@@ -124,15 +124,15 @@ def main() -> None:
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)  # one run, alone
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
-    provenance.time_alone()  # no other timing shares the cores
     if args.draw:
         print(f"figure: {draw(args.draw)}")
         return
-    if args.child:
+    if args.child:  # timed under its parent's hold on the lock
         with tempfile.TemporaryDirectory() as work_dir:
             print(json.dumps(seconds_per_step(VARIANTS[args.child], args.total_steps,
                                               Path(work_dir))))
         return
+    provenance.time_alone()  # no other timing shares the cores; its children time under it
     timings: dict[str, list[float]] = {label: [] for label in VARIANTS}
     for repeat in range(args.repeats):
         for label in VARIANTS:
