@@ -21,8 +21,6 @@ from benchmarks import provenance, study
 from benchmarks.benchmark_tables import newest_results, newest_results_file
 from benchmarks.learning_tables import BLIND_CLIFFWALK, BLIND_CLIFFWALK_EPSILON, PONG_LOGS
 
-SOURCE = provenance.FIGURE_SOURCE
-
 
 @dataclass(frozen=True)
 class FileFigure:
@@ -36,11 +34,6 @@ FILE_FIGURES = [FileFigure("plots/blind_cliffwalk.png", BLIND_CLIFFWALK),
                 FileFigure("plots/blind_cliffwalk_priority_epsilon.png", BLIND_CLIFFWALK_EPSILON)]
 
 
-def results_name(path: Path, results: Path) -> str:
-    """A results file as the pages name it: under benchmarks/results/."""
-    return f"benchmarks/results/{path.relative_to(results).as_posix()}"
-
-
 def made_on(run: dict[str, Any]) -> str:
     """"on MACHINE, commit C, DATE" from a results file's stamp."""
     return (f"on {provenance.machine_label(run)}, commit {provenance.commit_label(run)}"
@@ -50,14 +43,14 @@ def made_on(run: dict[str, Any]) -> str:
 def drawn_from(png: Path) -> str | None:
     """The results file a figure's PNG names, None if it names none."""
     with Image.open(png) as image:
-        return image.text.get(SOURCE)
+        return image.text.get(provenance.FIGURE_SOURCE)
 
 
 def file_figure(figure: FileFigure, results: Path) -> str:
     """The stamp of a figure drawn from one results file; ValueError if its PNG names another
     file than the newest of its command (or none)."""
     path, run = newest_results_file(results, "blind_cliffwalk", figure.command)
-    newest = results_name(path, results)
+    newest = provenance.results_name(path, results)
     found = drawn_from(provenance.ROOT / figure.path)
     if found != newest:
         raise ValueError(f"{figure.path} was drawn from {found or 'no named results file'}, not "
@@ -90,8 +83,8 @@ def pong_logs_figure(figure: str, results: Path) -> str:
     which must name it (`--plot`)."""
     run = json.loads((results / PONG_LOGS).read_text())
     if f"--plot {figure}" not in run["command"]:
-        raise ValueError(f"{results_name(results / PONG_LOGS, results)} was not written by the "
-                         f"command that drew {figure}")
+        logs = provenance.results_name(results / PONG_LOGS, results)
+        raise ValueError(f"{logs} was not written by the command that drew {figure}")
     return (f"The figure: drawn by the `benchmarks/pong_logs.py` command of the tables above "
             f"(its `--plot {figure}`), from the same logs, {made_on(run)}.\n")
 

@@ -235,6 +235,11 @@ def load_label(result: dict[str, Any], source: str = "a results file") -> str:
     return f"load average {before:.1f} before, {after:.1f} after, {cores} cores"
 
 
+def results_name(path: Path, results: Path = RESULTS) -> str:
+    """A results file under `results` as the pages name it: benchmarks/results/..."""
+    return f"benchmarks/results/{path.relative_to(results).as_posix()}"
+
+
 def name_figure_source(png: Path, results_file: Path, results: Path = RESULTS) -> None:
     """Write the results file a figure was drawn from into its PNG (FIGURE_SOURCE), named as the
     pages name it when it lies under `results` (`blind_cliffwalk.py` does this for its figure;
@@ -243,8 +248,8 @@ def name_figure_source(png: Path, results_file: Path, results: Path = RESULTS) -
 
     path, results = results_file.resolve(), results.resolve()
     chunks = PngImagePlugin.PngInfo()
-    chunks.add_text(FIGURE_SOURCE, f"benchmarks/results/{path.relative_to(results).as_posix()}"
-                    if path.is_relative_to(results) else str(path))
+    chunks.add_text(FIGURE_SOURCE, results_name(path, results) if path.is_relative_to(results)
+                    else str(path))
     with Image.open(png) as image:
         image.load()
     image.save(png, pnginfo=chunks)
