@@ -2,7 +2,7 @@
 before and after the fast path, in one run. The speed against Stable-Baselines3 is
 bench_vs_sb3.py's; both time the Pong preset with the same short-run settings below.
 
-    python benchmarks/bench_atari.py                  # Pong, README settings, before and now
+    python benchmarks/bench_atari.py                  # Pong, its preset's settings, before and now
     python benchmarks/bench_atari.py --env-name CartPole-v1 --train-frequency 2 --steps 20000
     python benchmarks/bench_atari.py --before none --no-per --steps 1000
 
@@ -18,6 +18,9 @@ keep the run short and representative:
 - EXPLORATION_STEPS 1 instead of 100,000: epsilon is at its final 0.01 from the start, so 99% of
   the steps run the network to act, as in 99% of a 10M-step run. With the Atari default
   schedule (--exploration-steps 100000) nearly every measured step would act at random.
+
+The network computes in float32, as at the commit before the fast path, also on a CPU where the
+Pong preset takes bfloat16 convolutions: `--bfloat16` measures those (this checkout only).
 
 "Before" is the agent as commit BEFORE_COMMIT had it, the last one before the fast path (one
 gradient step per TensorFlow call, no XLA, every greedy action a TensorFlow call): its files are
@@ -132,6 +135,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--per", dest="use_per", action=argparse.BooleanOptionalAction,
                         default=True, help="prioritized replay (--no-per: uniform replay)")
     parser.add_argument("--seed", type=int, default=SEED, help="random seed")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="this checkout's convolutions in bfloat16 (default float32, as the "
+                             "commit before the fast path, whatever the preset picks on this CPU)")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     for name in ("steps", "memory_size", "exploration_steps"):
@@ -257,6 +263,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                      checkpoint_every=0)
         if args.gradient_steps_per_call:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
+        if args.code == str(ROOT):  # an older commit's agent may not know the flag
+            flags["bfloat16"] = args.bfloat16
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
         # An older commit's report has no description: its reporting.describe(config) gives it.
@@ -319,7 +327,7 @@ def main() -> None:
         same_settings = [f"--{name.replace('_', '-')}={value}"
                          for name, value in vars(args).items()
                          if name not in ("before", "code", "use_per", "gradient_steps_per_call",
-                                         "results")]
+                                         "bfloat16", "results")]
         same_settings.append("--per" if args.use_per else "--no-per")
         measured["before"] = measure_commit(args.before, same_settings)
         print("\n== now: this checkout")
@@ -334,7 +342,8 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
     provenance.write_results(args.results, {
-        "env_name": args.env_name, "before_commit": args.before, **measured,
+        "env_name": args.env_name, "before_commit": args.before, "bfloat16": args.bfloat16,
+        **measured,
         "peak_resident_mb": peak_mb})
 
 

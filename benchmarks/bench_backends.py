@@ -7,11 +7,12 @@ action, on Pong's network (or another game's), with one and with several steps p
 
 Each backend runs in a subprocess of its own (Keras picks its backend once per process), with
 the game's preset: batch 32 for Atari and MinAtar, the double-DQN n-step target, the IS-weighted
-Huber loss, Adam. A gradient step is timed as `DQNAgent.learn` on random batches sent from the
-host, |TD errors| returned to it, the median of REPEATS calls after a warm-up, divided by the
-steps per call; a greedy action as `DQNAgent.greedy_actions` on one state. Prints the device
-each backend ran on, and writes what it measured to a results file (`--results`). For env
-steps/s of the whole agent loop: `bench_atari.py --before none`.
+Huber loss, Adam; in float32, also where the Pong preset takes bfloat16 convolutions. A gradient
+step is timed as `DQNAgent.learn` on random batches sent from the host, |TD errors| returned to
+it, the median of REPEATS calls after a warm-up, divided by the steps per call; a greedy action
+as `DQNAgent.greedy_actions` on one state. Prints the device each backend ran on, and writes
+what it measured to a results file (`--results`). For env steps/s of the whole agent loop:
+`bench_atari.py --before none`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def measure(env_name: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as work_dir:
         for steps in STEPS_PER_CALL:
             agent = DQNAgent(env_name, gradient_steps_per_call=steps, memory_size=1_000,
-                             model_dir=work_dir, plot_dir=work_dir)
+                             bfloat16=False, model_dir=work_dir, plot_dir=work_dir)
             batch_size = agent.config.batch_size
             rng = np.random.default_rng(0)
             shape = (steps, batch_size, *agent.state_shape)

@@ -126,6 +126,8 @@ def bench_atari(env_name: str, results: Path) -> str:
         ratio = now["steps_per_second"] / found["before"]["steps_per_second"]
         facts.insert(1, f"now / before {ratio:.2f}{TIMES}")
     if "replay_memory" in now:  # an image game's: measured from the memory's own arrays
+        if "bfloat16" in found:  # files before the flag: the preset's choice, not recorded
+            facts.insert(1, "bfloat16 convolutions" if found["bfloat16"] else "float32")
         memory = now["replay_memory"]
         facts.append(f"the replay memory {memory['bytes_per_transition']:,.0f} bytes per "
                      f"transition ({memory['slots_per_transition']:.4f} slots per transition)")

@@ -69,8 +69,7 @@ def blind_cliffwalk(command: str, results: Path) -> str:
         lines.append(f"| n = {settings['max_n']}: uniform's median over this one | | "
                      f"{' | '.join(ratios)} |")
     seeds = f"{settings['seed']}\N{EN DASH}{settings['seed'] + settings['seeds'] - 1}"
-    return "\n".join(lines) + "\n\n" + stamp_table(
-        found, ("seeds", seeds), ("wall time", f"{measured['wall_seconds']:,.0f} s"))
+    return "\n".join(lines) + "\n\n" + stamp_table(found, ("seeds", seeds))
 
 
 def size(count: int) -> str:
@@ -89,24 +88,21 @@ def pretrained(results: Path) -> str:
 
 def pong_runs(results: Path) -> str:
     """Per committed Pong log: where its 100-episode mean first reached 18, the greedy
-    evaluations, the speed chunk by chunk and the training time, read by pong_logs.py."""
+    evaluations, read by pong_logs.py."""
     found = json.loads((results / PONG_LOGS).read_text())
     runs = found["results"]["runs"]
     steps = sorted({step for run in runs for step in run["evaluations"]}, key=int)
     header = [f"{runs[0]['solved_window']}-episode mean of {runs[0]['solved_mean']:g} at step "
-              "(episode)", f"greedy evaluation at {' / '.join(f'{int(s):,}' for s in steps)}",
-              "agent steps/s, chunk by chunk", "training time (sum of chunks)"]
-    lines = [f"| run | {' | '.join(header)} | machine | log |", "|---" * 7 + "|"]
+              "(episode)", f"greedy evaluation at {' / '.join(f'{int(s):,}' for s in steps)}"]
+    lines = [f"| run | {' | '.join(header)} | machine | log |", "|---" * 5 + "|"]
     for run in runs:
         solved = (f"{run['solved_at_step']:,} ({run['solved_at_episode']})"
                   if run["solved_at_step"] is not None else f"not by step {run['reached']:,}")
         evaluations = " / ".join(
             f"{signed(run['evaluations'][s][0])} ± {run['evaluations'][s][1]:.1f}"
             if s in run["evaluations"] else "—" for s in steps)
-        speeds = ", ".join(f"{chunk[2]:g}" for chunk in run["chunks"])
-        lines.append(f"| {run['name']} | {solved} | {evaluations} | {speeds} | "
-                     f"{run['seconds'] / 3600:.1f} h | {provenance.machine_label(run)} | "
-                     f"`{run['log']}` |")
+        lines.append(f"| {run['name']} | {solved} | {evaluations} | "
+                     f"{provenance.machine_label(run)} | `{run['log']}` |")
     return "\n".join(lines) + "\n\nRead from the logs by:\n\n" + stamp_table(found)
 
 

@@ -62,8 +62,8 @@ def pages(root: Path) -> list[Path]:
 
 
 def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
-    """Markdown: a row per screen with each seed's last-network score, training return, best
-    evaluation, wall time and load, and the runs' command, machine and commit."""
+    """Markdown: a row per screen with each seed's last-network score, training return and best
+    evaluation, and the runs' command, machine and commit."""
     rows = []
     for screen in screens:
         variants = study.load_results(f"screens/{screen.study}", results).get(screen.game)
@@ -74,8 +74,7 @@ def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
     several = any(len(runs) > 1 for _, runs in rows)  # a mean column only where it means more
     header = ["game", "setting (flags on today's preset)", "study (`screens/…`)", "seeds",
               "last network", *(["mean"] if several else []), "last 100 training episodes",
-              "best evaluation (at step)", "wall time (s)", "load average", "command", "machine",
-              "commit"]
+              "best evaluation (at step)", "command", "machine", "commit"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for screen, runs in rows:
         last = [run["final_score"] for run in runs]
@@ -85,8 +84,6 @@ def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
                  *([f"{np.mean(last):.{digits}f}"] if several else []),
                  ", ".join(f"{study.training_score(run):.{digits}f}" for run in runs),
                  ", ".join(best_evaluation(run) for run in runs),
-                 ", ".join(f"{run['wall_seconds']:,.0f}" for run in runs),
-                 ", ".join(f"{run['load_average'][0]:.1f}" for run in runs),
                  *study.provenance_cells(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -21,7 +21,8 @@ newest checkpoint, kept under --work-dir outside the repository, so a study can 
 A finished run writes benchmarks/results/<study>/<game>/<variant>/seed<N>.json (a "/" in the
 game's id as "-"): the run's command and `provenance.stamp`'s commit, date, machine, backend
 and versions, the settings, the evaluation curve, the steps to solve, wall time and steps/s
-(with the load average: another job shares the cores), the last training episodes' scores, and
+(with the load average: another job shares the cores, so no page shows them; speeds are the
+benchmarks', timed alone), the last training episodes' scores, and
 the last network's returns on FINAL_EPISODES fresh greedy episodes, whose seeds no evaluation
 during training used (the same episodes for every variant of a seed). A study may keep a run's
 last network to watch: the MinAtar study copies each game's PER seed-0 network to
@@ -496,8 +497,7 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
     readings."""
     lines = ["| game | variant | runs | IQM of last networks [95% CI] | mean | IQM of last 100 "
              f"training episodes [95% CI] | seeds at target ({target_on}) | median steps to "
-             "solve | mean wall time (s) | mean steps/s | mean load average | command | machine "
-             "| commit |", "|---" * 14 + "|"]
+             "solve | command | machine | commit |", "|---" * 11 + "|"]
     improvements = ["| game | variant | P(improves on uniform) [95% CI]: last networks | "
                     "last 100 training episodes |", "|---|---|---|---|"]
     training_cells: dict[str, dict[str, str]] = {}  # game -> variant -> IQM [CI]
@@ -527,9 +527,6 @@ def report_tables(found: dict[str, dict[str, list[dict]]], target_on: str = LAST
                 f"{sum(score >= target for score in judged[variant])}/{len(runs)} (>= {target:g})",
                 "n/a (no solved score)" if runs[0]["solved_score"] is None else
                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
-                f"{np.mean([run['wall_seconds'] for run in runs]):.0f}",
-                f"{np.mean([run['steps_per_second'] for run in runs]):.0f}",
-                f"{np.mean([run['load_average'][0] for run in runs]):.1f}",
                 *provenance_cells(runs)]) + " |")
         if "uniform" in scores:
             for variant in (name for name in scores if name != "uniform"):
@@ -931,7 +928,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    provenance.time_alone()  # its runs' steps/s count: no other timing shares the cores
+    provenance.time_alone()  # no benchmark times while its runs fill the cores
     kept = defaults.get("keep_network")
     keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
                      if (run.variant, run.seed) == kept}

@@ -107,10 +107,10 @@ def test_a_block_renders_from_hand_made_results_with_command_machine_and_commit(
     assert text == (
         "Before.\n\n<!-- rendered: handmade -->\n"
         "| game | setting (flags on today's preset) | study (`screens/…`) | seeds | last network "
-        "| mean | last 100 training episodes | best evaluation (at step) | wall time (s) | load "
-        "average | command | machine | commit |\n" + "|---" * 13 + "|\n"
+        "| mean | last 100 training episodes | best evaluation (at step) | command | machine "
+        "| commit |\n" + "|---" * 11 + "|\n"
         "| Game-v0 | `--flag` | `handmade` | 100, 101 | 10.0, 20.0 | 15.0 | 5.0, 10.0 | "
-        "11.0 at 1,000, 21.0 at 1,000 | 1,234, 1,234 | 2.2, 2.2 "
+        "11.0 at 1,000, 21.0 at 1,000 "
         "| `python d3qn_agent.py --env-name Game-v0 --seed N --flag` "
         "| Some CPU, 2 cores (AVX2 AVX-512) (seeds 100); "
         "x86_64, 2 cores (CPU model not recorded) (seeds 101) "
@@ -257,8 +257,8 @@ def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path)
         "| 3 | 14 | 720 (40\N{EN DASH}1400), 1 failed | 8 (7\N{EN DASH}9) |\n"
         "| n = 3: uniform's median over this one | | 1.0\N{MULTIPLICATION SIGN} "
         "| 90.0\N{MULTIPLICATION SIGN} |\n\n"
-        "| command | seeds | wall time | machine | commit |\n|---|---|---|---|---|\n"
-        "| `python blind_cliffwalk.py` | 0\N{EN DASH}1 | 12 s " + STAMP_ROW)
+        "| command | seeds | machine | commit |\n|---|---|---|---|\n"
+        "| `python blind_cliffwalk.py` | 0\N{EN DASH}1 " + STAMP_ROW)
 
 
 def write_cliffwalk(results: Path, when: str, updates: list[int]) -> None:
@@ -345,12 +345,11 @@ def test_the_pong_logs_render_a_row_per_run_and_a_column_per_run(tmp_path):
                  {"windows": [100, 50], "runs": [run, unsolved]})
     assert render_docs.RENDERERS["pong_runs"](tmp_path) == (
         "| run | 100-episode mean of 18 at step (episode) | greedy evaluation at 250,000 / "
-        "500,000 | agent steps/s, chunk by chunk | training time (sum of chunks) | machine | log "
-        "|\n" + "|---" * 7 + "|\n"
-        "| preset | 398,076 (205) | 17.8 ± 2.7 / 20.8 ± 0.4 | 40, 37 | 1.5 h | machine not "
-        "recorded | `benchmarks/logs/preset.log` |\n"
-        "| short | not by step 450,000 | \N{MINUS SIGN}20.0 ± 1.0 / — | 40, 37 | 1.5 h | machine "
-        "not recorded | `benchmarks/logs/preset.log` |\n\nRead from the logs by:\n\n"
+        "500,000 | machine | log |\n" + "|---" * 5 + "|\n"
+        "| preset | 398,076 (205) | 17.8 ± 2.7 / 20.8 ± 0.4 | machine not recorded "
+        "| `benchmarks/logs/preset.log` |\n"
+        "| short | not by step 450,000 | \N{MINUS SIGN}20.0 ± 1.0 / — | machine not recorded "
+        "| `benchmarks/logs/preset.log` |\n\nRead from the logs by:\n\n"
         "| command | machine | commit |\n|---|---|---|\n"
         "| `python benchmarks/pong_logs.py ...` " + STAMP_ROW)
     assert render_docs.RENDERERS["pong_means"](tmp_path) == (
