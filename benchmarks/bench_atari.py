@@ -289,6 +289,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print_time_table(watches, args.steps, wall)
         print()
         measured = {"steps_per_second": speed, "steps": args.steps, "wall_seconds": wall,
+                    "gradient_steps_per_call": getattr(config, "gradient_steps_per_call", 1),
                     "parts": {part: {"seconds": watches.seconds[part],
                                      "calls": watches.calls[part]} for part in PARTS}}
         if agent.state_dtype == np.uint8:  # image frames: the frame storage's bytes

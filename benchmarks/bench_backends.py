@@ -10,9 +10,10 @@ the game's preset: batch 32 for Atari and MinAtar, the double-DQN n-step target,
 Huber loss, Adam; in float32, also where the Pong preset takes bfloat16 convolutions. A gradient
 step is timed as `DQNAgent.learn` on random batches sent from the host, |TD errors| returned to
 it, the median of REPEATS calls after a warm-up, divided by the steps per call; a greedy action
-as `DQNAgent.greedy_actions` on one state. Prints the device each backend ran on, and writes
-what it measured to a results file (`--results`). For env steps/s of the whole agent loop:
-`bench_atari.py --before none`.
+as `DQNAgent.greedy_actions` on one state, back to back and right after a call of gradient steps
+(as in the agent's loop, where acting follows training). Prints the device each backend ran on,
+and writes what it measured to a results file (`--results`). For env steps/s of the whole agent
+loop: `bench_atari.py --before none`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import provenance
@@ -61,8 +65,19 @@ def measure(env_name: str, repeats: int) -> dict:
             results["step_ms"][steps] = 1e3 * seconds / steps
         one_state = states[0, :1]
         results["act_ms"] = 1e3 * median_seconds(lambda: agent.greedy_actions(one_state), 200)
+        results["act_after_step_ms"] = 1e3 * statistics.median(
+            greedy_after_learning(agent, batches, one_state) for _ in range(repeats))
     results["device"] = device_name(results["backend"])
     return results
+
+
+def greedy_after_learning(agent: Any, batches: Any, one_state: Any) -> float:
+    """Seconds of one greedy action taken right after a call of gradient steps, as acting
+    follows training in the agent's loop."""
+    agent.learn(batches, 0)
+    start = time.perf_counter()
+    agent.greedy_actions(one_state)
+    return time.perf_counter() - start
 
 
 def device_name(backend: str) -> str:
@@ -96,8 +111,8 @@ def main() -> None:
     print(f"{args.env_name}: ms per gradient step at {', '.join(map(str, STEPS_PER_CALL))} "
           "steps per call, and per greedy action")
     print("| backend | device | " + " | ".join(f"step, {n} per call" for n in STEPS_PER_CALL)
-          + " | greedy action |")
-    print("|---|---|" + "---|" * (len(STEPS_PER_CALL) + 1))
+          + " | greedy action | greedy action after a step |")
+    print("|---|---|" + "---|" * (len(STEPS_PER_CALL) + 2))
     measured: dict = {"env_name": args.env_name, "repeats": args.repeats, "backends": {}}
     for backend in args.backends:
         result = subprocess.run(
@@ -112,7 +127,8 @@ def main() -> None:
         found = json.loads(result.stdout.strip().splitlines()[-1])
         measured["backends"][backend] = found
         steps = " | ".join(f"{found['step_ms'][str(n)]:.2f}" for n in STEPS_PER_CALL)
-        print(f"| {backend} | {found['device']} | {steps} | {found['act_ms']:.2f} |")
+        print(f"| {backend} | {found['device']} | {steps} | {found['act_ms']:.2f} | "
+              f"{found['act_after_step_ms']:.2f} |")
     provenance.write_results(args.results, measured)
 
 

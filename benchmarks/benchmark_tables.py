@@ -135,22 +135,25 @@ def bench_atari(env_name: str, results: Path) -> str:
 
 
 def bench_backends(games: list[str], results: Path) -> str:
-    """Milliseconds per gradient step and greedy action, per game and backend."""
+    """Milliseconds per gradient step and greedy action (back to back, and right after a call
+    of gradient steps), per game and backend."""
     rows, steps_per_call = [], None
     for game in games:
         run = newest_results(results, "bench_backends", env_name=game)
         for backend, found in run["results"]["backends"].items():
             if "failed" in found:
                 rows.append([GAMES.get(game, game), backend, f"failed: {found['failed']}", "",
-                             "", "", load(run), *stamp_cells(run)])
+                             "", "", "", load(run), *stamp_cells(run)])
                 continue
             steps_per_call = steps_per_call or sorted(found["step_ms"], key=int)
             rows.append([GAMES.get(game, game), backend, found["device"],
                          *(f"{found['step_ms'][steps]:.2f}" for steps in steps_per_call),
-                         f"{found['act_ms']:.2f}", load(run), *stamp_cells(run)])
+                         f"{found['act_ms']:.2f}", f"{found['act_after_step_ms']:.2f}", load(run),
+                         *stamp_cells(run)])
     header = ["game", "backend", "device",
               *(f"ms per step, {steps} per call" for steps in steps_per_call or ["1", "16"]),
-              "ms per greedy action", "load", "command", "machine", "commit"]
+              "ms per greedy action", "… right after a step", "load", "command", "machine",
+              "commit"]
     return markdown_table(header, rows)
 
 
@@ -344,3 +347,88 @@ def bench_apex_projection(results: Path) -> str:
                     f"would keep up (one replay actor serves {last['replay_limit']:,.0f} env "
                     f"steps/s, one learner {last['learner_limit']:,.0f}).\n")
     return "\n".join(text) + stamp_line(run, "arithmetic from the costs above")
+
+
+def one_quantity(results: Path) -> str:
+    """CartPole's and Pong's agent step, gradient step and greedy action as each script measures
+    them, with what each one's run differs in: the figures of one quantity side by side."""
+    default_run = newest_results(results, "default_run")
+    steps_per_call = newest_results(results, "bench_steps_per_call")
+    sb3_pong = newest_results(results, "bench_vs_sb3", env_name="PongNoFrameskip-v4")
+    kernels = newest_results(results, "bench_pong_kernels")
+    rows, machines = [], []
+
+    def row(game: str, quantity: str, run: dict[str, Any], figure: str, runs: str) -> None:
+        rows.append([game, quantity, f"`{run['command']}`", figure, runs, load(run),
+                     provenance.commit_label(run)])
+        machines.append(provenance.machine_label(run))
+
+    def loop(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        run = newest_results(results, "bench_atari", env_name=env_name)
+        if "gradient_steps_per_call" not in run["results"]["now"]:
+            raise ValueError(f"results file {run['file']} does not say its gradient steps per "
+                             f"call: measure it again (python benchmarks/bench_atari.py "
+                             f"--env-name {env_name})")
+        return run, run["results"]["now"]
+
+    def gradient_step_ms(now: dict[str, Any]) -> float:
+        train = now["parts"]["train"]
+        return 1e3 * train["seconds"] / (train["calls"] * now["gradient_steps_per_call"])
+
+    def backends_ms(env_name: str, what: str, steps: str | None = None) -> tuple[dict, float]:
+        run = newest_results(results, "bench_backends", env_name=env_name)
+        found = run["results"]["backends"]["tensorflow"]
+        return run, found[what][steps] if steps else found[what]
+
+    cartpole, cartpole_now = loop("CartPole-v1")
+    row("CartPole", "agent steps/s", default_run,
+        f"{default_run['results']['training_steps_per_second']:,}",
+        "the default run less its greedy evaluations: ε falls from 1 (a random action skips the "
+        "network), no gradient step before `LEARNING_STARTS`, the first compile")
+    row("CartPole", "agent steps/s", cartpole, rate(cartpole_now["steps_per_second"]),
+        "the loop after an untimed warm-up, ε 0.01, a stopwatch around each part")
+    measured = steps_per_call["results"]["games"]["CartPole-v1"]["tensorflow"]
+    row("CartPole", "agent steps/s", steps_per_call,
+        rate(statistics.median(measured["steps_per_second"][str(measured["preset"])])),
+        "the loop, ε 0: every action runs the network; no stopwatch")
+    row("CartPole", "ms per gradient step", cartpole, f"{gradient_step_ms(cartpole_now):.2f}",
+        f"`learn` on the memory's draws, {cartpole_now['gradient_steps_per_call']} per call, "
+        "in the loop")
+    per_call = cartpole_now["gradient_steps_per_call"]
+    run, step_ms = backends_ms("CartPole-v1", "step_ms", str(per_call))
+    row("CartPole", "ms per gradient step", run, f"{step_ms:.2f}",
+        f"`learn` on random batches from the host, {per_call} per call, alone")
+    pong, pong_now = loop("PongNoFrameskip-v4")
+    precision = "bfloat16 convolutions" if pong["results"].get("bfloat16") else "float32"
+    row("Pong", "agent steps/s", pong, rate(pong_now["steps_per_second"]),
+        f"the loop after an untimed warm-up, ε 0.01, {precision}, a stopwatch around each part")
+    ours = statistics.median(sb3_pong["results"]["env_steps_per_second"]["ours, float32"])
+    row("Pong", "agent steps/s", sb3_pong, rate(ours),
+        "the same loop and settings, float32, no stopwatch, between Stable-Baselines3's runs")
+    row("Pong", "ms per gradient step", pong, f"{gradient_step_ms(pong_now):.2f}",
+        f"`learn` on the memory's draws, {precision}, in the loop")
+    run, step_ms = backends_ms("PongNoFrameskip-v4", "step_ms", "1")
+    row("Pong", "ms per gradient step", run, f"{step_ms:.2f}",
+        "`learn` on random batches from the host, float32, alone")
+    seconds = kernels["results"]["gradient_step_seconds"]["Conv2D, XLA off"]
+    row("Pong", "ms per gradient step", kernels, f"{1e3 * seconds:.2f}",
+        "the same step, float32, its median taken over rounds alternating with the other "
+        "torsos'")
+    act = pong_now["parts"]["act"]
+    row("Pong", "ms per greedy action", pong, f"{1e3 * act['seconds'] / act['calls']:.2f}",
+        "`act` in the loop: ε-greedy at 0.01, so nearly every call runs the network, some "
+        "right after a gradient step")
+    run, act_ms = backends_ms("PongNoFrameskip-v4", "act_ms")
+    row("Pong", "ms per greedy action", run, f"{act_ms:.2f}", "`greedy_actions`, back to back")
+    run, act_ms = backends_ms("PongNoFrameskip-v4", "act_after_step_ms")
+    row("Pong", "ms per greedy action", run, f"{act_ms:.2f}",
+        "`greedy_actions` right after a call of gradient steps, as `act` in the loop every "
+        "`TRAIN_FREQUENCY` steps")
+    seconds = kernels["results"]["greedy_action_seconds"]["compiled by XLA (acting's)"]
+    row("Pong", "ms per greedy action", kernels, f"{1e3 * seconds:.2f}",
+        "the same call, float32, over rounds alternating with the other calls")
+    header = ["game", "quantity", "script", "figure", "how its run differs", "load", "commit"]
+    if len(set(machines)) == 1:
+        return markdown_table(header, rows) + f"\nAll on {machines[0]}.\n"
+    return markdown_table([*header, "machine"], [
+        [*cells, machine] for cells, machine in zip(rows, machines, strict=True)])

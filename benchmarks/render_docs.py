@@ -200,6 +200,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_apex_throughput": tables.bench_apex_throughput,
     "bench_apex_costs": tables.bench_apex_costs,
     "bench_apex_projection": tables.bench_apex_projection,
+    "one_quantity": tables.one_quantity,
 }
 
 

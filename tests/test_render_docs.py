@@ -429,21 +429,24 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
 def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(tmp_path):
     write_bench(tmp_path, "bench_backends", "20261128T000000Z", {
         "env_name": "PongNoFrameskip-v4", "backends": {
-            "tensorflow": {"device": "cpu", "step_ms": {"1": 10.0, "16": 9.0}, "act_ms": 0.5},
+            "tensorflow": {"device": "cpu", "step_ms": {"1": 10.0, "16": 9.0}, "act_ms": 0.5,
+                           "act_after_step_ms": 0.75},
             "jax": {"failed": "ImportError: no jax"}}})
     write_bench(tmp_path, "bench_backends", "20261128T010000Z", {
         "env_name": "CartPole-v1", "backends": {
-            "tensorflow": {"device": "cpu", "step_ms": {"1": 1.0, "16": 0.5}, "act_ms": 0.01}}},
+            "tensorflow": {"device": "cpu", "step_ms": {"1": 1.0, "16": 0.5}, "act_ms": 0.01,
+                           "act_after_step_ms": 0.02}}},
         command="python benchmarks/bench_backends.py --env-name CartPole-v1", commit="def5678")
     table = benchmark_tables.bench_backends(["PongNoFrameskip-v4", "CartPole-v1"], tmp_path)
     assert table.splitlines() == [
         "| game | backend | device | ms per step, 1 per call | ms per step, 16 per call "
-        "| ms per greedy action | load | command | machine | commit |", "|---" * 10 + "|",
-        f"| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | {LOAD} | "
+        "| ms per greedy action | … right after a step | load | command | machine | commit |",
+        "|---" * 11 + "|",
+        f"| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | 0.75 | {LOAD} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        f"| Pong | jax | failed: ImportError: no jax |  |  |  | {LOAD} | "
+        f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        f"| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | {LOAD} | "
+        f"| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | 0.02 | {LOAD} | "
         "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
         "| Some CPU, 2 cores (AVX2) | def5678 |"]
 
