@@ -174,8 +174,8 @@ def main() -> None:
                   for name, (convolution, bfloat16) in TORSOS.items() for xla in (False, True)}
     conv_agent = agents["Conv2D, XLA off"]
     step_flops = gradient_step_flops(conv_agent.model, conv_agent.config.batch_size)
-    # Acting first: after the gradient steps' rounds every greedy call runs up to twice as slow
-    # (the caches and thread pools they leave behind) and its candidates no longer separate.
+    # Acting first: a greedy call after gradient steps runs slower (bench_backends.py times one
+    # right after a step), which would blur the gap between its candidates.
     actions = alternating_medians(greedy_calls(agents), args.rounds)
     steps = alternating_medians(
         {name: random_gradient_step(agent) for name, agent in agents.items()}, args.rounds)

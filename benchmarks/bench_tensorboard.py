@@ -7,8 +7,8 @@ Costs: short CartPole runs with d3qn_agent.py's defaults (TOTAL_STEPS 3,000: 1,0
 random play, then 2,000 steps with 1,000 gradient steps), without TensorBoard, with it (a write
 every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradient step, one
 after the other, the order repeated; each run in a process of its own, so that no run inherits
-what an earlier one left behind (in one process the runs after a TensorBoard run were up to
-twice as slow); prints the median seconds per env step. Then
+what an earlier one left behind (a TensorBoard writer's threads); prints the median seconds per
+env step of the whole `agent.run()`. Then
 `Memory.sample` on a full 50,000-slot memory with and without `priority_figure.PriorityFigure`
 counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
 scalars of the event files in DIR (e.g. the default run with --tensorboard) to

@@ -20,8 +20,8 @@ all of a long run. Each agent first runs `--warmup` untimed steps, which fill it
 `learning_starts` and trace its graphs; then `--steps` timed steps. For Pong, whose frames are
 large, the replay holds 20,000 transitions and learning starts at 2,000 (the preset: 100,000 and
 10,000; sampling costs O(log N), so the speed barely depends on it). SB3 runs on torch, once with
-one thread and once with one per core (torch.set_num_threads; on a shared CPU its two threads can
-be several times slower than one), and its faster run counts; it plays the same environment
+one thread and once with one per core (torch.set_num_threads; on a shared CPU two threads can
+be the slower), and its faster run counts; it plays the same environment
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
 
 Ours runs in float32, as the Pong preset does on a CPU without bfloat16 units; `--bfloat16` adds

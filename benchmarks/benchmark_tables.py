@@ -387,6 +387,13 @@ def one_quantity(results: Path) -> str:
         "network), no gradient step before `LEARNING_STARTS`, the first compile")
     row("CartPole", "agent steps/s", cartpole, rate(cartpole_now["steps_per_second"]),
         "the loop after an untimed warm-up, ε 0.01, a stopwatch around each part")
+    logging = newest_results(results, "bench_tensorboard")
+    found = logging["results"]
+    seconds = statistics.median(found["seconds_per_env_step"]["no TensorBoard"])
+    row("CartPole", "agent steps/s", logging, rate(1 / seconds),
+        f"whole {found['total_steps']:,}-step `agent.run()`s of the default flags: the first "
+        "compile, the closing greedy evaluation and the plots included, ε falling from 1 "
+        "throughout")
     measured = steps_per_call["results"]["games"]["CartPole-v1"]["tensorflow"]
     row("CartPole", "agent steps/s", steps_per_call,
         rate(statistics.median(measured["steps_per_second"][str(measured["preset"])])),

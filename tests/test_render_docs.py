@@ -489,3 +489,47 @@ def test_a_speed_table_without_its_results_file_is_an_error_naming_the_script(na
     script = "bench_" + name.removeprefix("bench_").split("_")[0]
     with pytest.raises(ValueError, match=f"no results of benchmarks/{script}"):
         render_docs.RENDERERS[name](tmp_path)
+
+
+def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(tmp_path):
+    def loop(per_call: int | None) -> dict:
+        now = {"steps_per_second": 500.0, "steps": 1000, "wall_seconds": 2.0, "parts": {
+            "act": {"seconds": 0.5, "calls": 1000}, "train": {"seconds": 1.2, "calls": 50}}}
+        return now if per_call is None else {**now, "gradient_steps_per_call": per_call}
+
+    for game, per_call, when in (("CartPole-v1", 16, "0"), ("PongNoFrameskip-v4", 1, "1")):
+        write_bench(tmp_path, "bench_atari", f"20261128T00000{when}Z",
+                    {"env_name": game, "before_commit": "none", "now": loop(per_call),
+                     "bfloat16": False})
+        write_bench(tmp_path, "bench_backends", f"20261128T00000{when}Z", {
+            "env_name": game, "backends": {"tensorflow": {
+                "device": "cpu", "step_ms": {"1": 2.0, "16": 1.5}, "act_ms": 0.5,
+                "act_after_step_ms": 1.0}}})
+    write_bench(tmp_path, "default_run", "20261128T000000Z", {"training_steps_per_second": 450})
+    write_bench(tmp_path, "bench_tensorboard", "20261128T000000Z", {
+        "total_steps": 3000, "seconds_per_env_step": {"no TensorBoard": [0.004, 0.005, 0.002]}})
+    write_bench(tmp_path, "bench_steps_per_call", "20261128T000000Z", {"games": {
+        "CartPole-v1": {"tensorflow": {"preset": 16, "steps_per_second": {
+            "1": [100.0], "16": [300.0, 600.0, 400.0]}}}}})
+    write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
+        "env_name": "PongNoFrameskip-v4", "env_steps_per_second": {"ours, float32": [60.0, 70.0]}})
+    write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {
+        "gradient_step_seconds": {"Conv2D, XLA off": 0.025},
+        "greedy_action_seconds": {"compiled by XLA (acting's)": 0.0008}})
+    figures = [(row.split(" | ")[0][2:], row.split(" | ")[1], row.split(" | ")[3]) for row in
+               render_docs.RENDERERS["one_quantity"](tmp_path).splitlines()[2:-2]]
+    # A gradient step in the loop: the train part's seconds over calls x steps per call.
+    assert figures == [
+        ("CartPole", "agent steps/s", "450"), ("CartPole", "agent steps/s", "250"),
+        ("CartPole", "agent steps/s", "500"),
+        ("CartPole", "agent steps/s", "400"), ("CartPole", "ms per gradient step", "1.50"),
+        ("CartPole", "ms per gradient step", "1.50"), ("Pong", "agent steps/s", "500"),
+        ("Pong", "agent steps/s", "65.0"), ("Pong", "ms per gradient step", "24.00"),
+        ("Pong", "ms per gradient step", "2.00"), ("Pong", "ms per gradient step", "25.00"),
+        ("Pong", "ms per greedy action", "0.50"), ("Pong", "ms per greedy action", "0.50"),
+        ("Pong", "ms per greedy action", "1.00"), ("Pong", "ms per greedy action", "0.80")]
+    write_bench(tmp_path, "bench_atari", "20261128T000009Z",
+                {"env_name": "CartPole-v1", "before_commit": "none", "now": loop(None)})
+    with pytest.raises(ValueError, match=r"bench_atari/20261128T000009Z\.json does not say its "
+                                         "gradient steps per call"):
+        render_docs.RENDERERS["one_quantity"](tmp_path)
