@@ -520,8 +520,8 @@ def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(t
                render_docs.RENDERERS["one_quantity"](tmp_path).splitlines()[2:-2]]
     # A gradient step in the loop: the train part's seconds over calls x steps per call.
     assert figures == [
-        ("CartPole", "agent steps/s", "450"), ("CartPole", "agent steps/s", "250"),
-        ("CartPole", "agent steps/s", "500"),
+        ("CartPole", "agent steps/s", "450"), ("CartPole", "agent steps/s", "500"),
+        ("CartPole", "agent steps/s", "250"),
         ("CartPole", "agent steps/s", "400"), ("CartPole", "ms per gradient step", "1.50"),
         ("CartPole", "ms per gradient step", "1.50"), ("Pong", "agent steps/s", "500"),
         ("Pong", "agent steps/s", "65.0"), ("Pong", "ms per gradient step", "24.00"),
