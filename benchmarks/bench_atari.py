@@ -39,9 +39,10 @@ line (`agent.report.finish`). The benchmark only wraps stopwatches around the me
 calls, as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`,
 `agent.start_episode` (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three
 calls inside `agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
-These are the agent's internals; "other" is what is left (the per-episode print line and `run`'s
-first line, which go to a buffer here, the loop itself, and entering and leaving `run`). The
-greedy evaluations (every 250,000 steps) fall outside the measured window.
+These are the agent's internals; "other" (the table's "the rest") is what is left (the
+per-episode print line and `run`'s first line, which go to a buffer here, the loop itself, and
+entering and leaving `run`). The greedy evaluations (every EVAL_EVERY steps) fall outside the
+measured window.
 
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then, for images, the replay memory's bytes per transition, measured from
@@ -78,7 +79,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Hyperparameters (each overridable from the command line).
 ENV_NAME = "PongNoFrameskip-v4"  # the Atari game the agent plays
-STEPS = 3_000  # measured agent steps after the warm-up (~1 minute on this CPU)
+STEPS = 3_000  # measured agent steps after the warm-up
 MEMORY_SIZE = 20_000  # replay capacity in transitions (the Atari default is 100,000)
 LEARNING_STARTS = 2_000  # env steps before the first gradient step (Atari default 10,000)
 WARMUP_TRAIN = 200  # untimed steps after LEARNING_STARTS: the first gradient steps run slower
@@ -162,7 +163,8 @@ class Stopwatches:
         self.calls = dict.fromkeys(PARTS, 0)
 
     def wrap(self, holder: object, method: str, part: str) -> None:
-        """Replace `holder.method` by a timed call of itself. Cost ~0.3 us per call."""
+        """Replace `holder.method` by a timed call of itself (two clock reads a call: the
+        "the rest" row holds their cost)."""
         function = getattr(holder, method)
         clock = time.perf_counter
 

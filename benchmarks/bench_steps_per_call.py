@@ -15,9 +15,9 @@ per game, two agents of the game's own preset differ only in GRADIENT_STEPS_PER_
 Both are warmed up past LEARNING_STARTS and their first compiled calls, then their own training
 loops (`agent_loop.run_steps`: act, env.step, remember, replay) take turns for ROUNDS windows of
 WINDOW agent steps each, so a drift of the machine hits both. Evaluations and checkpoints are off
-and ε is at its final value from the start (`--exploration-steps 1`): every step acts greedily, as
-nearly all of a long run's steps do. Agent steps/s per window, and the gain of the medians, go to a
-results file (`--results`). The script times alone (`provenance.time_alone`).
+and ε is at its final value from the start (`--exploration-steps 1`): nearly every step runs the
+network to act, as nearly all of a long run's steps do. Agent steps/s per window, and the gain of
+the medians, go to a results file (`--results`). The script times alone (`provenance.time_alone`).
 """
 
 from __future__ import annotations

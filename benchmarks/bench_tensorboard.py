@@ -148,7 +148,7 @@ def main() -> None:
     alone, observed = sample_cost(False), sample_cost(True)
     print(f"\nMemory.sample(128), 50,000 slots: {alone:.1f} us without replay statistics, "
           f"{observed:.1f} us with them counting the draw (+{observed - alone:.1f} us per "
-          "gradient step)")
+          "sample of 128)")
     provenance.write_results(args.results, {
         "total_steps": args.total_steps, "repeats": args.repeats,
         "seconds_per_env_step": timings,

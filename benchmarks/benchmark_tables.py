@@ -350,12 +350,9 @@ def bench_apex_projection(results: Path) -> str:
 
 
 def one_quantity(results: Path) -> str:
-    """CartPole's and Pong's agent step, gradient step and greedy action as each script measures
-    them, with what each one's run differs in: the figures of one quantity side by side."""
-    default_run = newest_results(results, "default_run")
-    steps_per_call = newest_results(results, "bench_steps_per_call")
-    sb3_pong = newest_results(results, "bench_vs_sb3", env_name="PongNoFrameskip-v4")
-    kernels = newest_results(results, "bench_pong_kernels")
+    """CartPole's, MinAtar's and Pong's agent step, gradient step, greedy action and draw as
+    each script measures them, with what each one's run differs in: the figures of one quantity
+    side by side."""
     rows, machines = [], []
 
     def row(game: str, quantity: str, run: dict[str, Any], figure: str, runs: str) -> None:
@@ -365,75 +362,107 @@ def one_quantity(results: Path) -> str:
 
     def loop(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         run = newest_results(results, "bench_atari", env_name=env_name)
-        if "gradient_steps_per_call" not in run["results"]["now"]:
-            raise ValueError(f"results file {run['file']} does not say its gradient steps per "
-                             f"call: measure it again (python benchmarks/bench_atari.py "
-                             f"--env-name {env_name})")
         return run, run["results"]["now"]
 
-    def gradient_step_ms(now: dict[str, Any]) -> float:
+    def gradient_step_ms(run: dict[str, Any]) -> float:
+        now = run["results"]["now"]
+        if "gradient_steps_per_call" not in now:
+            raise ValueError(f"results file {run['file']} does not say its gradient steps per "
+                             f"call: measure it again (python benchmarks/bench_atari.py "
+                             f"--env-name {run['results']['env_name']})")
         train = now["parts"]["train"]
         return 1e3 * train["seconds"] / (train["calls"] * now["gradient_steps_per_call"])
 
-    def backends_ms(env_name: str, what: str, steps: str | None = None) -> tuple[dict, float]:
+    def backends(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         run = newest_results(results, "bench_backends", env_name=env_name)
-        found = run["results"]["backends"]["tensorflow"]
-        return run, found[what][steps] if steps else found[what]
+        return run, run["results"]["backends"]["tensorflow"]
 
+    def per_call(game: str) -> tuple[dict[str, Any], str]:
+        run = newest_results(results, "bench_steps_per_call")
+        measured = run["results"]["games"][game]["tensorflow"]
+        return run, rate(statistics.median(measured["steps_per_second"][str(measured["preset"])]))
+
+    stopwatch = "the loop after an untimed warm-up, ε at the preset's last value, a stopwatch "
+    taking_turns = ("the loop, ε at the preset's last value, no stopwatch, taking turns with an "
+                    "agent of one gradient step per call")
+    # CartPole
+    default_run = newest_results(results, "default_run")
     cartpole, cartpole_now = loop("CartPole-v1")
     row("CartPole", "agent steps/s", default_run,
         f"{default_run['results']['training_steps_per_second']:,}",
         "the default run less its greedy evaluations: ε falls from 1 (a random action skips the "
         "network), no gradient step before `LEARNING_STARTS`, the first compile")
     row("CartPole", "agent steps/s", cartpole, rate(cartpole_now["steps_per_second"]),
-        "the loop after an untimed warm-up, ε 0.01, a stopwatch around each part")
+        stopwatch + "around each part")
     logging = newest_results(results, "bench_tensorboard")
-    found = logging["results"]
-    seconds = statistics.median(found["seconds_per_env_step"]["no TensorBoard"])
+    seconds = statistics.median(logging["results"]["seconds_per_env_step"]["no TensorBoard"])
     row("CartPole", "agent steps/s", logging, rate(1 / seconds),
-        f"whole {found['total_steps']:,}-step `agent.run()`s of the default flags: the first "
-        "compile, the closing greedy evaluation and the plots included, ε falling from 1 "
-        "throughout")
-    measured = steps_per_call["results"]["games"]["CartPole-v1"]["tensorflow"]
-    row("CartPole", "agent steps/s", steps_per_call,
-        rate(statistics.median(measured["steps_per_second"][str(measured["preset"])])),
-        "the loop, ε 0: every action runs the network; no stopwatch")
-    row("CartPole", "ms per gradient step", cartpole, f"{gradient_step_ms(cartpole_now):.2f}",
-        f"`learn` on the memory's draws, {cartpole_now['gradient_steps_per_call']} per call, "
-        "in the loop")
-    per_call = cartpole_now["gradient_steps_per_call"]
-    run, step_ms = backends_ms("CartPole-v1", "step_ms", str(per_call))
-    row("CartPole", "ms per gradient step", run, f"{step_ms:.2f}",
-        f"`learn` on random batches from the host, {per_call} per call, alone")
+        f"whole {logging['results']['total_steps']:,}-step `agent.run()`s of the default flags: "
+        "the first compile, the closing greedy evaluation and the plots included, ε falling "
+        "from 1 throughout")
+    row("CartPole", "agent steps/s", *per_call("CartPole-v1"), taking_turns)
+    steps = cartpole_now.get("gradient_steps_per_call")
+    row("CartPole", "ms per gradient step", cartpole, f"{gradient_step_ms(cartpole):.2f}",
+        f"`learn` on the memory's draws, {steps} per call, in the loop")
+    run, found = backends("CartPole-v1")
+    row("CartPole", "ms per gradient step", run, f"{found['step_ms'][str(steps)]:.2f}",
+        f"`learn` on random batches from the host, {steps} per call, alone")
+    row("CartPole", "ms per gradient step", run, f"{found['step_ms']['1']:.2f}",
+        "the same, 1 per call")
+    apex = newest_results(results, "bench_apex")
+    costs = apex["results"]["costs_seconds"]
+    row("CartPole", "ms per gradient step", apex, f"{1e3 * costs['learner_update']:.2f}",
+        "`learn` of apex.py's learner, 1 per call, on a batch its replay drew, in the process "
+        "where an Ape-X actor has just played")
+    env_and_act = sum(cartpole_now["parts"][part]["seconds"] for part in ("env step", "act"))
+    row("CartPole", "ms per env step and action", cartpole,
+        f"{1e3 * env_and_act / cartpole_now['steps']:.3f}", "`env.step` and `act` in the loop")
+    row("CartPole", "ms per env step and action", apex, f"{1e3 * costs['actor_step']:.3f}",
+        "an Ape-X actor at ε 0: also each transition into its block and a share of the block's "
+        "TD-error call (a block ends with every episode, short ones at first)")
+    sample = logging["results"]["sample_128_microseconds"]["without replay statistics"]
+    row("CartPole", "µs per draw of 128", logging, f"{sample:.1f}",
+        "`Memory.sample(128)`, full 50,000-slot memory, one-step transitions of equal priority")
+    row("CartPole", "µs per draw of 128", apex, f"{1e6 * costs['replay_sample']:.1f}",
+        "apex.py's replay: a full memory of its blocks, n-step returns put together per draw")
+    # MinAtar
+    minatar, minatar_now = loop("MinAtar/Breakout-v1")
+    row("MinAtar Breakout", "agent steps/s", minatar, rate(minatar_now["steps_per_second"]),
+        stopwatch + "around each part")
+    sb3 = newest_results(results, "bench_vs_sb3", env_name="MinAtar/Breakout-v1")
+    ours = statistics.median(sb3["results"]["env_steps_per_second"]["ours, float32"])
+    row("MinAtar Breakout", "agent steps/s", sb3, rate(ours),
+        "the loop, ε at the preset's last value, no stopwatch, between Stable-Baselines3's runs")
+    row("MinAtar Breakout", "agent steps/s", *per_call("MinAtar/Breakout-v1"), taking_turns)
+    # Pong
     pong, pong_now = loop("PongNoFrameskip-v4")
     precision = "bfloat16 convolutions" if pong["results"].get("bfloat16") else "float32"
     row("Pong", "agent steps/s", pong, rate(pong_now["steps_per_second"]),
-        f"the loop after an untimed warm-up, ε 0.01, {precision}, a stopwatch around each part")
-    ours = statistics.median(sb3_pong["results"]["env_steps_per_second"]["ours, float32"])
-    row("Pong", "agent steps/s", sb3_pong, rate(ours),
+        stopwatch + f"around each part, {precision}")
+    sb3 = newest_results(results, "bench_vs_sb3", env_name="PongNoFrameskip-v4")
+    ours = statistics.median(sb3["results"]["env_steps_per_second"]["ours, float32"])
+    row("Pong", "agent steps/s", sb3, rate(ours),
         "the same loop and settings, float32, no stopwatch, between Stable-Baselines3's runs")
-    row("Pong", "ms per gradient step", pong, f"{gradient_step_ms(pong_now):.2f}",
+    row("Pong", "ms per gradient step", pong, f"{gradient_step_ms(pong):.2f}",
         f"`learn` on the memory's draws, {precision}, in the loop")
-    run, step_ms = backends_ms("PongNoFrameskip-v4", "step_ms", "1")
-    row("Pong", "ms per gradient step", run, f"{step_ms:.2f}",
+    run, found = backends("PongNoFrameskip-v4")
+    row("Pong", "ms per gradient step", run, f"{found['step_ms']['1']:.2f}",
         "`learn` on random batches from the host, float32, alone")
+    kernels = newest_results(results, "bench_pong_kernels")
     seconds = kernels["results"]["gradient_step_seconds"]["Conv2D, XLA off"]
     row("Pong", "ms per gradient step", kernels, f"{1e3 * seconds:.2f}",
-        "the same step, float32, its median taken over rounds alternating with the other "
-        "torsos'")
+        "the same step, float32, in rounds that alternate with other networks' steps")
     act = pong_now["parts"]["act"]
     row("Pong", "ms per greedy action", pong, f"{1e3 * act['seconds'] / act['calls']:.2f}",
-        "`act` in the loop: ε-greedy at 0.01, so nearly every call runs the network, some "
-        "right after a gradient step")
-    run, act_ms = backends_ms("PongNoFrameskip-v4", "act_ms")
-    row("Pong", "ms per greedy action", run, f"{act_ms:.2f}", "`greedy_actions`, back to back")
-    run, act_ms = backends_ms("PongNoFrameskip-v4", "act_after_step_ms")
-    row("Pong", "ms per greedy action", run, f"{act_ms:.2f}",
-        "`greedy_actions` right after a call of gradient steps, as `act` in the loop every "
-        "`TRAIN_FREQUENCY` steps")
+        "`act` in the loop: ε-greedy at 0.01, so nearly every call runs the network; one call "
+        "in `TRAIN_FREQUENCY` right after a gradient step")
+    row("Pong", "ms per greedy action", run, f"{found['act_ms']:.2f}",
+        "`greedy_actions`, back to back")
+    row("Pong", "ms per greedy action", run, f"{found['act_after_step_ms']:.2f}",
+        "`greedy_actions` right after a call of gradient steps")
     seconds = kernels["results"]["greedy_action_seconds"]["compiled by XLA (acting's)"]
     row("Pong", "ms per greedy action", kernels, f"{1e3 * seconds:.2f}",
-        "the same call, float32, over rounds alternating with the other calls")
+        "the same call, float32, in rounds that alternate with other networks' calls")
     header = ["game", "quantity", "script", "figure", "how its run differs", "load", "commit"]
     if len(set(machines)) == 1:
         return markdown_table(header, rows) + f"\nAll on {machines[0]}.\n"

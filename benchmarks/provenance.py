@@ -6,9 +6,10 @@ it was timed under. `benchmarks/render_docs.py` renders the pages' command, mach
 load from these fields, so none of them is typed by hand.
 
 A script that times calls `time_alone()` first: it holds one machine-wide lock until it exits, so
-two timings never share the cores, and its results file records the load average as it began
-and as it wrote its results. A timing that began on a machine busier than its core count is
-refused by the pages (`load_label`).
+two timings never share the cores, waits for the load a finished timing leaves in the 1-minute
+load average to fade, and its results file records the load average as it began and as it wrote
+its results. A timing that began on a machine busier than its core count is refused by the
+pages (`load_label`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,10 @@ MACHINE_NOT_RECORDED = "machine not recorded"
 FIGURE_SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from
 # In the system's temporary directory, not the checkout: two clones on one machine share it.
 MEASURING_LOCK = Path(tempfile.gettempdir()) / "d3qn_measuring.lock"
+# A timing begins once the 1-minute load average is down to this per core (it trails a finished
+# timing's load by a minute or more), or after QUIET_WITHIN seconds with the load it has then.
+QUIET_LOAD_PER_CORE = 0.5
+QUIET_WITHIN = 300.0
 # This process's hold on MEASURING_LOCK and the load average as it took it (`time_alone`).
 timed_alone: dict[str, Any] = {}
 
@@ -129,9 +135,10 @@ def backend() -> str:
     return keras.backend.backend()
 
 
-def time_alone(lock_path: Path = MEASURING_LOCK) -> None:
+def time_alone(lock_path: Path = MEASURING_LOCK, quiet_within: float = QUIET_WITHIN) -> None:
     """Hold the machine-wide measuring lock until this process exits, waiting (and saying so)
-    while another script holds it; note the load average as the timing begins."""
+    while another script holds it, then up to `quiet_within` seconds for a quiet machine
+    (`wait_for_quiet`); note the load average as the timing begins."""
     if timed_alone:
         return
     lock = filelock.FileLock(lock_path)
@@ -140,7 +147,20 @@ def time_alone(lock_path: Path = MEASURING_LOCK) -> None:
     except filelock.Timeout:
         print(f"waiting for another script that times to finish ({lock_path})", flush=True)
         lock.acquire()
+    wait_for_quiet(quiet_within)
     timed_alone.update(lock=lock, load_average_before=os.getloadavg())
+
+
+def wait_for_quiet(within: float, poll_seconds: float = 5.0) -> None:
+    """Wait up to `within` seconds for the 1-minute load average to fall to QUIET_LOAD_PER_CORE
+    per core, checking every `poll_seconds`."""
+    quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
+    deadline = time.monotonic() + within
+    if os.getloadavg()[0] > quiet and within > 0:
+        print(f"waiting up to {within:.0f} s for the 1-minute load average "
+              f"({os.getloadavg()[0]:.2f}) to fall to {quiet:.1f}", flush=True)
+    while os.getloadavg()[0] > quiet and time.monotonic() < deadline:
+        time.sleep(poll_seconds)
 
 
 def load_record() -> dict[str, Any]:

@@ -928,7 +928,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    provenance.time_alone()  # no benchmark times while its runs fill the cores
+    # No benchmark times while its runs fill the cores; they start at once (no page shows
+    # their speed).
+    provenance.time_alone(quiet_within=0)
     kept = defaults.get("keep_network")
     keep_networks = {run: args.pretrained_dir / f"{run.folder}.keras" for run in runs
                      if (run.variant, run.seed) == kept}

@@ -96,7 +96,7 @@ def make_gymnasium_env(env_name: str, max_episode_steps: int | None = None,
 ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games alike
     "total_steps": 100_000, "memory_size": 50_000, "learning_rate": 6.3e-4, "target_update": 250,
     # A gradient step per env step, as the Zoo's (train_freq 4, gradient_steps -1): better last
-    # networks than one per 4 steps, in more wall time (both: docs/classic_control.md).
+    # networks than one per 4 steps (docs/classic_control.md), at four times the gradient steps.
     "train_frequency": 1,
     "n_step": 3, "exploration_steps": 12_000, "epsilon_min": 0.1, "eval_every": 5_000,
 }

@@ -211,7 +211,7 @@ def test_a_script_that_times_holds_the_machine_wide_lock_and_records_its_load(
         tmp_path, monkeypatch, capsys):
     lock_path = tmp_path / "measuring.lock"
     monkeypatch.setattr(provenance, "timed_alone", {})
-    provenance.time_alone(lock_path)
+    provenance.time_alone(lock_path, quiet_within=0)  # the tests' own load may be high
     other = subprocess.run([sys.executable, "-c", "import filelock, sys; "
                             f"filelock.FileLock({str(lock_path)!r}).acquire(timeout=0)"],
                            capture_output=True, text=True)
@@ -220,6 +220,23 @@ def test_a_script_that_times_holds_the_machine_wide_lock_and_records_its_load(
     record = written["timed_alone"]
     assert len(record["load_average_before"]) == len(record["load_average_after"]) == 3
     provenance.timed_alone["lock"].release()
+
+
+def test_a_timing_waits_for_the_load_average_to_fade_but_not_past_its_limit(monkeypatch,
+                                                                            capsys):
+    loads, sleeps = [3.0, 3.0, 1.6, 0.9, 0.2], []
+    monkeypatch.setattr(provenance.os, "cpu_count", lambda: 2)  # quiet: 1.0
+    monkeypatch.setattr(provenance.os, "getloadavg", lambda: (loads.pop(0), 0.0, 0.0))
+    monkeypatch.setattr(provenance.time, "sleep", sleeps.append)
+    provenance.wait_for_quiet(300, poll_seconds=5)
+    assert sleeps == [5] and loads == [0.2]  # it stopped at the first load under 1.0
+    assert "to fall to 1.0" in capsys.readouterr().out
+    clock = iter([0.0, 10.0, 20.0, 31.0])  # past the limit: the timing begins anyway
+    monkeypatch.setattr(provenance.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(provenance.os, "getloadavg", lambda: (1.9, 0.0, 0.0))
+    sleeps.clear()
+    provenance.wait_for_quiet(30, poll_seconds=10)
+    assert sleeps == [10, 10]
 
 
 def timed(before: float, after: float) -> dict:
@@ -494,10 +511,13 @@ def test_a_speed_table_without_its_results_file_is_an_error_naming_the_script(na
 def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(tmp_path):
     def loop(per_call: int | None) -> dict:
         now = {"steps_per_second": 500.0, "steps": 1000, "wall_seconds": 2.0, "parts": {
-            "act": {"seconds": 0.5, "calls": 1000}, "train": {"seconds": 1.2, "calls": 50}}}
+            "env step": {"seconds": 0.1, "calls": 1000}, "act": {"seconds": 0.5, "calls": 1000},
+            "train": {"seconds": 1.2, "calls": 50}}}
         return now if per_call is None else {**now, "gradient_steps_per_call": per_call}
 
-    for game, per_call, when in (("CartPole-v1", 16, "0"), ("PongNoFrameskip-v4", 1, "1")):
+    games = (("CartPole-v1", 16, "0"), ("PongNoFrameskip-v4", 1, "1"),
+             ("MinAtar/Breakout-v1", None, "2"))
+    for game, per_call, when in games:
         write_bench(tmp_path, "bench_atari", f"20261128T00000{when}Z",
                     {"env_name": game, "before_commit": "none", "now": loop(per_call),
                      "bfloat16": False})
@@ -505,29 +525,41 @@ def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(t
             "env_name": game, "backends": {"tensorflow": {
                 "device": "cpu", "step_ms": {"1": 2.0, "16": 1.5}, "act_ms": 0.5,
                 "act_after_step_ms": 1.0}}})
+        write_bench(tmp_path, "bench_vs_sb3", f"20261128T00000{when}Z", {
+            "env_name": game, "env_steps_per_second": {"ours, float32": [60.0, 70.0]}})
     write_bench(tmp_path, "default_run", "20261128T000000Z", {"training_steps_per_second": 450})
     write_bench(tmp_path, "bench_tensorboard", "20261128T000000Z", {
-        "total_steps": 3000, "seconds_per_env_step": {"no TensorBoard": [0.004, 0.005, 0.002]}})
+        "total_steps": 3000, "seconds_per_env_step": {"no TensorBoard": [0.004, 0.005, 0.002]},
+        "sample_128_microseconds": {"without replay statistics": 30.0}})
+    write_bench(tmp_path, "bench_apex", "20261128T000000Z", {"costs_seconds": {
+        "learner_update": 0.002, "actor_step": 0.0003, "replay_sample": 0.0001}})
+    preset = {"preset": 16, "steps_per_second": {"1": [100.0], "16": [300.0, 600.0, 400.0]}}
     write_bench(tmp_path, "bench_steps_per_call", "20261128T000000Z", {"games": {
-        "CartPole-v1": {"tensorflow": {"preset": 16, "steps_per_second": {
-            "1": [100.0], "16": [300.0, 600.0, 400.0]}}}}})
-    write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
-        "env_name": "PongNoFrameskip-v4", "env_steps_per_second": {"ours, float32": [60.0, 70.0]}})
+        "CartPole-v1": {"tensorflow": preset}, "MinAtar/Breakout-v1": {"tensorflow": preset}}})
     write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {
         "gradient_step_seconds": {"Conv2D, XLA off": 0.025},
         "greedy_action_seconds": {"compiled by XLA (acting's)": 0.0008}})
-    figures = [(row.split(" | ")[0][2:], row.split(" | ")[1], row.split(" | ")[3]) for row in
+    figures = [tuple(row.split(" | ")[i] for i in (0, 1, 3)) for row in
                render_docs.RENDERERS["one_quantity"](tmp_path).splitlines()[2:-2]]
     # A gradient step in the loop: the train part's seconds over calls x steps per call.
     assert figures == [
-        ("CartPole", "agent steps/s", "450"), ("CartPole", "agent steps/s", "500"),
-        ("CartPole", "agent steps/s", "250"),
-        ("CartPole", "agent steps/s", "400"), ("CartPole", "ms per gradient step", "1.50"),
-        ("CartPole", "ms per gradient step", "1.50"), ("Pong", "agent steps/s", "500"),
-        ("Pong", "agent steps/s", "65.0"), ("Pong", "ms per gradient step", "24.00"),
-        ("Pong", "ms per gradient step", "2.00"), ("Pong", "ms per gradient step", "25.00"),
-        ("Pong", "ms per greedy action", "0.50"), ("Pong", "ms per greedy action", "0.50"),
-        ("Pong", "ms per greedy action", "1.00"), ("Pong", "ms per greedy action", "0.80")]
+        ("| CartPole", "agent steps/s", "450"), ("| CartPole", "agent steps/s", "500"),
+        ("| CartPole", "agent steps/s", "250"), ("| CartPole", "agent steps/s", "400"),
+        ("| CartPole", "ms per gradient step", "1.50"),
+        ("| CartPole", "ms per gradient step", "1.50"),
+        ("| CartPole", "ms per gradient step", "2.00"),
+        ("| CartPole", "ms per gradient step", "2.00"),
+        ("| CartPole", "ms per env step and action", "0.600"),
+        ("| CartPole", "ms per env step and action", "0.300"),
+        ("| CartPole", "µs per draw of 128", "30.0"), ("| CartPole", "µs per draw of 128", "100.0"),
+        ("| MinAtar Breakout", "agent steps/s", "500"),
+        ("| MinAtar Breakout", "agent steps/s", "65.0"),
+        ("| MinAtar Breakout", "agent steps/s", "400"),
+        ("| Pong", "agent steps/s", "500"), ("| Pong", "agent steps/s", "65.0"),
+        ("| Pong", "ms per gradient step", "24.00"), ("| Pong", "ms per gradient step", "2.00"),
+        ("| Pong", "ms per gradient step", "25.00"), ("| Pong", "ms per greedy action", "0.50"),
+        ("| Pong", "ms per greedy action", "0.50"), ("| Pong", "ms per greedy action", "1.00"),
+        ("| Pong", "ms per greedy action", "0.80")]
     write_bench(tmp_path, "bench_atari", "20261128T000009Z",
                 {"env_name": "CartPole-v1", "before_commit": "none", "now": loop(None)})
     with pytest.raises(ValueError, match=r"bench_atari/20261128T000009Z\.json does not say its "
