@@ -412,19 +412,20 @@ def one_quantity(results: Path) -> str:
     apex = newest_results(results, "bench_apex")
     costs = apex["results"]["costs_seconds"]
     row("CartPole", "ms per gradient step", apex, f"{1e3 * costs['learner_update']:.2f}",
-        "`learn` of apex.py's learner, 1 per call, on a batch its replay drew, in the process "
-        "where an Ape-X actor has just played")
+        "`learn` of apex.py's learner, 1 per call, on a batch its replay drew, after an Ape-X "
+        "actor's steps in the same process, with a local Ray up beside it")
     env_and_act = sum(cartpole_now["parts"][part]["seconds"] for part in ("env step", "act"))
     row("CartPole", "ms per env step and action", cartpole,
         f"{1e3 * env_and_act / cartpole_now['steps']:.3f}", "`env.step` and `act` in the loop")
     row("CartPole", "ms per env step and action", apex, f"{1e3 * costs['actor_step']:.3f}",
-        "an Ape-X actor at ε 0: also each transition into its block and a share of the block's "
-        "TD-error call (a block ends with every episode, short ones at first)")
+        "an Ape-X actor at ε 0, with a local Ray up beside it: also each transition into its "
+        "block and a share of the block's TD-error call (a block ends with every episode)")
     sample = logging["results"]["sample_128_microseconds"]["without replay statistics"]
     row("CartPole", "µs per draw of 128", logging, f"{sample:.1f}",
         "`Memory.sample(128)`, full 50,000-slot memory, one-step transitions of equal priority")
     row("CartPole", "µs per draw of 128", apex, f"{1e6 * costs['replay_sample']:.1f}",
-        "apex.py's replay: a full memory of its blocks, n-step returns put together per draw")
+        "apex.py's replay, with a local Ray up beside it: a full memory of its blocks, n-step "
+        "returns put together per draw")
     # MinAtar
     minatar, minatar_now = loop("MinAtar/Breakout-v1")
     row("MinAtar Breakout", "agent steps/s", minatar, rate(minatar_now["steps_per_second"]),
