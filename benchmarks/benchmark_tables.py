@@ -259,8 +259,9 @@ def bench_replay_memory_bytes(results: Path) -> str:
              f"random-policy steps: {found['storage_bytes'] / found['capacity']:,.0f} bytes per "
              f"slot, {found['slots_per_transition']:.4f} slots per transition (random-policy "
              f"episodes of {statistics.mean(lengths) if lengths else math.nan:,.0f} steps on "
-             f"average); `PER.Memory`'s sum trees and bookkeeping add "
-             f"{found['sum_tree_bytes'] / found['capacity']:.0f} bytes per slot"]
+             f"average); `PER.Memory`'s sum and min trees add "
+             f"{found['sum_tree_bytes'] / found['capacity']:.1f} bytes per slot at this capacity "
+             "(two float64 nodes a slot each, and the trees' fixed part)"]
     return markdown_table(["storage", "bytes per transition",
                            "a million transitions, GB (arithmetic)"], rows) + stamp_line(
         run, *facts)
