@@ -269,12 +269,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             flags["bfloat16"] = args.bfloat16
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
+        per_call = getattr(config, "gradient_steps_per_call", 1)  # older commits: one a call
         # An older commit's report has no description: its reporting.describe(config) gives it.
         description = getattr(getattr(agent, "report", None), "description", None) or (
             reporting.describe(config))
         print(f"{args.env_name}: {description}; batch {config.batch_size}, a "
               f"gradient step every {config.train_frequency} env steps, "
-              f"{getattr(config, 'gradient_steps_per_call', 1)} per compiled call, XLA "
+              f"{per_call} per compiled call, XLA "
               f"{'on' if getattr(config, 'xla', False) else 'off'}")
         skip_end_of_run(agent)
         watches = instrument(agent)
@@ -291,7 +292,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print_time_table(watches, args.steps, wall)
         print()
         measured = {"steps_per_second": speed, "steps": args.steps, "wall_seconds": wall,
-                    "gradient_steps_per_call": getattr(config, "gradient_steps_per_call", 1),
+                    "gradient_steps_per_call": per_call,
                     "parts": {part: {"seconds": watches.seconds[part],
                                      "calls": watches.calls[part]} for part in PARTS}}
         if agent.state_dtype == np.uint8:  # image frames: the frame storage's bytes

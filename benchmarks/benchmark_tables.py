@@ -127,7 +127,7 @@ def bench_atari(env_name: str, results: Path) -> str:
         facts.insert(1, f"now / before {ratio:.2f}{TIMES}")
     if "replay_memory" in now:  # an image game's: measured from the memory's own arrays
         if "bfloat16" in found:  # files before the flag: the preset's choice, not recorded
-            facts.insert(1, "bfloat16 convolutions" if found["bfloat16"] else "float32")
+            facts.insert(1, precision(found))
         memory = now["replay_memory"]
         facts.append(f"the replay memory {memory['bytes_per_transition']:,.0f} bytes per "
                      f"transition ({memory['slots_per_transition']:.4f} slots per transition)")
@@ -157,6 +157,17 @@ def bench_backends(games: list[str], results: Path) -> str:
     return markdown_table(header, rows)
 
 
+def speed_per_call(measured: dict[str, Any], steps: int) -> float:
+    """bench_steps_per_call.py's agent steps/s of one game and backend at `steps` per call: the
+    median of its windows."""
+    return statistics.median(measured["steps_per_second"][str(steps)])
+
+
+def precision(found: dict[str, Any]) -> str:
+    """What bench_atari.py's network computed in."""
+    return "bfloat16 convolutions" if found.get("bfloat16") else "float32"
+
+
 def bench_steps_per_call(results: Path) -> str:
     """Agent steps/s at 1 and at the preset's K gradient steps per call, per game and backend,
     and whether the gain keeps K in the preset."""
@@ -166,8 +177,7 @@ def bench_steps_per_call(results: Path) -> str:
     for game, backends in found["games"].items():
         for backend, measured in backends.items():
             preset = measured["preset"]
-            one, several = (statistics.median(measured["steps_per_second"][str(steps)])
-                            for steps in (1, preset))
+            one, several = speed_per_call(measured, 1), speed_per_call(measured, preset)
             gain = several / one - 1
             rows.append([GAMES.get(game, game), backend, str(preset), rate(one), rate(several),
                          f"{gain:+.0%}", "yes" if gain >= found["gain_needed"] else "**no**"])
@@ -378,10 +388,11 @@ def one_quantity(results: Path) -> str:
         run = newest_results(results, "bench_backends", env_name=env_name)
         return run, run["results"]["backends"]["tensorflow"]
 
+    steps_per_call = newest_results(results, "bench_steps_per_call")
+
     def per_call(game: str) -> tuple[dict[str, Any], str]:
-        run = newest_results(results, "bench_steps_per_call")
-        measured = run["results"]["games"][game]["tensorflow"]
-        return run, rate(statistics.median(measured["steps_per_second"][str(measured["preset"])]))
+        measured = steps_per_call["results"]["games"][game]["tensorflow"]
+        return steps_per_call, rate(speed_per_call(measured, measured["preset"]))
 
     stopwatch = "the loop after an untimed warm-up, ε at the preset's last value, a stopwatch "
     taking_turns = ("the loop, ε at the preset's last value, no stopwatch, taking turns with an "
@@ -438,15 +449,14 @@ def one_quantity(results: Path) -> str:
     row("MinAtar Breakout", "agent steps/s", *per_call("MinAtar/Breakout-v1"), taking_turns)
     # Pong
     pong, pong_now = loop("PongNoFrameskip-v4")
-    precision = "bfloat16 convolutions" if pong["results"].get("bfloat16") else "float32"
     row("Pong", "agent steps/s", pong, rate(pong_now["steps_per_second"]),
-        stopwatch + f"around each part, {precision}")
+        stopwatch + f"around each part, {precision(pong['results'])}")
     sb3 = newest_results(results, "bench_vs_sb3", env_name="PongNoFrameskip-v4")
     ours = statistics.median(sb3["results"]["env_steps_per_second"]["ours, float32"])
     row("Pong", "agent steps/s", sb3, rate(ours),
         "the same loop and settings, float32, no stopwatch, between Stable-Baselines3's runs")
     row("Pong", "ms per gradient step", pong, f"{gradient_step_ms(pong):.2f}",
-        f"`learn` on the memory's draws, {precision}, in the loop")
+        f"`learn` on the memory's draws, {precision(pong['results'])}, in the loop")
     run, found = backends("PongNoFrameskip-v4")
     row("Pong", "ms per gradient step", run, f"{found['step_ms']['1']:.2f}",
         "`learn` on random batches from the host, float32, alone")

@@ -156,11 +156,13 @@ def wait_for_quiet(within: float, poll_seconds: float = 5.0) -> None:
     per core, checking every `poll_seconds`."""
     quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
     deadline = time.monotonic() + within
-    if os.getloadavg()[0] > quiet and within > 0:
-        print(f"waiting up to {within:.0f} s for the 1-minute load average "
-              f"({os.getloadavg()[0]:.2f}) to fall to {quiet:.1f}", flush=True)
-    while os.getloadavg()[0] > quiet and time.monotonic() < deadline:
+    load = os.getloadavg()[0]
+    if load > quiet and within > 0:
+        print(f"waiting up to {within:.0f} s for the 1-minute load average ({load:.2f}) to fall "
+              f"to {quiet:.1f}", flush=True)
+    while load > quiet and time.monotonic() < deadline:
         time.sleep(poll_seconds)
+        load = os.getloadavg()[0]
 
 
 def load_record() -> dict[str, Any]:
