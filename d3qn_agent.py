@@ -405,6 +405,8 @@ class DQNAgent:
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            if self.step and self.step % config.eval_every == 0 and self.unevaluated():
+                self.evaluate_and_keep_best(stop)  # resumed: the one a stop signal cut short
             while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
@@ -433,7 +435,7 @@ class DQNAgent:
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
             stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
-            if not stopped and (not self.evaluations or self.evaluations[-1][0] != self.step):
+            if not stopped and self.unevaluated():
                 stopped = not self.evaluate_and_keep_best(stop)  # a stop signal cuts it short
             checkpoint = self.save_checkpoint() if stopped or config.checkpoint_every else ""
             self.save(self.Last_model_name)
@@ -491,6 +493,10 @@ class DQNAgent:
             self.save, self.Model_name)
         self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
         return True
+
+    def unevaluated(self) -> bool:
+        """Whether the step reached has no evaluation yet (at the end, or where one was cut)."""
+        return not self.evaluations or self.evaluations[-1][0] != self.step
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
