@@ -346,13 +346,17 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
     """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
-    --model or --record without --test, or a --record path that cannot be written."""
+    --model or --record without --test, --resume with it, or a --record path that cannot be
+    written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
     for flag, value in (("--model", model), ("--record", record)):
         if value is not None and not test:
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
                              "training saves to --model-dir)")
+    if test and resume is not None:
+        raise ValueError(f"--resume {resume!r} continues a training, which --test does not "
+                         "start (it plays a saved network, --model picks which): give one")
     if record is not None:
         recording.check_gif_path(record)
     return bool(test), resume, model, record

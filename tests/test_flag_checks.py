@@ -69,6 +69,8 @@ def one_error_line(capsys) -> str:
      "TENSORBOARD (--tensorboard) must be a directory name, not empty, got ''"),
     (["--seed", "-1"], "SEED (--seed) must be in [0, 2**32 - 1], got -1"),
     (["--seed", str(2**32)], f"SEED (--seed) must be in [0, 2**32 - 1], got {2**32}"),
+    (["--test", "--resume"], "--resume 'latest' continues a training, which --test does not "
+     "start (it plays a saved network, --model picks which): give one"),
     (["--env-name", "Blackjack-v1"], "Blackjack-v1 has observation space Tuple(Discrete(32), "
      "Discrete(11), Discrete(2)); this agent needs Box observations (an array of numbers)"),
     (["--env-name", "Taxi-v4"], "Taxi-v4 has observation space Discrete(500); this agent needs "
