@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import small_agent, small_flags
 
+import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent
 from d3qn_utils import bfloat16_timing, games, settings
@@ -125,6 +126,13 @@ def test_the_pong_agent_takes_the_timed_choice_and_announces_it(timing, monkeypa
     assert (f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms against float32 "
             "60.0 ms on this CPU, measured at start)") in settings_line
     assert "bfloat16" in {layer.compute_dtype for layer in agent.model.layers}
+
+
+def test_apex_takes_the_atari_preset_and_times_nothing(timing):
+    config, notes = apex.resolve_config({"env_name": PONG})  # apex.py has no BFLOAT16: float32
+    assert "bfloat16" not in vars(config)
+    assert "batch_size 32 (Atari preset)" in notes
+    assert timing.calls == []
 
 
 # --- the cache ------------------------------------------------------------------------------
