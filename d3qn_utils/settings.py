@@ -97,6 +97,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
+
 @dataclass(frozen=True)
 class Measured:
     """A preset's value that a measurement on this machine finds, taken only for a flag no one
@@ -177,13 +178,13 @@ def resolve(script: ModuleType, table: dict[str, Flag],
     measured: dict[str, tuple[str, Measured]] = {}  # measured once the values are checked
     for source, preset in presets(values):
         for name, value in preset.items():
-            if name not in chosen:
-                measured.pop(name, None)
-                if isinstance(value, Measured):
-                    measured[name] = (source, value)
-                else:
-                    values[name] = value
-                notes[name] = f"{name} {value} ({source} preset)"  # a Measured's: its place
+            if name not in chosen and isinstance(value, Measured):
+                measured[name] = (source, value)
+                notes[name] = ""  # its place among the notes, filled in once measured
+            elif name not in chosen:
+                measured.pop(name, None)  # a later preset's value wins over a measurement
+                values[name] = value
+                notes[name] = f"{name} {value} ({source} preset)"
             elif isinstance(value, Measured) or chosen[name] != value:
                 where = (option(name, table[name], chosen[name]) if name in given
                          else f"{name.upper()} at the top of {Path(script.__file__).name}")
