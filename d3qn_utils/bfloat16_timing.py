@@ -57,12 +57,12 @@ class Timing:
 def preset_choice(values: dict[str, Any]) -> tuple[bool, str]:
     """The Pong preset's BFLOAT16 for a run of these (checked) flag values, and its figures:
     its game's torso timed at the run's batch size and XLA setting, or that timing cached."""
-    timing = bfloat16_timing(values["env_name"], values["batch_size"], values["xla"])
+    timing = gradient_step_timing(values["env_name"], values["batch_size"], values["xla"])
     return timing.bfloat16_faster, timing.figures()
 
 
-def bfloat16_timing(env_name: str, batch_size: int, xla: bool, cache: Path | None = None
-                    ) -> Timing:
+def gradient_step_timing(env_name: str, batch_size: int, xla: bool, cache: Path | None = None
+                         ) -> Timing:
     """The timing of `env_name`'s gradient step (`time_gradient_steps`), from `cache` (default
     `cache_path()`) if it holds one for this CPU, TensorFlow and step, else measured and stored
     there; a cache that cannot be read or written is passed over."""

@@ -157,11 +157,11 @@ def test_a_timing_is_cached_and_read_back(timing, tmp_path):
 
 def test_another_cpu_model_or_batch_size_is_timed_again(timing, tmp_path, monkeypatch):
     cache = tmp_path / "timings.json"
-    bfloat16_timing.bfloat16_timing(PONG, 32, False, cache)
-    bfloat16_timing.bfloat16_timing(PONG, 64, False, cache)
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
+    bfloat16_timing.gradient_step_timing(PONG, 64, False, cache)
     monkeypatch.setattr(bfloat16_timing, "cpu_model", lambda: "another CPU")
-    bfloat16_timing.bfloat16_timing(PONG, 32, False, cache)
-    bfloat16_timing.bfloat16_timing(PONG, 32, False, cache)  # cached by now
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)  # cached by now
     assert len(timing.calls) == 3
     assert len(json.loads(cache.read_text())) == 3
 
@@ -178,7 +178,7 @@ def test_a_corrupt_cache_is_timed_again_and_rewritten(timing, tmp_path, content)
         cache.write_bytes(content)
     else:
         cache.write_text(content.replace("%s", key))
-    found = bfloat16_timing.bfloat16_timing(PONG, 32, False, cache)
+    found = bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
     assert (found.bfloat16_ms, found.float32_ms, found.cache) == (40.0, 60.0, None)
     assert len(timing.calls) == 1
     assert json.loads(cache.read_text())[key] == {"bfloat16_ms": 40.0, "float32_ms": 60.0}
