@@ -78,7 +78,7 @@ TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
 # its cost (priorities up to 15 steps old): docs/benchmarks.md, "Several gradient steps per call"
 XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
-BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on AVX512_BF16, AMX
+BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
