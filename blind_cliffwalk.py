@@ -536,7 +536,8 @@ def table_columns(
 def main(argv: list[str] | None = None) -> int:
     """Run every (n, column, seed), print the table and save the plot (its PNG names the results
     file); with --replot, draw the plot again from a results file alone. Returns the exit code:
-    2 after one `error:` line for bad input (before any run), 130 after Ctrl-C."""
+    2 after one `error:` line for bad input (before any run), 1 after one for a write that
+    failed, 130 after Ctrl-C."""
     written: list[str] = []  # what this run wrote, to say after Ctrl-C
     try:
         args = parse_args(argv)
@@ -558,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted by Ctrl-C; {' and '.join(written) or 'nothing'} written",
               file=sys.stderr)
         return 130
+    except (atomic_files.WriteError, OSError) as error:  # a disk that filled during the runs
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,5 +1,6 @@
 """Tests for blind_cliffwalk.py: the environment, its exact answer, and prioritized vs uniform."""
 
+import errno
 import json
 import shutil
 import subprocess
@@ -212,6 +213,21 @@ def test_ctrl_c_stops_with_one_line_exit_130_and_nothing_written(tmp_path, capsy
                               str(plot_path), "--results", str(results))
     assert (code, out, err) == (130, "", "interrupted by Ctrl-C; nothing written\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_write_failing_after_the_runs_is_one_error_line(tmp_path, capsys, monkeypatch):
+    def disk_full(path, measured, **stamp):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(bc.provenance, "write_results", disk_full)
+    plot_path, results = tmp_path / "cliffwalk.png", tmp_path / "results.json"
+    code, _, err = run_main(capsys, "--max-n", "2", "--seeds", "1", "--methods", "oracle",
+                            "--plot-path", str(plot_path), "--results", str(results))
+    assert code == 1
+    assert err.splitlines()[-1] == f"error: [Errno 28] No space left on device: '{results}'"
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        err.splitlines()[-1]]
+    assert plot_path.read_bytes().startswith(b"\x89PNG") and not results.exists()
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
