@@ -558,7 +558,8 @@ class DQNAgent:
             if resume:
                 print(self.resume(resume), flush=True)
             else:
-                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
+                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root,
+                                                   (self.Plot_name, self.Priority_plot_name)):
                     print(f"note: {note}", flush=True)
         self.training_run.hold(lock)
 
