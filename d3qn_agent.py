@@ -528,7 +528,8 @@ class DQNAgent:
         self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
         if progress["state_sha256"] not in (None, state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
-                             "observation (is the environment deterministic under a seed?)")
+                             "observation: does reset(seed=) replay an episode? (its family's "
+                             "`seeding`, d3qn_utils/games.py)")
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
