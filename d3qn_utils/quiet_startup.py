@@ -132,8 +132,10 @@ def keras_backend_error(environ: Mapping[str, str]) -> str | None:
     """Why `import keras` would fail with `environ`'s KERAS_BACKEND (a name Keras does not know,
     or a backend whose package is not installed), or None (unset or empty: Keras' own choice)."""
     name = environ.get("KERAS_BACKEND")
+    if not name:
+        return None
     installed = [backend for backend in KERAS_BACKENDS if importlib.util.find_spec(backend)]
-    if not name or name in installed:
+    if name in installed:
         return None
     missing = f" ({name} is not installed)" if name in KERAS_BACKENDS else ""
     return (f"KERAS_BACKEND (environment variable) must be a Keras backend installed here "

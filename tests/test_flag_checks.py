@@ -19,7 +19,7 @@ from conftest import ROOT, small_agent, small_flags
 import apex
 import d3qn_agent
 from d3qn_agent import OurModel, main
-from d3qn_utils import agent_checkpoint, network_size, quiet_startup, settings
+from d3qn_utils import agent_checkpoint, atomic_files, network_size, quiet_startup, settings
 from d3qn_utils.games import make_env
 from d3qn_utils.greedy_policy import play_greedy
 from d3qn_utils.training_session import StopRequest
@@ -111,6 +111,16 @@ def test_a_network_that_cannot_fit_is_refused_before_it_is_built(tmp_path, capsy
 def test_the_estimate_counts_the_parameters_keras_builds(dueling):
     model = OurModel((4,), 3, dueling, (16, 8))
     assert network_size.mlp_parameters(4, (16, 8), 3, dueling) == model.count_params()
+
+
+def test_apex_refuses_a_network_that_cannot_fit_before_ray_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(network_size, "machine_memory_bytes", lambda: 64 * GiB)
+    monkeypatch.setattr(apex, "connect_ray", None)  # never reached
+    assert apex.main(["--hidden-units", "100000000", "--model-dir", str(tmp_path / "m")]) == 2
+    assert one_error_line(capsys).startswith(
+        "error: HIDDEN_UNITS (--hidden-units) (100000000,) needs about 208.6 GiB (800,000,003 "
+        "parameters")
+    assert not ray.is_initialized() and list(tmp_path.iterdir()) == []
 
 
 def test_a_network_that_fits_or_an_image_torso_passes(monkeypatch):
@@ -235,17 +245,25 @@ def test_ctrl_c_while_a_resume_loads_lets_go_of_the_lock_and_writes_nothing(
     assert list((tmp_path / "D" / "m").iterdir()) == []  # the lock taken for the resume: gone
 
 
-def test_ctrl_c_during_test_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("during", ["an episode", "the GIF's write"])
+def test_ctrl_c_during_test_is_one_line_and_exit_130_with_nothing_half_written(
+        tmp_path, capsys, monkeypatch, during):
     agent = small_agent(tmp_path)
     agent.save(agent.Model_name)
     saved = sorted((tmp_path / "models").iterdir())
-    monkeypatch.setattr(d3qn_agent, "play_greedy", interrupt)
+    (tmp_path / "films").mkdir()
     flags = small_flags(tmp_path)
     argv = ["--test", "--hidden-units", "16", "16", "--model-dir", flags["model_dir"],
             "--plot-dir", flags["plot_dir"]]
+    if during == "an episode":
+        monkeypatch.setattr(d3qn_agent, "play_greedy", interrupt)
+    else:  # the GIF's bytes written to its temporary file, not yet in place
+        monkeypatch.setattr(atomic_files, "fsync_file", interrupt)
+        argv += ["--record", str(tmp_path / "films" / "episode.gif")]
     assert main(argv) == 130
     assert capsys.readouterr().err == "stopped: Ctrl-C during --test\n"
     assert sorted((tmp_path / "models").iterdir()) == saved
+    assert list((tmp_path / "films").glob("*")) == []  # no GIF, no temporary file
 
 
 def test_ctrl_c_before_an_apex_run_starts_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
