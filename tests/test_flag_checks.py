@@ -42,6 +42,14 @@ def one_error_line(capsys) -> str:
     return captured.err.rstrip("\n")
 
 
+def exit_code(program, argv: list[str]) -> int:
+    """`program(argv)`'s return, or the code argparse exits with for a word it cannot convert."""
+    try:
+        return program(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--adam-epsilon", "inf"], "ADAM_EPSILON (--adam-epsilon) must be a finite number, got inf"),
     (["--epsilon-decay", "inf"],
@@ -85,14 +93,6 @@ def test_bad_flags_of_the_short_run_end_in_one_error_line_before_any_work(
     assert not (tmp_path / "D").exists()  # no directory made, nothing written
 
 
-def exit_code(program, argv: list[str]) -> int:
-    """`program(argv)`'s return, or the code argparse exits with for a word it cannot convert."""
-    try:
-        return program(argv)
-    except SystemExit as exit:
-        return exit.code
-
-
 def test_a_network_that_cannot_fit_is_refused_before_it_is_built(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(network_size, "machine_memory_bytes", lambda: 64 * GiB)
     monkeypatch.setattr(d3qn_agent, "OurModel", None)  # never reached
@@ -130,6 +130,7 @@ def test_a_network_that_fits_or_an_image_torso_passes(monkeypatch):
 
 
 def flags_of(table: dict[str, settings.Flag], kind: type) -> list[str]:
+    """The flags of `table` whose values are of `kind` (a tuple's items, for a tuple flag)."""
     return [name for name, flag in table.items() if (
         flag.kind if flag.shipped is None or isinstance(flag.shipped, tuple)
         else type(flag.shipped)) is kind]
