@@ -27,7 +27,7 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import added_keys, discrete_actions, with_added_keys
+from d3qn_utils.checks import added_keys, box_observations, discrete_actions, with_added_keys
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
@@ -37,8 +37,9 @@ from d3qn_utils.greedy_policy import (
     play_greedy,
     unclipped_score,
 )
+from d3qn_utils.network_size import check_mlp_fits
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
-from d3qn_utils.training_session import NonFiniteError
+from d3qn_utils.training_session import NonFiniteError, StopRequest
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
@@ -217,7 +218,7 @@ class DQNAgent:
         self.env = training_session.FiniteSteps(env, steps_taken=lambda: self.step)
         self.action_size = discrete_actions(config.env_name, self.env.action_space)
         self.env.action_space.seed(config.seed)
-        self.state_shape = tuple(self.env.observation_space.shape)
+        self.state_shape = box_observations(config.env_name, self.env.observation_space)
         self.state_dtype = self.env.observation_space.dtype
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
@@ -238,6 +239,8 @@ class DQNAgent:
         self.MEMORY = memory_class(config.memory_size, **replay_options)
 
         image_torso = torso(config.env_name)  # None: vector states, the MLP
+        check_mlp_fits(self.state_shape, config.hidden_units, self.action_size, config.dueling,
+                       config.batch_size)  # before the networks are built
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16, image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
@@ -402,6 +405,8 @@ class DQNAgent:
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            if self.step and self.step % config.eval_every == 0 and self.unevaluated():
+                self.evaluate_and_keep_best(stop)  # resumed: the one a stop signal cut short
             while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
@@ -426,12 +431,12 @@ class DQNAgent:
                                         self.PlotModel(score))
                     self.start_episode()
                 if self.step % config.eval_every == 0:
-                    self.evaluate_and_keep_best()
+                    self.evaluate_and_keep_best(stop)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
             stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
-            if not stopped and (not self.evaluations or self.evaluations[-1][0] != self.step):
-                self.evaluate_and_keep_best()
+            if not stopped and self.unevaluated():
+                stopped = not self.evaluate_and_keep_best(stop)  # a stop signal cuts it short
             checkpoint = self.save_checkpoint() if stopped or config.checkpoint_every else ""
             self.save(self.Last_model_name)
             plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
@@ -464,24 +469,34 @@ class DQNAgent:
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
 
-    def evaluate(self, episodes: int, number: int) -> np.ndarray:
+    def evaluate(self, episodes: int, number: int, stop: StopRequest | None = None
+                 ) -> np.ndarray | None:
         """Returns of `episodes` greedy episodes played side by side, seeded by the evaluation's
-        `number` (0, 1, ...), so a run repeats exactly, resumed or not."""
-        while len(self._eval_envs) < episodes:
+        `number` (0, 1, ...), so a run repeats exactly, resumed or not; None once `stop` is
+        requested (a stop signal does not wait for a long evaluation)."""
+        while len(self._eval_envs) < episodes and not (stop and stop.requested):
             self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps))
         seeds = [episode_seed(self.config.seed, 1, number, i) for i in range(episodes)]
-        return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds)
+        return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds, stop)
 
-    def evaluate_and_keep_best(self) -> None:
-        """Greedy evaluation; save the model when it is the best so far; note when solved."""
+    def evaluate_and_keep_best(self, stop: StopRequest | None = None) -> bool:
+        """Greedy evaluation; save the model when it is the best so far; note when solved.
+        False, nothing recorded, if `stop` was requested before it ended."""
         start = time.perf_counter()
-        returns = self.evaluate(self.config.eval_episodes, len(self.evaluations))
+        returns = self.evaluate(self.config.eval_episodes, len(self.evaluations), stop)
+        if returns is None:
+            return False
         mean = float(returns.mean())
         self.evaluations.append((self.step, self.episode, mean))
         self.best_evaluation, self.steps_to_solve, note = keep_best(
             mean, self.step, self.best_evaluation, self.steps_to_solve, self.solved_score,
             self.save, self.Model_name)
         self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
+        return True
+
+    def unevaluated(self) -> bool:
+        """Whether the step reached has no evaluation yet (at the end, or where one was cut)."""
+        return not self.evaluations or self.evaluations[-1][0] != self.step
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
@@ -567,9 +582,11 @@ class DQNAgent:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, or play a saved network with --test. Returns the exit code: 2
-    after one `error:` line for bad input, `training_session.exit_code`'s for a training run."""
+    after one `error:` line for bad input, 130 after one line for Ctrl-C before training (or
+    during --test), `training_session.exit_code`'s for a training run."""
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv,
                                     settings.d3qn_parser(sys.modules[__name__]))
+    stage = "during --test" if flags.get("test") else "before training started"
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
         agent = DQNAgent(**flags)
@@ -580,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the run's own stop (a checkpoint) has not begun
+        return training_session.stopped_by_ctrl_c(stage)
     return training_session.exit_code(agent.run)
 
 

@@ -22,10 +22,11 @@ from ape_x.report import ApexReport
 from d3qn_agent import ADVANTAGE_LAYER, OurModel, episode_seed, weighted_loss
 from d3qn_utils import training_session
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import discrete_actions
+from d3qn_utils.checks import box_observations, discrete_actions
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, make_optimizer
 from d3qn_utils.greedy_policy import GreedyPolicy, keep_best, play_greedy
+from d3qn_utils.network_size import check_mlp_fits
 from d3qn_utils.reporting import tensorboard_dir
 from PER import Memory
 
@@ -50,13 +51,15 @@ class Learner:
         keras.utils.set_random_seed(config.seed)  # the networks' first weights, as DQNAgent's
         env = make_env(config.env_name, config.max_episode_steps)  # ValueError before Ray starts
         self.action_size = discrete_actions(config.env_name, env.action_space)
-        self.state_shape = tuple(env.observation_space.shape)
+        self.state_shape = box_observations(config.env_name, env.observation_space)
         self.state_dtype = env.observation_space.dtype
         self.solved_score = env.spec.reward_threshold if env.spec else None
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
         Memory.check_fits(config.memory_size, storage_spec(config.env_name), self.state_shape,
                           self.state_dtype, Replay.BYTES_PER_SLOT)
         image_torso = torso(config.env_name)
+        check_mlp_fits(self.state_shape, config.hidden_units, self.action_size, config.dueling,
+                       config.batch_size)  # before the networks are built, here and in the actors
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, image_torso=image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,

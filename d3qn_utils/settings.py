@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import numbers
 import re
 import textwrap
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from d3qn_utils import bfloat16_timing, games, recording
 from d3qn_utils.checks import is_integer
@@ -48,6 +49,16 @@ UNIT = ("in [0, 1]", lambda value: 0.0 <= value <= 1.0)
 AT_LEAST_ONE = (">= 1", lambda value: value >= 1)
 POSITIVE_SIZES = ("positive sizes", lambda sizes: len(sizes) > 0 and min(sizes) > 0)
 POSITIVE_OR_NONE = ("positive (or None)", lambda value: value is None or value > 0)
+SEED_RANGE = ("in [0, 2**32 - 1]", lambda value: 0 <= value <= 2**32 - 1)  # NumPy's, Keras'
+DIRECTORY_OR_NONE = ("a directory name, not empty", lambda value: value != "")  # or None, True
+# An evaluation plays its episodes side by side, each in an environment of its own (an Atari one
+# holds its emulator and frames): a count beyond this one would not fit in memory for long.
+MAX_EVAL_EPISODES = 1_000
+EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
+                       lambda value: 1 <= value <= MAX_EVAL_EPISODES)
+# The largest value of an integer flag (all are counts or sizes): the schedules and plots compute
+# in float64, exact for integers up to 2**53; no run takes that many steps.
+LARGEST_INTEGER = 2**53
 
 # d3qn_agent.py's flag block as shipped.
 D3QN_FLAGS: dict[str, Flag] = {
@@ -71,7 +82,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "memory_size": Flag(50_000, POSITIVE),
     "batch_size": Flag(128, POSITIVE, at_most="memory_size"),
     "gamma": Flag(0.99, UNIT),
-    "n_step": Flag(3, POSITIVE),
+    "n_step": Flag(3, POSITIVE, at_most="memory_size"),  # a longer return never completes
     "optimizer": Flag("adam", ("adam or rmsprop", lambda value: value in ("adam", "rmsprop"))),
     "loss": Flag("huber", ("huber or mse", lambda value: value in ("huber", "mse"))),
     "learning_rate": Flag(1e-3, POSITIVE),
@@ -87,13 +98,13 @@ D3QN_FLAGS: dict[str, Flag] = {
     "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
     "failure_reward": Flag(None, kind=float),
     "eval_every": Flag(1_000, POSITIVE),
-    "eval_episodes": Flag(20, POSITIVE),
+    "eval_episodes": Flag(20, EVAL_EPISODES_RANGE),
     "test_episodes": Flag(10, POSITIVE),
-    "seed": Flag(0),
+    "seed": Flag(0, SEED_RANGE),
     "checkpoint_every": Flag(0, NON_NEGATIVE),
     "model_dir": Flag("models"),
     "plot_dir": Flag("plots"),
-    "tensorboard": Flag(None, kind=str, alone=True),
+    "tensorboard": Flag(None, DIRECTORY_OR_NONE, kind=str, alone=True),
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
@@ -198,10 +209,11 @@ def resolve(script: ModuleType, table: dict[str, Flag],
 
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
-    """ValueError naming the first flag whose value has the wrong type, is out of its range or
-    exceeds its `at_most` flag's."""
+    """ValueError naming the first flag whose value has the wrong type (a float flag's: a finite
+    number), exceeds LARGEST_INTEGER, is out of its range or exceeds its `at_most` flag's."""
     for name, flag in table.items():
-        for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
+        for description, valid in (flag_type(flag), integer_size(flag),
+                                   *([flag.rule] if flag.rule else [])):
             if not valid(values[name]):
                 raise ValueError(f"{name.upper()} ({option(name, flag)}) must be "
                                  f"{description}, got {values[name]!r}")
@@ -231,14 +243,25 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
     description, test = {
         bool: ("True or False", lambda value: isinstance(value, bool)),
         int: ("an integer", is_integer),
-        float: ("a number", lambda value: isinstance(value, numbers.Real) and not isinstance(
-            value, bool)),
+        # NaN and inf: no flag means them, and they would surface late, as NaN weights or rewards
+        float: ("a finite number", lambda value: isinstance(value, numbers.Real)
+                and not isinstance(value, bool) and math.isfinite(value)),
         str: ("a string", lambda value: isinstance(value, str)),
     }[kind]
     if flag.shipped is not None:
         return description, test
     return (description + (" or None or True" if flag.alone else " or None"),
             lambda value: value is None or (flag.alone and value is True) or test(value))
+
+
+def integer_size(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
+    """(the rule, its test) that an integer flag's values (a tuple's each) do not exceed
+    LARGEST_INTEGER; any value passes for a flag of another type. Run after `flag_type`'s."""
+    if (flag.kind if flag.shipped is None or isinstance(flag.shipped, tuple)
+            else type(flag.shipped)) is not int:
+        return "", lambda value: True
+    return (f"at most 2**53 ({LARGEST_INTEGER:,})", lambda value: value is None or all(
+        number <= LARGEST_INTEGER for number in (value if isinstance(value, tuple) else [value])))
 
 
 def as_tuple(value: Any) -> Any:
@@ -261,6 +284,29 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Show defaults; keep the epilog's lines (argparse would split flags at their hyphens)."""
 
 
+class FlagParser(argparse.ArgumentParser):
+    """A parser whose errors are one `error:` line (--help shows the usage), a flag's own worded
+    as the flag block's checks are: "TARGET_UPDATE (--target-update) must be an integer, got
+    '1e22'"."""
+
+    def error(self, message: str) -> NoReturn:
+        own = re.fullmatch(r"argument [^:]+: ([A-Z][A-Z0-9_]* \(--.*)", message, re.DOTALL)
+        self.exit(2, f"error: {own[1] if own else message}\n")
+
+
+def command_line_type(name: str, flag: Flag, kind: type) -> Callable[[str], Any]:
+    """The function argparse converts a command-line word of `flag` with: `kind` of it, or an
+    error in the flag block's words ("1e3" is not an integer, as the edit 1e3 is not)."""
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            description = flag_type(Flag(None, kind=kind))[0].removesuffix(" or None")
+            raise argparse.ArgumentTypeError(f"{name.upper()} ({option(name, flag)}) must be "
+                                             f"{description}, got {text!r}") from None
+    return convert
+
+
 def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
                  presets: list[Preset]) -> argparse.ArgumentParser:
     """A parser with one flag per entry of `table` (default: the script's constant, help: its
@@ -269,8 +315,8 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
     epilog = ("Presets: flags not edited at the top of the script nor given here take these "
               "values\n" + "\n".join(wrap.fill(f"{source}: {format_preset(preset, table)}")
                                      for source, preset in presets))
-    parser = argparse.ArgumentParser(prog=Path(script.__file__).name, description=description,
-                                     epilog=epilog, formatter_class=HelpFormatter)
+    parser = FlagParser(prog=Path(script.__file__).name, description=description, epilog=epilog,
+                        formatter_class=HelpFormatter)
     comments = flag_comments(script)
     for name, flag in table.items():
         options: dict[str, Any] = {"dest": name, "default": getattr(script, name.upper()),
@@ -278,11 +324,11 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
         if isinstance(flag.shipped, bool):
             options["action"] = argparse.BooleanOptionalAction
         elif isinstance(flag.shipped, tuple):
-            options.update(type=flag.kind, nargs="+")
+            options.update(type=command_line_type(name, flag, flag.kind), nargs="+")
         elif flag.alone:
             options.update(type=flag.kind, nargs="?", const=True, metavar="DIR")
         else:
-            options["type"] = flag.kind or type(flag.shipped)
+            options["type"] = command_line_type(name, flag, flag.kind or type(flag.shipped))
         parser.add_argument(option(name, flag), **options)
     return parser
 
@@ -328,13 +374,17 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
     """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
-    --model or --record without --test, or a --record path that cannot be written."""
+    --model or --record without --test, --resume with it, or a --record path that cannot be
+    written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
     for flag, value in (("--model", model), ("--record", record)):
         if value is not None and not test:
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
                              "training saves to --model-dir)")
+    if test and resume is not None:
+        raise ValueError(f"--resume {resume!r} continues a training, which --test does not "
+                         "start (it plays a saved network, --model picks which): give one")
     if record is not None:
         recording.check_gif_path(record)
     return bool(test), resume, model, record

@@ -107,7 +107,7 @@ def test_actor_reports_an_episodes_unclipped_score_as_the_agent_does(tmp_path, m
 def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
     seeds = []
 
-    def record_seeds(envs, policy, episode_seeds):
+    def record_seeds(envs, policy, episode_seeds, stop=None):
         seeds.append(episode_seeds)
         return np.zeros(len(episode_seeds))
 
