@@ -28,14 +28,16 @@ class ReservoirMemory(UniformMemory):
         self.seen = 0
 
     def store(self, experience: tuple) -> int | None:
-        """The transition's slot, or None when the draw drops it (`ReplayMemory.store`)."""
+        """The transition's slot, or None when the draw drops it (`ReplayMemory.store`); a
+        transition `check_transition` refuses changes nothing, not even the odds."""
+        experience = check_transition(experience)
         self.seen += 1
         if self.seen <= self.capacity:
             return super().store(experience)
         slot = int(self.rng.integers(self.seen))
         if slot >= self.capacity:
             return None
-        self.storage.put(slot, check_transition(experience))
+        self.storage.put(slot, experience)
         return slot
 
     def state_dict(self) -> dict[str, np.ndarray]:
