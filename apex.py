@@ -42,7 +42,7 @@ import ray
 
 from ape_x.connection import check_reachable, connect_ray
 from ape_x.learner import Learner
-from d3qn_utils import games, settings, training_session
+from d3qn_utils import games, run_files, settings, training_session
 from d3qn_utils.settings import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
@@ -205,8 +205,9 @@ def check_backend() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point. A Keras backend other than TensorFlow, bad flags or presets, an
-    unknown environment or an unreachable cluster print one `error:` line and return 2 (before
-    any actor starts); otherwise the run's own exit code (`run_until_stopped`)."""
+    unknown environment, an unreachable cluster or another run writing the same files print one
+    `error:` line and return 2 (before any actor starts); otherwise the run's own exit code
+    (`run_until_stopped`), the run holding the lock of its files (run_files.py) throughout."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = settings.build_parser(
@@ -226,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
         if address:
             check_reachable(address, config.connect_timeout)
         learner = Learner(config)
-        connect_ray(config, address)
+        plot_path = learner.report.plot_path
+        # The lock of the run's files: no second run writes them meanwhile.
+        lock = run_files.take_lock((learner.model_path, learner.last_model_path, plot_path))
+        with lock.released_on_error():
+            for note in run_files.earlier_runs(learner.model_path, plots=[plot_path]):
+                print(f"note: {note}", flush=True)
+            connect_ray(config, address)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -234,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_until_stopped(learner)
     finally:
         ray.shutdown()
+        lock.release()
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
 # its cost (priorities up to 15 steps old): docs/benchmarks.md, "Several gradient steps per call"
 XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
-BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on AVX512_BF16, AMX
+BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
@@ -526,7 +526,8 @@ class DQNAgent:
         self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
         if progress["state_sha256"] not in (None, state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
-                             "observation (is the environment deterministic under a seed?)")
+                             "observation: does reset(seed=) replay an episode? (its family's "
+                             "`seeding`, d3qn_utils/games.py)")
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
@@ -556,7 +557,8 @@ class DQNAgent:
             if resume:
                 print(self.resume(resume), flush=True)
             else:
-                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
+                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root,
+                                                   (self.Plot_name, self.Priority_plot_name)):
                     print(f"note: {note}", flush=True)
         self.training_run.hold(lock)
 

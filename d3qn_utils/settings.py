@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from d3qn_utils import games, recording
+from d3qn_utils import bfloat16_timing, games, recording
 from d3qn_utils.checks import is_integer
 from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.run_files import LATEST
@@ -98,10 +98,24 @@ D3QN_FLAGS: dict[str, Flag] = {
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
+
+@dataclass(frozen=True)
+class Measured:
+    """A preset's value that a measurement on this machine finds, taken only for a flag no one
+    chose: `measure(values)` -> (the value, its figures for the note), called once the run's
+    other values are checked; `what`: the measurement, for the note of a run that chose."""
+
+    measure: Callable[[dict[str, Any]], tuple[Any, str]]
+    what: str
+
+
 # The games' own presets live with their families' records (d3qn_utils/games.py). On a CPU with
-# bfloat16 instructions a game of the family's `bfloat16_games` also gets this one. Chosen from the
-# CPU's features, not a timing, so every run on one machine does the same sums.
-NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
+# bfloat16 instructions a game of the family's `bfloat16_games` also gets this one: bfloat16
+# where its gradient step times faster than float32's on this machine (timed once per CPU model
+# and TensorFlow version, then cached: d3qn_utils/bfloat16_timing.py), so every run on one
+# machine does the same sums.
+NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": Measured(
+    bfloat16_timing.preset_choice, "would time bfloat16 against float32 on this CPU")}
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
 # (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
@@ -118,16 +132,17 @@ VARIANT_PRESETS: dict[str, dict[str, Any]] = {"rank-based": RANK_BASED_PRESET}
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply: the
-    game's family's, the game's own, bfloat16 for some games on some CPUs, then the modes'."""
+    game's family's, the game's own, bfloat16 for some games on some CPUs (where it times
+    faster), then the modes'."""
     env_name = values["env_name"]
     family = games.family(env_name)
     game = family.game_presets.get(env_name)
-    feature = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
+    units = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
     variant = replay_variant(values["use_per"], values["per_rank_based"])
     return [(source, preset) for source, preset, applies in (
         (family.name, family.preset, bool(family.preset)),
         (env_name, game, game is not None),
-        (f"{env_name} on {feature}", NATIVE_BFLOAT16_PRESET, feature),
+        (env_name, NATIVE_BFLOAT16_PRESET, bool(units)),
         # Only where the flags pick that memory: --no-per --rank-based is uniform replay.
         (variant, VARIANT_PRESETS.get(variant), variant in VARIANT_PRESETS),
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
@@ -135,7 +150,8 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
 
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """The CPU's bfloat16 instructions for TensorFlow's oneDNN ("AMX_BF16", "AVX512_BF16"), or
-    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only)."""
+    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only): without
+    them bfloat16 is not timed."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -152,7 +168,8 @@ def resolve(script: ModuleType, table: dict[str, Flag],
             presets: Callable[[dict[str, Any]], list[Preset]], given: dict[str, Any]
             ) -> tuple[argparse.Namespace, list[str]]:
     """A run's settings and one note per value a preset decided or lost; `given`: the command
-    line's flags (or `DQNAgent`'s keywords). ValueError naming an unknown flag or a bad value."""
+    line's flags (or `DQNAgent`'s keywords). A `Measured` value is measured only for a flag no
+    one chose, after the checks. ValueError naming an unknown flag or a bad value."""
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
@@ -162,16 +179,25 @@ def resolve(script: ModuleType, table: dict[str, Flag],
     chosen = {**edited, **given}
     values = {**at_top, **given}
     notes = {}
+    measured: dict[str, tuple[str, Measured]] = {}  # measured once the values are checked
     for source, preset in presets(values):
         for name, value in preset.items():
-            if name not in chosen:
+            if name not in chosen and isinstance(value, Measured):
+                measured[name] = (source, value)
+                notes[name] = ""  # its place among the notes, filled in once measured
+            elif name not in chosen:
+                measured.pop(name, None)  # a later preset's value wins over a measurement
                 values[name] = value
                 notes[name] = f"{name} {value} ({source} preset)"
-            elif chosen[name] != value:
+            elif isinstance(value, Measured) or chosen[name] != value:
                 where = (option(name, table[name], chosen[name]) if name in given
                          else f"{name.upper()} at the top of {Path(script.__file__).name}")
-                notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset has {value})"
+                has = value.what if isinstance(value, Measured) else f"has {value}"
+                notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset {has})"
     check(values, table)
+    for name, (source, measurement) in measured.items():
+        values[name], figures = measurement.measure(values)
+        notes[name] = f"{name} {values[name]} ({source} preset: {figures})"
     return argparse.Namespace(**values), list(notes.values())
 
 
@@ -280,7 +306,9 @@ def game_presets() -> list[Preset]:
         presets += family.game_presets.items()
         if family.bfloat16_games:
             presets.append((f"{' and '.join(family.bfloat16_games)} on a CPU with AVX512_BF16 "
-                            "or AMX", NATIVE_BFLOAT16_PRESET))
+                            "or AMX, where a timing finds their gradient step at least "
+                            f"{bfloat16_timing.MARGIN:.0%} faster in bfloat16 (once per CPU model "
+                            "and TensorFlow version, then cached)", {"bfloat16": True}))
     return presets
 
 
