@@ -38,6 +38,7 @@ from d3qn_utils.greedy_policy import (
     unclipped_score,
 )
 from d3qn_utils.network_size import check_mlp_fits
+from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError, StopRequest
 from PER import Memory, UniformMemory
@@ -93,13 +94,10 @@ PLOT_DIR = "plots"  # where the learning curve and the priority figure go
 TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
 TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars (loss, |TD|, ...)
 
-# The replay variants by name (a memory's `kind`); USE_PER and PER_RANK_BASED pick one of them.
+# The replay variants by name (a memory's `kind`); USE_PER and PER_RANK_BASED pick one of them,
+# `replay_variant(USE_PER, PER_RANK_BASED)`: proportional PER, rank-based with PER_RANK_BASED,
+# uniform without USE_PER (d3qn_utils/replay_memory.py's VARIANT_PICKS, the presets' too).
 REPLAY_MEMORIES = {memory.kind: memory for memory in (UniformMemory, Memory, RankBasedMemory)}
-
-
-def replay_variant(use_per: bool, rank_based: bool) -> str:
-    """The name of the replay memory the flags pick: PER's `Memory` unless they say otherwise."""
-    return (RankBasedMemory if rank_based else Memory).kind if use_per else UniformMemory.kind
 
 
 # ---- Network -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -86,6 +87,7 @@ class Learner:
         self.updates = 0
         self.env_steps = 0
         self.version = 0  # of the weights published
+        self.next_eval = config.eval_every  # the env step of the next evaluation
         self.evaluations: list[tuple[int, int, float, float]] = []  # (env steps, updates, mean, s)
         self.best = -math.inf
         self.solved: tuple[int, float] | None = None  # (env steps, seconds) at the first solve
@@ -118,7 +120,10 @@ class Learner:
         self.runs = [actor.run.remote() for actor in self.actors]
 
     def publish(self) -> None:
-        """Put (online, target) weights in the object store and tell the replay where."""
+        """Put (online, target) weights in the object store and tell the replay where (without
+        a launched replay, as when a test runs the actors in this process, they take `weights`)."""
+        if self.replay is None:
+            return
         self.version += 1
         self.replay.publish.remote(self.version, [ray.put(self.weights())])
 
@@ -146,27 +151,35 @@ class Learner:
             time.sleep(0.2)
             self.refresh_status()
             self.log_if_due()
-        next_eval = config.eval_every
         self.report.training_started(self.env_steps)
         pending = self.replay.sample.remote(config.batch_size)
         while self.env_steps < config.total_steps:
-            tree_idx, stamps, batch, is_weights, self.env_steps = ray.get(pending)
+            *sampled, self.env_steps = ray.get(pending)
             while config.updates_per_step and (
                     self.updates >= config.updates_per_step * self.env_steps):
                 time.sleep(IDLE_SLEEP)  # the cap: wait for the actors' data
                 self.env_steps = ray.get(self.replay.collected.remote())
                 self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
-            abs_errors = self.update(batch, is_weights)
-            self.replay.update_priorities.remote(tree_idx, stamps, abs_errors)
-            if self.updates % config.publish_every == 0:
-                self.publish()
-            if self.env_steps >= next_eval:
-                next_eval = (self.env_steps // config.eval_every + 1) * config.eval_every
-                self.evaluate()
-                if config.stop_when_solved and self.solved:
-                    break
+            if self.train_step(sampled, self.replay.update_priorities.remote):
+                break
             self.log_if_due()
+
+    def train_step(self, sampled: list, update_priorities: Callable[..., Any]) -> bool:
+        """The training loop's body, with Ray or without: one update on `sampled`, the replay's
+        (tree_idx, stamps, batch, is_weights), its new priorities to `update_priorities` (the
+        replay's), the weights published every PUBLISH_EVERY updates and an evaluation every
+        EVAL_EVERY env steps. True when the run should stop: solved, with STOP_WHEN_SOLVED."""
+        config = self.config
+        tree_idx, stamps, batch, is_weights = sampled
+        update_priorities(tree_idx, stamps, self.update(batch, is_weights))
+        if self.updates % config.publish_every == 0:
+            self.publish()
+        if self.env_steps >= self.next_eval:
+            self.next_eval = (self.env_steps // config.eval_every + 1) * config.eval_every
+            self.evaluate()
+            return bool(config.stop_when_solved and self.solved)
+        return False
 
     def log_if_due(self) -> None:
         """Every LOG_EVERY seconds: fetch the status (raising if an actor failed) and log."""

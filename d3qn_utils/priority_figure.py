@@ -32,7 +32,10 @@ class PriorityFigure:
     memory) and `uniform_replays_by_age` (uniform replay's expectation; slightly off with a frame
     store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
     weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
-    O(batch) per replay, O(1) per store, no random numbers, so watching does not change a run."""
+    A transition's age comes from the slot `store` returned for it (`note_store`), so it holds
+    for a memory that writes its slots in any order (a reservoir), not only for a ring.
+    O(batch) per replay of a ring (O(capacity) of another), O(1) per store, no random numbers, so
+    watching does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
@@ -51,11 +54,15 @@ class PriorityFigure:
         self.history: list[tuple[int, float, float, float]] = []
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
+        # Every store went to the ring's next slot, as a ring memory's do: the memory then holds
+        # one transition of each age below its size. Not saved: `load_state_dict` finds it.
+        self.in_ring_order = True
 
     def note_store(self, slot: int | None) -> None:
         """A transition went into `slot`; None (the memory dropped it) changes nothing."""
         if slot is None:  # indexing with None would write every slot
             return
+        self.in_ring_order = self.in_ring_order and slot == self.stores % len(self.stored_at)
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1
@@ -64,8 +71,7 @@ class PriorityFigure:
         """Count `slots`, drawn from a memory holding `size` transitions. O(len(slots))."""
         np.add.at(self.replay_counts, slots, 1)
         self.replays_by_age += np.bincount(age_bins(self.ages(slots)), minlength=AGE_BINS)
-        # The memory holds one transition of each age 0 .. size - 1.
-        in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        in_memory = self.held_by_age(size)
         self.exposure_by_age += in_memory
         self.uniform_replays_by_age += in_memory * (len(slots) / size)
 
@@ -84,6 +90,15 @@ class PriorityFigure:
     def ages(self, slots: np.ndarray) -> np.ndarray:
         """Age of the transitions in `slots`: transitions stored after each one."""
         return self.stores - 1 - self.stored_at[slots]
+
+    def held_by_age(self, size: int) -> np.ndarray:
+        """The transitions per age bin of a memory holding `size`, those of the `size` slots
+        stored last: in ring order one of each age 0 .. size - 1, O(AGE_BINS); else the ages of
+        those slots, O(capacity) (a slot never stored counts as the oldest, so it is left out)."""
+        if self.in_ring_order:
+            return np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        newest = np.partition(self.ages(np.arange(len(self.stored_at))), size - 1)[:size]
+        return np.bincount(age_bins(newest), minlength=AGE_BINS).astype(np.float64)
 
     def data(self, memory: Any) -> dict[str, Any]:
         """What the figure shows about `memory`: N * P(i) of each transition, the |delta| = 0
@@ -125,6 +140,7 @@ class PriorityFigure:
             setattr(self, key.removeprefix("stats."), value if value.ndim else value.item())
         self.history = [(int(step), float(beta), float(smallest), float(mean))
                         for step, beta, smallest, mean in np.asarray(arrays["history"])]
+        self.in_ring_order = in_ring_order(self.stored_at, self.stores)
 
     @staticmethod
     def format_1_state(memory: dict[str, np.ndarray], progress: dict[str, Any]
@@ -137,6 +153,15 @@ class PriorityFigure:
         state["recent_is_weights"] = np.array(progress.pop("recent_is_weights"), np.float32)
         state["recent_batches"] = np.array(progress.pop("recent_batches"))
         return state
+
+
+def in_ring_order(stored_at: np.ndarray, stores: int) -> bool:
+    """Whether `stored_at` is what `stores` stores into a ring of its slots write: store i into
+    slot i % capacity, each slot holding its last. O(capacity)."""
+    capacity = len(stored_at)
+    slots = np.arange(min(stores, capacity))
+    last_stores = slots + (stores - 1 - slots) // capacity * capacity
+    return bool(np.array_equal(stored_at[:len(slots)], last_stores))
 
 
 def draw_priority_figure(path: str, data: dict[str, Any],

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from d3qn_utils import bfloat16_timing, games, recording
 from d3qn_utils.checks import is_integer
+from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -136,6 +137,8 @@ TUTORIAL_PRESET: dict[str, Any] = {
 }
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
+# The replay variants' own presets, by name (a memory's `kind`, as `replay_variant` gives it).
+VARIANT_PRESETS: dict[str, dict[str, Any]] = {"rank-based": RANK_BASED_PRESET}
 
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
@@ -146,12 +149,13 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     family = games.family(env_name)
     game = family.game_presets.get(env_name)
     units = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
+    variant = replay_variant(values["use_per"], values["per_rank_based"])
     return [(source, preset) for source, preset, applies in (
         (family.name, family.preset, bool(family.preset)),
         (env_name, game, game is not None),
         (env_name, NATIVE_BFLOAT16_PRESET, bool(units)),
-        # Only where it picks the memory: --no-per --rank-based is uniform replay.
-        ("rank-based", RANK_BASED_PRESET, values["per_rank_based"] and values["use_per"]),
+        # Only where the flags pick that memory: --no-per --rank-based is uniform replay.
+        (variant, VARIANT_PRESETS.get(variant), variant in VARIANT_PRESETS),
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
 
