@@ -32,10 +32,10 @@ class PriorityFigure:
     memory) and `uniform_replays_by_age` (uniform replay's expectation; slightly off with a frame
     store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
     weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
-    A transition's age comes from the slot `store` returned for it (`note_store`), so it holds
-    for a memory that writes its slots in any order (a reservoir), not only for a ring.
-    O(batch) per replay of a ring (O(capacity) of another), O(1) per store, no random numbers, so
-    watching does not change a run."""
+    A transition's age comes from the slot `store` returned for it (`note_store`); the ages the
+    memory holds are a ring's with `ring` (the memory's WRITES_RING), else read slot by slot (a
+    reservoir). O(batch) per replay of a ring (O(capacity) of another), O(1) per store, no random
+    numbers, so watching does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
@@ -44,7 +44,7 @@ class PriorityFigure:
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
-    def __init__(self, capacity: int, batch_size: int) -> None:
+    def __init__(self, capacity: int, batch_size: int, ring: bool = True) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
         self.stored_at = np.zeros(capacity, dtype=np.int64)
         self.stores = 0
@@ -54,15 +54,12 @@ class PriorityFigure:
         self.history: list[tuple[int, float, float, float]] = []
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
-        # Every store went to the ring's next slot, as a ring memory's do: the memory then holds
-        # one transition of each age below its size. Not saved: `load_state_dict` finds it.
-        self.in_ring_order = True
+        self.ring = ring  # the memory holds its newest transitions: one of each age below its size
 
     def note_store(self, slot: int | None) -> None:
         """A transition went into `slot`; None (the memory dropped it) changes nothing."""
         if slot is None:  # indexing with None would write every slot
             return
-        self.in_ring_order = self.in_ring_order and slot == self.stores % len(self.stored_at)
         self.stored_at[slot] = self.stores
         self.replay_counts[slot] = 0
         self.stores += 1
@@ -93,9 +90,9 @@ class PriorityFigure:
 
     def held_by_age(self, size: int) -> np.ndarray:
         """The transitions per age bin of a memory holding `size`, those of the `size` slots
-        stored last: in ring order one of each age 0 .. size - 1, O(AGE_BINS); else the ages of
-        those slots, O(capacity) (a slot never stored counts as the oldest, so it is left out)."""
-        if self.in_ring_order:
+        stored last: of a ring one of each age 0 .. size - 1, O(AGE_BINS); else the ages of those
+        slots, O(capacity) (a slot never stored counts as the oldest, so it is left out)."""
+        if self.ring:
             return np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
         newest = np.partition(self.ages(np.arange(len(self.stored_at))), size - 1)[:size]
         return np.bincount(age_bins(newest), minlength=AGE_BINS).astype(np.float64)
@@ -140,7 +137,6 @@ class PriorityFigure:
             setattr(self, key.removeprefix("stats."), value if value.ndim else value.item())
         self.history = [(int(step), float(beta), float(smallest), float(mean))
                         for step, beta, smallest, mean in np.asarray(arrays["history"])]
-        self.in_ring_order = in_ring_order(self.stored_at, self.stores)
 
     @staticmethod
     def format_1_state(memory: dict[str, np.ndarray], progress: dict[str, Any]
@@ -153,15 +149,6 @@ class PriorityFigure:
         state["recent_is_weights"] = np.array(progress.pop("recent_is_weights"), np.float32)
         state["recent_batches"] = np.array(progress.pop("recent_batches"))
         return state
-
-
-def in_ring_order(stored_at: np.ndarray, stores: int) -> bool:
-    """Whether `stored_at` is what `stores` stores into a ring of its slots write: store i into
-    slot i % capacity, each slot holding its last. O(capacity)."""
-    capacity = len(stored_at)
-    slots = np.arange(min(stores, capacity))
-    last_stores = slots + (stores - 1 - slots) // capacity * capacity
-    return bool(np.array_equal(stored_at[:len(slots)], last_stores))
 
 
 def draw_priority_figure(path: str, data: dict[str, Any],

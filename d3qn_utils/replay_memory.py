@@ -74,6 +74,10 @@ class ReplayMemory(metaclass=ReplayMemoryType):
     RUN_SUFFIX = ""  # what it adds to a run's file names (DDQN_CartPole-v1_Dueling_PER): unique
     PRIORITIZED = False  # it draws by priority: takes PER_ALPHA and PER_BETA, "<kind> PER" in logs
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
+    # Each transition goes to its storage's next slot, so the memory holds the newest ones: the
+    # priority figure counts their ages as a ring's. False for a memory that writes its slots in
+    # another order (a reservoir): the figure then reads the ages slot by slot.
+    WRITES_RING = True
     # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py); a subclass's own
     # ADDED_KEYS add to these (checks.added_keys).

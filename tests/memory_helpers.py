@@ -20,6 +20,7 @@ class ReservoirMemory(UniformMemory):
 
     kind = "reservoir"
     RUN_SUFFIX = "_reservoir"
+    WRITES_RING = False
 
     def __init__(self, capacity: int, storage: SlotStorage | None = None, **options) -> None:
         super().__init__(capacity, storage, **options)

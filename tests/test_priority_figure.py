@@ -91,7 +91,7 @@ def test_a_memory_that_is_not_a_ring_is_counted_by_the_ages_it_holds():
     # A reservoir keeps a sample of everything it was given, not the newest transitions: the
     # ages it holds are not a ring's 0 .. size - 1, and the figure takes them from the slots
     # `store` returned.
-    stats = PriorityFigure(32, batch_size=8)
+    stats = PriorityFigure(32, batch_size=8, ring=ReservoirMemory.WRITES_RING)
     memory = ReservoirMemory(32, rng=0)
     stored: list[int] = []
     exposure, replays = np.zeros(AGE_BINS), np.zeros(AGE_BINS, np.int64)
@@ -112,16 +112,36 @@ def test_a_memory_that_is_not_a_ring_is_counted_by_the_ages_it_holds():
     np.testing.assert_array_equal(stats.exposure_by_age, exposure)
     np.testing.assert_array_equal(stats.replays_by_age, replays)
     np.testing.assert_allclose(stats.uniform_replays_by_age, exposure * 8 / 32)
-    # A ring of 32 holds no transition of age 31 or more (bins 5 and up); the reservoir does.
-    assert exposure[5:].sum() > 0
+    # A ring of 32 holds ages 0 .. 31, none of bins 6 and up; the reservoir does.
+    assert exposure[6:].sum() > 0
     # What a checkpoint keeps gives the same counts on.
-    restored = PriorityFigure(32, batch_size=8)
+    restored = PriorityFigure(32, batch_size=8, ring=False)
     restored.load_state_dict(save_and_load(stats.state_dict()))
     slots = memory.slots_of(memory.sample(8)[0])
     for figure in (stats, restored):
         figure.note_sample(slots, len(memory))
     np.testing.assert_array_equal(restored.exposure_by_age, stats.exposure_by_age)
-    assert not restored.in_ring_order
+
+
+RINGS = {kind: memory for kind, memory in MEMORIES.items() if memory.WRITES_RING}
+
+
+@pytest.mark.parametrize("kind", RINGS.values(), ids=RINGS)
+def test_a_ring_s_ages_by_formula_are_those_its_slots_hold(kind):
+    # WRITES_RING lets the figure count a ring's ages as 0 .. size - 1 without reading its slots:
+    # the counts are those of reading them, while it fills and once it wraps.
+    by_formula, by_slots = PriorityFigure(32, 8), PriorityFigure(32, 8, ring=False)
+    memory = kind(32, rng=0)
+    for i in range(100):
+        slot = memory.store(experience(i))
+        for figure in (by_formula, by_slots):
+            figure.note_store(slot)
+        if i >= 7:
+            slots = memory.slots_of(memory.sample(8)[0])
+            for figure in (by_formula, by_slots):
+                figure.note_sample(slots, len(memory))
+    np.testing.assert_array_equal(by_formula.exposure_by_age, by_slots.exposure_by_age)
+    assert by_formula.exposure_by_age[6:].sum() == 0  # a ring of 32 holds ages 0 .. 31 (bin 5)
 
 
 def test_uniform_memory_replays_every_age_at_the_uniform_rate():
@@ -170,7 +190,6 @@ def test_the_priority_figure_survives_a_checkpoint():
     restored.load_state_dict(arrays)
     for key, value in figure.state_dict().items():
         np.testing.assert_array_equal(restored.state_dict()[key], value)
-    assert restored.in_ring_order  # a ring's ages are 0 .. size - 1: none to count slot by slot
     assert restored.history == figure.history and len(figure.history) == 1  # gradient step 0
     assert restored.recent_batches == figure.recent_batches == 40
     bad = dict(arrays, **{"stats.replay_counts": np.zeros(3, dtype=np.int64)})
