@@ -262,6 +262,55 @@ def test_the_pages_show_a_timings_load_and_refuse_one_taken_on_a_busy_machine():
         "load average 1.5 before, 2.5 after (timed before the lock)")
 
 
+def test_a_timing_that_began_above_the_quiet_line_is_marked_so():
+    # On 2 cores the quiet line is QUIET_LOAD_PER_CORE x 2 (1.0): at the line is quiet, above
+    # it the label says the load it began at.
+    quiet = provenance.quiet_load(2)
+    assert quiet == pytest.approx(2 * provenance.QUIET_LOAD_PER_CORE)
+    assert provenance.load_label(timed(quiet, 1.5)) == (
+        f"load average {quiet:.1f} before, 1.5 after, 2 cores")
+    assert provenance.load_label(timed(quiet + 0.37, 1.5)) == (
+        f"load average {quiet + 0.37:.1f} before, 1.5 after, 2 cores (began at load "
+        f"{quiet + 0.37:.2f}, above the quiet line of {quiet:.1f})")
+
+
+def test_the_quiet_rule_on_the_benchmarks_page_is_rendered_from_its_constants(monkeypatch):
+    rule = render_docs.RENDERERS["quiet_rule"](Path("unused"))
+    assert f"at most {provenance.QUIET_LOAD_PER_CORE:g} per core" in rule
+    assert f"up to {provenance.QUIET_WITHIN:.0f} s" in rule
+    monkeypatch.setattr(provenance, "QUIET_WITHIN", 120.0)
+    monkeypatch.setattr(provenance, "QUIET_LOAD_PER_CORE", 0.25)
+    changed = render_docs.RENDERERS["quiet_rule"](Path("unused"))
+    assert "at most 0.25 per core" in changed and "up to 120 s" in changed
+    assert '"began at load L, above the quiet line of Q"' in changed
+
+
+def test_rounds_give_their_median_minimum_and_maximum():
+    assert timing.spread([3.0, 1.0, 2.0]) == timing.Spread(2.0, 1.0, 3.0, 3)
+    assert timing.spread([4.0, 1.0, 2.0, 3.0]) == timing.Spread(2.5, 1.0, 4.0, 4)
+    assert timing.spread(5.0) == timing.Spread(5.0, 5.0, 5.0, 1)  # an older file's one value
+    assert timing.spread([2.0, 4.0]).scaled(10) == timing.Spread(30.0, 20.0, 40.0, 2)
+    with pytest.raises(ValueError, match="no rounds"):
+        timing.spread([])
+    assert timing.shown(timing.spread([1.25, 1.0, 2.0]), "{:.2f}".format) == (
+        f"1.25 (1.00{DASH}2.00)")
+    assert timing.shown(timing.spread(1.25), "{:.2f}".format) == "1.25 (1 round)"
+
+
+def test_a_comparison_is_drawn_only_where_the_ranges_are_apart():
+    slow, fast = timing.spread([1.0, 2.0, 2.5]), timing.spread([3.0, 4.0, 5.0])
+    assert timing.ranges_apart(fast, slow) and timing.ranges_apart(slow, fast)
+    assert timing.ratio(fast, slow) == f"2.00{X} (ranges apart)"
+    assert timing.change(fast, slow) == "+100% (ranges apart)"
+    overlapping = timing.spread([2.4, 4.0, 5.0])
+    assert not timing.ranges_apart(overlapping, slow)
+    assert timing.ratio(overlapping, slow) == (
+        f"no clear difference (ranges overlap; medians 2.00{X})")
+    touching = timing.spread([2.5, 4.0, 5.0])  # its slowest round is the other's fastest
+    assert timing.ratio(touching, slow).startswith("no clear difference")
+    assert timing.ratio(timing.spread(4.0), slow) == f"2.00{X} (1 round: no range to compare)"
+
+
 def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path):
     runs = [(2, 6, "uniform", [10, 20]), (2, 6, "oracle", [5, 5]),
             (3, 14, "uniform", [40, None]), (3, 14, "oracle", [7, 9])]
