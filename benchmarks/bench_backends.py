@@ -107,10 +107,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.env_name, args.repeats)))
         return
-    try:
-        timing.check_rounds(args.rounds)
-    except ValueError as err:
-        parser.error(str(err))
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores; its children time under it
     print(f"command: python benchmarks/bench_backends.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")

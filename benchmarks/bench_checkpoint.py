@@ -36,10 +36,7 @@ def main() -> None:
     timing.add_rounds_argument(parser)
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
-    try:
-        timing.check_rounds(args.rounds)
-    except ValueError as err:
-        parser.error(str(err))
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores
 
     with tempfile.TemporaryDirectory() as directory:

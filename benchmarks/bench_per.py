@@ -151,10 +151,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
-    try:
-        timing.check_rounds(args.rounds)
-    except ValueError as err:
-        parser.error(str(err))
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores
     rng = np.random.default_rng(args.seed)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,9 +39,11 @@ def add_rounds_argument(parser: argparse.ArgumentParser, default: int = ROUNDS) 
 
 
 def check_rounds(rounds: int) -> None:
-    """A ValueError naming `--rounds` unless it is at least 1."""
+    """Exit with status 2 after one `error:` line naming `--rounds` unless it is at least 1,
+    before any work."""
     if rounds < 1:
-        raise ValueError(f"--rounds must be at least 1, got {rounds}")
+        print(f"error: --rounds must be at least 1, got {rounds}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 @dataclass(frozen=True)
