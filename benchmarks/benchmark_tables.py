@@ -116,6 +116,14 @@ def loop_seconds(measured: dict[str, Any], part: str | None = None) -> list[floa
                         else measured["parts"][part]["seconds"])
 
 
+def seconds_per_call(part: dict[str, Any]) -> list[float]:
+    """bench_atari.py's seconds per call of one part of the loop in each round (an older file's
+    one round: one count of calls)."""
+    seconds = round_values(part["seconds"])
+    calls = part["calls"] if isinstance(part["calls"], list) else [part["calls"]] * len(seconds)
+    return [value / count for value, count in zip(seconds, calls, strict=True)]
+
+
 def bench_atari(env_name: str, results: Path) -> str:
     """Microseconds per agent step of each part of the loop, before the fast path and now."""
     run = newest_results(results, "bench_atari", env_name=env_name)
@@ -415,9 +423,8 @@ def one_quantity(results: Path) -> str:
             raise ValueError(f"results file {run['file']} does not say its gradient steps per "
                              f"call: measure it again (python benchmarks/bench_atari.py "
                              f"--env-name {run['results']['env_name']})")
-        train = now["parts"]["train"]
-        return spread(train["seconds"]).scaled(
-            1e3 / (train["calls"] * now["gradient_steps_per_call"]))
+        return spread(seconds_per_call(now["parts"]["train"])).scaled(
+            1e3 / now["gradient_steps_per_call"])
 
     def backends(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         run = newest_results(results, "bench_backends", env_name=env_name)
@@ -508,9 +515,8 @@ def one_quantity(results: Path) -> str:
     seconds = kernels["results"]["gradient_step_seconds"]["Conv2D, XLA off"]
     row("Pong", "ms per gradient step", kernels, timed(spread(seconds).scaled(1e3), "{:.2f}"),
         "the same step, float32, in rounds that alternate with other networks' steps")
-    act = pong_now["parts"]["act"]
     row("Pong", "ms per greedy action", pong,
-        timed(spread(act["seconds"]).scaled(1e3 / act["calls"]), "{:.2f}"),
+        timed(spread(seconds_per_call(pong_now["parts"]["act"])).scaled(1e3), "{:.2f}"),
         "`act` in the loop: ε-greedy at 0.01, so nearly every call runs the network; one call "
         "in `TRAIN_FREQUENCY` right after a gradient step")
     row("Pong", "ms per greedy action", run, timed(spread(found["act_ms"]), "{:.2f}"),
