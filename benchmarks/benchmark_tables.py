@@ -195,6 +195,25 @@ def bench_backends(games: list[str], results: Path) -> str:
     return markdown_table(header, rows)
 
 
+def bench_backends_ratios(games: list[str], results: Path) -> str:
+    """TensorFlow's time over JAX's for each call bench_backends.py times, per game: above 1
+    JAX is faster, a comparison drawn only where the rounds' ranges are apart."""
+    rows, columns = [], None
+    for game in games:
+        backends = newest_results(results, "bench_backends", env_name=game)["results"]["backends"]
+        tensorflow, jax = backends.get("tensorflow", {}), backends.get("jax", {})
+        if not tensorflow or not jax or "failed" in tensorflow or "failed" in jax:
+            continue
+        columns = columns or sorted(tensorflow["step_ms"], key=int)
+        figures = [*((tensorflow["step_ms"][steps], jax["step_ms"][steps]) for steps in columns),
+                   (tensorflow["act_ms"], jax["act_ms"])]
+        rows.append([GAMES.get(game, game), *(timing.ratio(spread(ours), spread(theirs))
+                                              for ours, theirs in figures)])
+    header = ["game", *(f"gradient step, {steps} per call" for steps in columns or ["1", "16"]),
+              "greedy action"]
+    return markdown_table(header, rows)
+
+
 def speed_per_call(measured: dict[str, Any], steps: int) -> Spread:
     """bench_steps_per_call.py's agent steps/s of one game and backend at `steps` per call, over
     its windows."""
@@ -249,6 +268,16 @@ def bench_pong_kernels(results: Path) -> str:
              f"each figure over {found['rounds']} alternating rounds, a round's value the median "
              f"of its {found['calls_per_round']} calls", load(run)]
     return steps + "\n" + actions + stamp_line(run, *facts)
+
+
+def pong_xla(results: Path) -> str:
+    """Pong's `Conv2D` gradient step with XLA over without it (bench_pong_kernels.py's rounds),
+    a comparison only where the ranges are apart."""
+    run = newest_results(results, "bench_pong_kernels")
+    seconds = run["results"]["gradient_step_seconds"]
+    on, off = spread(seconds["Conv2D, XLA on"]), spread(seconds["Conv2D, XLA off"])
+    return (f"{timing.ratio(on, off)}: `{run['command']}` on {provenance.machine_label(run)}, "
+            f"commit {provenance.commit_label(run)}, {load(run)}.\n")
 
 
 def rate(per_second: float) -> str:
