@@ -99,9 +99,10 @@ def bench_per(results: Path) -> str:
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
-def timed(figure: Spread, form: str) -> str:
-    """A timed figure's cell: `form` (a format string) for its median, minimum and maximum."""
-    return timing.shown(figure, form.format)
+def timed(figure: Spread, form: str, unit: str = "") -> str:
+    """A timed figure's cell: `form` (a format string) for its median, minimum and maximum,
+    `unit` after the median."""
+    return timing.shown(figure, form.format, unit)
 
 
 def round_values(values: float | list[float]) -> list[float]:
@@ -318,8 +319,8 @@ def bench_tensorboard(results: Path) -> str:
     sample = {label: spread(values) for label, values in found["sample_128_microseconds"].items()}
     facts = [f"{found['total_steps']:,}-step CartPole runs",
              "`Memory.sample(128)` on a full 50,000-slot memory "
-             f"{timed(sample['without replay statistics'], '{:.1f}')} µs without the replay "
-             f"statistics, {timed(sample['with replay statistics'], '{:.1f}')} µs with them",
+             f"{timed(sample['without replay statistics'], '{:.1f}', ' µs')} without the replay "
+             f"statistics, {timed(sample['with replay statistics'], '{:.1f}', ' µs')} with them",
              load(run)]
     rounds = found.get("rounds", found.get("repeats"))
     return markdown_table(["variant", f"ms per env step ({rounds} runs)",
@@ -354,9 +355,9 @@ def bench_checkpoint(results: Path) -> str:
     rows.append(["**total**", f"**{sum(sizes.values()) / 1e6:,.1f}**"])
     facts = [f"{found['env_name']}, {found['transitions']:,} transitions in a "
              f"{found['memory_size']:,}-slot replay",
-             f"saved in {timed(spread(found['save_seconds']), '{:.1f}')} s "
+             f"saved in {timed(spread(found['save_seconds']), '{:.1f}', ' s')} "
              f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
-             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}')} s", load(run)]
+             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}", load(run)]
     return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
 
 
@@ -404,8 +405,8 @@ def bench_apex_costs(results: Path) -> str:
               "block_transfer", "µs"),
              (f"Ray: weights published and pulled ({costs['weights_bytes'] / 1e6:.2f} MB)",
               "weights_publish_and_pull", "ms")]
-    rows = [[name, timed(spread(costs[key]).scaled(1e3), "{:.3f}") + " ms" if unit == "ms"
-             else timed(spread(costs[key]).scaled(1e6), "{:.1f}") + " µs"]
+    rows = [[name, timed(spread(costs[key]).scaled(1e3), "{:.3f}", " ms") if unit == "ms"
+             else timed(spread(costs[key]).scaled(1e6), "{:.1f}", " µs")]
             for name, key, unit in parts]
     return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run))
 

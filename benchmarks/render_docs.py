@@ -141,16 +141,16 @@ def default_run(results: Path) -> str:
     the rounds it ran, whole numbers)."""
     run = tables.newest_results(results, "default_run")
 
-    def timed(values: float | list[float]) -> str:
-        return tables.timed(spread(values), "{:,.0f}")
+    def timed(values: float | list[float], unit: str = "") -> str:
+        return tables.timed(spread(values), "{:,.0f}", unit)
 
     found = run["results"]
     solved = (f"at step {found['solved_at_step']:,}" if found["solved_at_step"] is not None
               else "not solved")
     rows = [("command", f"`{run['command']}`"),
-            ("time", f"{timed(found['seconds'])} s in all, {timed(found['evaluation_seconds'])} "
-                     f"s of them greedy evaluations; {timed(found['training_steps_per_second'])} "
-                     "training steps per second"),
+            ("time", f"{timed(found['seconds'], ' s')} in all, "
+                     f"{timed(found['evaluation_seconds'], ' s')} of them greedy evaluations; "
+                     f"{timed(found['training_steps_per_second'])} training steps per second"),
             ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),
             ("final evaluation (20 greedy episodes)", f"{found['final_evaluation']:.1f}"),
             ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run)),

@@ -59,10 +59,6 @@ class Spread:
         """The same rounds in another unit (`factor` > 0): milliseconds from seconds, say."""
         return Spread(self.median * factor, self.low * factor, self.high * factor, self.rounds)
 
-    def inverted(self, factor: float = 1.0) -> Spread:
-        """`factor / value` of every round: a speed from a time per step, or back."""
-        return Spread(factor / self.median, factor / self.high, factor / self.low, self.rounds)
-
 
 def spread(values: float | Sequence[float]) -> Spread:
     """(median, min, max) of a figure's rounds; one number (an older file's) is one round."""
@@ -72,17 +68,13 @@ def spread(values: float | Sequence[float]) -> Spread:
     return Spread(statistics.median(rounds), min(rounds), max(rounds), len(rounds))
 
 
-def rounds_per_step(values: float | Sequence[float], steps: float) -> list[float]:
-    """Each round's value divided by `steps` (a round's seconds per step, say)."""
-    return [value / steps for value in ([values] if isinstance(values, int | float) else values)]
-
-
-def shown(figure: Spread, form: Callable[[float], str]) -> str:
+def shown(figure: Spread, form: Callable[[float], str], unit: str = "") -> str:
     """A figure in a table cell: its median, then its minimum and maximum joined by an en dash
-    in brackets, or "1,234 (1 round)" where there is no range to give."""
+    in brackets, or "1,234 (1 round)" where there is no range to give; `unit` (" ms") after
+    the median."""
     if figure.rounds == 1:
-        return f"{form(figure.median)} (1 round)"
-    return f"{form(figure.median)} ({form(figure.low)}{DASH}{form(figure.high)})"
+        return f"{form(figure.median)}{unit} (1 round)"
+    return f"{form(figure.median)}{unit} ({form(figure.low)}{DASH}{form(figure.high)})"
 
 
 def ranges_apart(first: Spread, second: Spread) -> bool:

@@ -571,14 +571,59 @@ def test_steps_per_call_shows_each_game_s_gain_and_whether_it_clears_the_bar(tmp
             "tensorflow": {"preset": 16, "steps_per_second": {"1": [100.0, 90.0, 110.0],
                                                                "16": [150.0, 160.0, 140.0]}},
             "jax": {"preset": 16, "steps_per_second": {"1": [100.0, 100.0, 100.0],
-                                                        "16": [110.0, 114.0, 120.0]}}}}})
+                                                        "16": [110.0, 114.0, 120.0]}}},
+            "Acrobot-v1": {"tensorflow": {"preset": 16, "steps_per_second": {
+                "1": [100.0, 90.0, 130.0], "16": [125.0, 150.0, 140.0]}}}}})
     rows = render_docs.RENDERERS["bench_steps_per_call"](tmp_path).splitlines()
-    assert rows[2:4] == [f"| CartPole | tensorflow | 16 | 100 (90.0{DASH}110) "
+    assert rows[2:5] == [f"| CartPole | tensorflow | 16 | 100 (90.0{DASH}110) "
                          f"| 150 (140{DASH}160) | +50% (ranges apart) | yes |",
                          f"| CartPole | jax | 16 | 100 (100{DASH}100) | 114 (110{DASH}120) "
-                         "| +14% (ranges apart) | **no** |"]
-    assert rows[5].startswith(f"3 alternating windows of 4,096 agent steps each; "
+                         "| +14% (ranges apart) | **no** |",
+                         # +40% at the medians, but the slowest K round is below 1's fastest
+                         f"| Acrobot-v1 | tensorflow | 16 | 100 (90.0{DASH}130) "
+                         f"| 140 (125{DASH}150) | no clear difference (ranges overlap; medians "
+                         "+40%) | **no** |"]
+    assert rows[6].startswith(f"3 alternating windows of 4,096 agent steps each; "
                               f"{LOAD}. `python benchmarks/bench_steps_per_call.py`")
+
+
+def test_the_backends_ratios_are_tensorflow_over_jax_drawn_only_where_apart(tmp_path):
+    def backend(step_1: list[float], step_16: list[float], act: float) -> dict:
+        return {"device": "cpu", "step_ms": {"1": step_1, "16": step_16}, "act_ms": act,
+                "act_after_step_ms": act}
+
+    write_bench(tmp_path, "bench_backends", "20261128T000000Z", {
+        "env_name": "CartPole-v1", "backends": {
+            "tensorflow": backend([2.0, 2.1, 1.9], [1.0, 1.2, 0.9], 0.5),
+            "jax": backend([1.0, 1.1, 0.9], [1.0, 0.8, 1.1], 0.25)}})
+    write_bench(tmp_path, "bench_backends", "20261128T010000Z", {  # no JAX: no row
+        "env_name": "PongNoFrameskip-v4", "backends": {
+            "tensorflow": backend([9.0], [8.0], 1.0), "jax": {"failed": "ImportError: no jax"}}})
+    table = benchmark_tables.bench_backends_ratios(["PongNoFrameskip-v4", "CartPole-v1"],
+                                                   tmp_path)
+    assert table.splitlines() == [
+        "| game | gradient step, 1 per call | gradient step, 16 per call | greedy action |",
+        "|---|---|---|---|",
+        f"| CartPole | 2.00{X} (ranges apart) | no clear difference (ranges overlap; medians "
+        f"1.00{X}) | 2.00{X} (1 round: no range to compare) |"]
+
+
+def test_pong_s_xla_ratio_is_drawn_only_where_the_ranges_are_apart(tmp_path):
+    write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {"gradient_step_seconds": {
+        "Conv2D, XLA off": [0.020, 0.021, 0.022], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
+    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(f"1.24{X} (ranges apart): ")
+    write_bench(tmp_path, "bench_pong_kernels", "20261128T010000Z", {"gradient_step_seconds": {
+        "Conv2D, XLA off": [0.020, 0.021, 0.026], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
+    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(
+        f"no clear difference (ranges overlap; medians 1.24{X}): ")
+
+
+def test_a_bad_rounds_count_is_one_error_line(capsys):
+    timing.check_rounds(1)
+    with pytest.raises(SystemExit) as exit_info:
+        timing.check_rounds(0)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: --rounds must be at least 1, got 0\n"
 
 
 @pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
