@@ -265,9 +265,11 @@ def bench_pong_kernels(results: Path) -> str:
                              [[name, timed(spread(seconds).scaled(1e3), "{:.3f}")]
                               for name, seconds in found["greedy_action_seconds"].items()])
     facts = [f"a gradient step (batch {found['batch_size']}) is {flops / 1e9:.2f} GFLOP",
-             f"float32 matmul {timed(matmul.scaled(1e-9), '{:.0f}')} GFLOP/s",
+             f"float32 matmul {timed(matmul.scaled(1e-9), '{:.0f}', ' GFLOP/s')}",
              f"each figure over {found['rounds']} alternating rounds, a round's value the median "
-             f"of its {found['calls_per_round']} calls", load(run)]
+             f"of its {found['calls_per_round']} calls"
+             + ("" if matmul.rounds > 1 else " (the rounds not kept: one median each)"),
+             load(run)]
     return steps + "\n" + actions + stamp_line(run, *facts)
 
 
