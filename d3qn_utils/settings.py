@@ -300,9 +300,16 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
     """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
-    --model or --record without --test, or a --record path that cannot be written."""
+    --model or --record without --test, --test with --resume, an empty --resume, or a --record
+    path that cannot be written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
+    if resume == "":
+        raise ValueError("--resume '' names no checkpoint: give a step-* directory, or --resume "
+                         "alone for the newest")
+    if test and resume is not None:
+        raise ValueError("--test and --resume exclude each other: --test plays a saved network, "
+                         "--resume continues a training run")
     for flag, value in (("--model", model), ("--record", record)):
         if value is not None and not test:
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
