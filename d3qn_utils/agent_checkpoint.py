@@ -40,7 +40,7 @@ import h5py
 import numpy as np
 
 from d3qn_utils import run_files
-from d3qn_utils.atomic_files import read_arrays, write_arrays
+from d3qn_utils.atomic_files import atomic_file, read_arrays, write_arrays
 from d3qn_utils.checks import is_integer
 from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
@@ -89,7 +89,14 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             network.save_weights(directory / file)
 
-    return str(run_files.write_checkpoint(checkpoint_root, run, step, write, size=size))
+    def update(directory: Path) -> None:  # the networks saved since (a final evaluation's)
+        saved = json.loads((directory / "progress.json").read_text())
+        saved["run"]["networks"] = run.networks
+        with atomic_file(directory / "progress.json") as temporary:
+            temporary.write_text(json.dumps(saved, indent=1))
+
+    return str(run_files.write_checkpoint(checkpoint_root, run, step, write, size=size,
+                                          update_files=update))
 
 
 def newest_intact(candidates: Iterable[Path], config: Namespace, where: str) -> str:
@@ -148,10 +155,11 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
         if not is_integer(step):
             raise ValueError(f"checkpoint file {directory / 'progress.json'} is corrupt: step "
                              f"{step!r}")
-        if config.total_steps <= step:
-            raise ValueError(f"--total-steps {config.total_steps} is at or below step {step} of "
-                             f"checkpoint {directory}: a resumed run trains on to --total-steps, "
-                             f"so give more than {step}")
+    if config.total_steps <= step:
+        raise ValueError(f"--total-steps {config.total_steps} is at or below step {step} of "
+                         f"checkpoint {directory}: a resumed run trains on to --total-steps, so "
+                         f"give more than {step}")
+    with naming_an_intact_one(checkpoint_root, directory, config, where == run_files.LATEST):
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             try:
                 network.load_weights(directory / file)
@@ -166,8 +174,9 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
     if unrecorded:
         lines += ("; flags the checkpoint does not record (made before they were), at this run's "
                   "value: " + ", ".join(unrecorded))
-    notes = [best_model_note(best_model, training_run.networks, saved["progress"])]
-    if later := run_files.later_checkpoints(directory):
+    later = run_files.later_checkpoints(directory)
+    notes = [best_model_note(best_model, training_run.networks, saved["progress"], later)]
+    if later:
         notes.append(f"{directory.parent} holds checkpoints after step {step} "
                      f"({', '.join(path.name for path in later)}), of the branch this resume "
                      "leaves: this run's next checkpoint replaces them")
@@ -176,28 +185,42 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
                       run["flags"], lines)
 
 
-def best_model_note(best_model: str, networks: dict[str, str] | None, progress: dict[str, Any]
-                    ) -> str | None:
+def best_model_note(best_model: str, networks: dict[str, str] | None, progress: dict[str, Any],
+                    later: Sequence[Path]) -> str | None:
     """The note for a resumed run whose best network, `best_model`, is not the one it saved (by
-    the digests `networks`; None: not recorded), which then counts its best afresh: progress's
-    best evaluation becomes -inf and the file leaves `networks`. None if it is the run's, or if
-    the run saved none."""
+    the digests `networks`; None: not recorded; the run's `later` checkpoints tell whether its
+    branch left replaced it), which then counts its best afresh: progress's best evaluation
+    becomes -inf and the file leaves `networks`. None if it is the run's, or if it saved none."""
     best = progress.get("best_evaluation")
     if not (isinstance(best, (int, float)) and math.isfinite(best)):
         return None  # no evaluation yet, no best network saved
     if networks is None:
         return (f"{best_model} is not checked: the checkpoint records no digest of the networks "
                 "its run saved (it was written before checkpoints did)")
-    path, on_disk = os.path.abspath(best_model), run_files.file_digest(best_model)
+    path, on_disk = os.path.basename(best_model), run_files.file_digest(best_model)
     if on_disk is not None and networks.get(path) == on_disk:
         return None
-    why = ("it is missing" if on_disk is None else "another run replaced it" if path in networks
-           else "this run did not save it")
+    if on_disk is None:
+        why = "it is missing"
+    elif on_disk in later_digests(later, path):
+        why = "the branch this resume leaves replaced it"
+    else:
+        why = "another run replaced it" if path in networks else "this run did not save it"
     networks.pop(path, None)
     progress["best_evaluation"] = -math.inf
     return (f"{best_model} is not the network this run saved as its best (mean {best:.1f}): "
             f"{why}; the resumed run saves its next evaluated network there and counts its best "
             "from it")
+
+
+def later_digests(later: Sequence[Path], path: str) -> set[str]:
+    """The digests of the network file named `path` that the checkpoints `later` record (none
+    from one that does not read)."""
+    digests = set()
+    for directory in later:
+        with contextlib.suppress(ValueError):
+            digests.add((read_progress(directory)["run"].get("networks") or {}).get(path))
+    return digests - {None}
 
 
 @contextlib.contextmanager

@@ -87,17 +87,17 @@ class TrainingRun:
     run_id: str  # the directory of its checkpoints under the checkpoint root: run-20250101-120000
     started: str  # local time of its fresh start: 2025-01-01 12:00:00
     lock: RunLock | None = None  # held while it trains
-    # SHA-256 of each network file the run saved, by absolute path, for a resume to check that
-    # the file is still the run's; None: not recorded (a checkpoint written before they were).
+    # SHA-256 of each network file the run saved, by file name (a resume may name another
+    # --model-dir), for a resume to check that the file is still the run's; None: not recorded
+    # (a checkpoint written before they were).
     networks: dict[str, str] | None = field(default_factory=dict)
-    # The checkpoint steps this process wrote: one written again at a step (a stop right after
-    # a checkpoint) holds the same state, so it is not rewritten.
+    # The checkpoint steps this process wrote (`write_checkpoint` writes none of them again).
     steps_written: set[int] = field(default_factory=set)
 
     def wrote(self, path: str) -> None:
         """Record the digest of the network file `path` that the run has just saved."""
         if self.networks is not None:
-            self.networks[os.path.abspath(path)] = file_digest(path)
+            self.networks[os.path.basename(path)] = file_digest(path)
 
     def hold(self, lock: RunLock) -> None:
         """Hold `lock`, the lock of the run's files, until the run ends (`__exit__`)."""
@@ -180,16 +180,20 @@ def remove_leftovers(outputs: Sequence[str], checkpoint_root: str) -> None:
 
 
 def write_checkpoint(checkpoint_root: str, run: TrainingRun, step: int,
-                     write_files: Callable[[Path], None], size: int) -> Path:
+                     write_files: Callable[[Path], None], size: int,
+                     update_files: Callable[[Path], None]) -> Path:
     """Write checkpoint `step` of `run` under `checkpoint_root` atomically (`write_files` fills a
     temporary directory, renamed into place once on disk), replacing one of this step that this
     process did not write (`atomic_files.replace_directory`), then removing the run's checkpoints
-    of later steps (a branch this run left) and all but its newest two. WriteError if the disk
-    has under `size` bytes free or a write fails, nothing of it left."""
+    of later steps (a branch this run left) and all but its newest two. One this process wrote
+    at this step holds the same state (a stop right after a checkpoint): `update_files` brings
+    what may have changed since up to date in it. WriteError if the disk has under `size` bytes
+    free or a write fails, nothing of it left."""
     root = Path(checkpoint_root) / run.run_id
     final = root / f"{PREFIX}{step:010d}"
     temporary = atomic_files.temporary_path(final)
-    if step in run.steps_written and final.exists():  # e.g. Ctrl-C right after a checkpoint
+    if step in run.steps_written and final.exists():
+        update_files(final)
         return final
     try:
         root.mkdir(parents=True, exist_ok=True)
