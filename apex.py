@@ -42,13 +42,16 @@ import ray
 
 from ape_x.connection import check_reachable, connect_ray
 from ape_x.learner import Learner
-from d3qn_utils import games, settings, training_session
+from d3qn_utils import games, run_files, settings, training_session
 from d3qn_utils.settings import (
     AT_LEAST_ONE,
+    DIRECTORY_OR_NONE,
+    EVAL_EPISODES_RANGE,
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_OR_NONE,
     POSITIVE_SIZES,
+    SEED_RANGE,
     UNIT,
     Flag,
     Preset,
@@ -123,13 +126,13 @@ APEX_FLAGS: dict[str, Flag] = {
     "ddqn": Flag(True),
     "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
     "eval_every": Flag(2_000, AT_LEAST_ONE),
-    "eval_episodes": Flag(20, AT_LEAST_ONE),
+    "eval_episodes": Flag(20, EVAL_EPISODES_RANGE),
     "stop_when_solved": Flag(False),
     "log_every": Flag(10.0, POSITIVE),
-    "seed": Flag(0),
+    "seed": Flag(0, SEED_RANGE),
     "model_dir": Flag("models"),
     "plot_dir": Flag("plots"),
-    "tensorboard": Flag(None, kind=str, alone=True),
+    "tensorboard": Flag(None, DIRECTORY_OR_NONE, kind=str, alone=True),
     "address": Flag(None, kind=str),
     "connect_timeout": Flag(10.0, POSITIVE),
     "actor_restarts": Flag(10, NON_NEGATIVE),
@@ -205,8 +208,10 @@ def check_backend() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point. A Keras backend other than TensorFlow, bad flags or presets, an
-    unknown environment or an unreachable cluster print one `error:` line and return 2 (before
-    any actor starts); otherwise the run's own exit code (`run_until_stopped`)."""
+    unknown environment, an unreachable cluster or another run writing the same files print one
+    `error:` line and return 2 (before any actor starts), Ctrl-C before the run one `stopped:`
+    line and 130; otherwise the run's own exit code (`run_until_stopped`), the run holding the
+    lock of its files (run_files.py) throughout."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = settings.build_parser(
@@ -226,14 +231,24 @@ def main(argv: list[str] | None = None) -> int:
         if address:
             check_reachable(address, config.connect_timeout)
         learner = Learner(config)
-        connect_ray(config, address)
+        plot_path = learner.report.plot_path
+        # The lock of the run's files: no second run writes them meanwhile.
+        lock = run_files.take_lock((learner.model_path, learner.last_model_path, plot_path))
+        with lock.released_on_error():
+            for note in run_files.earlier_runs(learner.model_path, plots=[plot_path]):
+                print(f"note: {note}", flush=True)
+            connect_ray(config, address)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before `run_until_stopped` takes Ctrl-C over
+        ray.shutdown()  # a local Ray that was starting
+        return training_session.stopped_by_ctrl_c("before the run started")
     try:
         return run_until_stopped(learner)
     finally:
         ray.shutdown()
+        lock.release()
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -48,12 +47,14 @@ from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: befo
 import numpy as np
 
 from benchmarks import provenance
+from d3qn_utils import atomic_files, run_files
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
 # ---- Hyperparameters (each one is a command-line flag, see --help) ----
 MIN_N = 2  # shortest chain
 MAX_N = 12  # longest chain; the memory then holds 2^13 - 2 = 8190 transitions
+LONGEST_CHAIN = 16  # the largest --max-n: the memory and the time at least double with each n
 SEEDS = 10  # independent runs per chain length and method
 SEED = 0  # first seed; the runs use SEED, SEED + 1, ...
 METHODS = ("uniform", "proportional", "rank", "greedy", "oracle")  # replay schemes to compare
@@ -371,8 +372,9 @@ def format_table(results: dict, methods: list[str], budget_per_transition: float
     return "\n".join(lines)
 
 
-def plot(results: dict, methods: list[str], path: str) -> None:
-    """Updates vs memory size on log-log axes: median line, min-max band per method.
+def plot(results: dict, methods: list[str], path: str, source: Path) -> None:
+    """Updates vs memory size on log-log axes: median line, min-max band per method, saved to
+    `path` atomically with the name of its results file, `source`, in the PNG.
 
     `methods` are the column labels of `results`; extra proportional columns (one per priority
     eps) are drawn in lighter blues.
@@ -408,8 +410,9 @@ def plot(results: dict, methods: list[str], path: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_files.atomic_file(path) as temporary:
+        fig.savefig(temporary, dpi=120)
+        provenance.name_figure_source(temporary, source)
     plt.close(fig)
 
 
@@ -446,24 +449,75 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ValueError naming the first flag whose value cannot work, before any run: each number in
+    its range, the chain short enough to finish, the figure and the results file writable."""
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown or not args.methods:
-        parser.error(
-            f"--methods: unknown {', '.join(unknown) or 'empty list'}; choose from "
-            + ", ".join(METHODS)
-        )
+        raise ValueError(f"--methods: unknown {', '.join(unknown) or 'empty list'}; choose from "
+                         + ", ".join(METHODS))
     if not 1 <= args.min_n <= args.max_n:
-        parser.error(f"need 1 <= --min-n <= --max-n, got {args.min_n} and {args.max_n}")
-    for flag in ("seeds", "step_size", "q_init_std", "mse_tolerance", "budget_per_transition"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+        raise ValueError(f"need 1 <= --min-n <= --max-n, got {args.min_n} and {args.max_n}")
+    if args.max_n > LONGEST_CHAIN:
+        raise ValueError(f"--max-n must be at most {LONGEST_CHAIN}, got {args.max_n}: the memory "
+                         "holds 2^(n+1) - 2 transitions, so each n doubles it and at least "
+                         "doubles the time")
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if not 0 < args.step_size <= 1:  # NaN fails every comparison
+        raise ValueError(f"--step-size must be in (0, 1], got {args.step_size}: a step of 1 "
+                         "moves Q onto its update's target, a larger one past it")
+    for flag in ("q_init_std", "mse_tolerance", "budget_per_transition"):
+        if not 0 < getattr(args, flag) < math.inf:
+            raise ValueError(f"--{flag.replace('_', '-')} must be positive and finite, got "
+                             f"{getattr(args, flag)}")
     bad_epsilons = [eps for eps in args.priority_epsilon if not 0 < eps < math.inf]
     if bad_epsilons:
-        parser.error(f"--priority-epsilon must be positive and finite, got {bad_epsilons[0]}")
+        raise ValueError(f"--priority-epsilon must be positive and finite, got {bad_epsilons[0]}")
     for flag in ("alpha_proportional", "alpha_rank"):
-        if getattr(args, flag) < 0:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    return args
+        if not 0 <= getattr(args, flag) < math.inf:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 0 and finite, got "
+                             f"{getattr(args, flag)}")
+    if Path(args.plot_path).suffix.lower() != ".png":
+        raise ValueError(f"--plot-path must end in .png, got {args.plot_path}: the figure is a "
+                         "PNG that names its results file")
+    run_files.check_writable("--plot-path", args.plot_path, directory=False)
+    if not args.replot:
+        run_files.check_writable("--results", args.results, directory=False)
+
+
+def read_results(path: Path) -> tuple[dict, list[str]]:
+    """The update counts (per chain length and column) and the column labels of a results file
+    this script wrote; ValueError naming --replot and `path` if it is missing or another's."""
+    try:
+        measured = json.loads(path.read_text())
+    except OSError as error:
+        raise ValueError(f"--replot {path} cannot be read: {atomic_files.reason(error)}"
+                         ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--replot {path} is not a JSON results file ({error})") from None
+    found = measured.get("results") if isinstance(measured, dict) else None
+    columns = found.get("columns") if isinstance(found, dict) else None
+    rows = found.get("runs") if isinstance(found, dict) else None
+    if not (isinstance(columns, list) and columns and isinstance(rows, list) and rows
+            and all(isinstance(column, str) for column in columns)
+            and all(is_results_row(row, columns) for row in rows)):
+        raise ValueError(f"--replot {path} is not a results file of blind_cliffwalk.py (its "
+                         "\"results\" hold the \"columns\" and the \"runs\" of a measurement)")
+    return {(row["n"], row["column"]): row["updates"] for row in rows}, columns
+
+
+def is_results_row(row: object, columns: list[str]) -> bool:
+    """Whether `row` is one chain length and column of a results file: its updates per seed."""
+    return (isinstance(row, dict) and type(row.get("n")) is int and row["n"] >= 1
+            and row.get("column") in columns and isinstance(row.get("updates"), list)
+            and bool(row["updates"])
+            and all(updates is None or type(updates) is int for updates in row["updates"]))
 
 
 def table_columns(
@@ -479,17 +533,41 @@ def table_columns(
     return columns
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every (n, column, seed), print the table and save the plot (its PNG names the results
-    file); with --replot, draw the plot again from a results file alone."""
-    args = parse_args(argv)
-    if args.replot:
-        measured = json.loads(args.replot.read_text())["results"]
-        plot({(row["n"], row["column"]): row["updates"] for row in measured["runs"]},
-             measured["columns"], args.plot_path)
-        provenance.name_figure_source(Path(args.plot_path), args.replot)
-        print(f"plot: {args.plot_path}, drawn from {args.replot}")
-        return
+    file); with --replot, draw the plot again from a results file alone. Returns the exit code:
+    2 after one `error:` line for bad input (before any run), 1 after one for a write that
+    failed, 130 after Ctrl-C."""
+    written: list[str] = []  # what this run wrote, to say after Ctrl-C
+    try:
+        args = parse_args(argv)
+        check_args(args)
+        measured = read_results(args.replot) if args.replot else None
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if note := run_files.shipped_note(*run_files.shipped(
+            [args.plot_path, *([] if args.replot else [str(args.results)])])):
+        print(f"note: {note}", flush=True)
+    try:
+        if measured is not None:
+            plot(*measured, args.plot_path, args.replot)
+            print(f"plot: {args.plot_path}, drawn from {args.replot}")
+        else:
+            run(args, written)
+    except KeyboardInterrupt:
+        print(f"interrupted by Ctrl-C; {' and '.join(written) or 'nothing'} written",
+              file=sys.stderr)
+        return 130
+    except (atomic_files.WriteError, OSError) as error:  # a disk that filled during the runs
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace, written: list[str]) -> None:
+    """Run every (n, column, seed) of `args`, print the table, save the plot and the results
+    file, adding to `written` each path once it is written."""
     code = provenance.commit()  # before the runs: the checkout may move on meanwhile
     columns = table_columns(args.methods, args.priority_epsilon)
     results = {}
@@ -509,10 +587,11 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(results, labels, args.budget_per_transition))
     if "proportional" in args.methods:
         print(f"proportional priority eps: {', '.join(f'{e:g}' for e in args.priority_epsilon)}")
-    plot(results, labels, args.plot_path)
+    plot(results, labels, args.plot_path, args.results)
+    written.append(args.plot_path)
     print(f"plot: {args.plot_path}; wall time {time.perf_counter() - start:.1f} s")
     write_results(args, results, labels, time.perf_counter() - start, code)
-    provenance.name_figure_source(Path(args.plot_path), args.results)
+    written.append(str(args.results))
 
 
 def write_results(args: argparse.Namespace, results: dict, labels: list[str],
@@ -529,4 +608,4 @@ def write_results(args: argparse.Namespace, results: dict, labels: list[str],
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

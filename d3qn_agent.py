@@ -27,7 +27,7 @@ from keras import ops
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
 from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import added_keys, discrete_actions, with_added_keys
+from d3qn_utils.checks import added_keys, box_observations, discrete_actions, with_added_keys
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
@@ -37,8 +37,10 @@ from d3qn_utils.greedy_policy import (
     play_greedy,
     unclipped_score,
 )
+from d3qn_utils.network_size import check_mlp_fits
+from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
-from d3qn_utils.training_session import NonFiniteError
+from d3qn_utils.training_session import NonFiniteError, StopRequest
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
@@ -78,7 +80,7 @@ TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
 # its cost (priorities up to 15 steps old): docs/benchmarks.md, "Several gradient steps per call"
 XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
-BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on AVX512_BF16, AMX
+BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
@@ -92,13 +94,10 @@ PLOT_DIR = "plots"  # where the learning curve and the priority figure go
 TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
 TENSORBOARD_EVERY = 100  # gradient steps between TensorBoard's training scalars (loss, |TD|, ...)
 
-# The replay variants by name (a memory's `kind`); USE_PER and PER_RANK_BASED pick one of them.
+# The replay variants by name (a memory's `kind`); USE_PER and PER_RANK_BASED pick one of them,
+# `replay_variant(USE_PER, PER_RANK_BASED)`: proportional PER, rank-based with PER_RANK_BASED,
+# uniform without USE_PER (d3qn_utils/replay_memory.py's VARIANT_PICKS, the presets' too).
 REPLAY_MEMORIES = {memory.kind: memory for memory in (UniformMemory, Memory, RankBasedMemory)}
-
-
-def replay_variant(use_per: bool, rank_based: bool) -> str:
-    """The name of the replay memory the flags pick: PER's `Memory` unless they say otherwise."""
-    return (RankBasedMemory if rank_based else Memory).kind if use_per else UniformMemory.kind
 
 
 # ---- Network -------------------------------------------------------------------------------------
@@ -217,7 +216,7 @@ class DQNAgent:
         self.env = training_session.FiniteSteps(env, steps_taken=lambda: self.step)
         self.action_size = discrete_actions(config.env_name, self.env.action_space)
         self.env.action_space.seed(config.seed)
-        self.state_shape = tuple(self.env.observation_space.shape)
+        self.state_shape = box_observations(config.env_name, self.env.observation_space)
         self.state_dtype = self.env.observation_space.dtype
         self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
@@ -238,6 +237,8 @@ class DQNAgent:
         self.MEMORY = memory_class(config.memory_size, **replay_options)
 
         image_torso = torso(config.env_name)  # None: vector states, the MLP
+        check_mlp_fits(self.state_shape, config.hidden_units, self.action_size, config.dueling,
+                       config.batch_size)  # before the networks are built
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16, image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
@@ -269,7 +270,7 @@ class DQNAgent:
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),
-            prioritized=memory_class.PRIORITIZED,
+            prioritized=memory_class.PRIORITIZED, ring=memory_class.WRITES_RING,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
                 self.first_gradient_step(), config.total_steps, config.learning_starts))
@@ -403,6 +404,8 @@ class DQNAgent:
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            if self.step and self.step % config.eval_every == 0 and self.unevaluated():
+                self.evaluate_and_keep_best(stop)  # resumed: the one a stop signal cut short
             while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
@@ -427,12 +430,12 @@ class DQNAgent:
                                         self.PlotModel(score))
                     self.start_episode()
                 if self.step % config.eval_every == 0:
-                    self.evaluate_and_keep_best()
+                    self.evaluate_and_keep_best(stop)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
             stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
-            if not stopped and (not self.evaluations or self.evaluations[-1][0] != self.step):
-                self.evaluate_and_keep_best()
+            if not stopped and self.unevaluated():
+                stopped = not self.evaluate_and_keep_best(stop)  # a stop signal cuts it short
             checkpoint = self.save_checkpoint() if stopped or config.checkpoint_every else ""
             self.save(self.Last_model_name)
             plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
@@ -465,24 +468,34 @@ class DQNAgent:
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
 
-    def evaluate(self, episodes: int, number: int) -> np.ndarray:
+    def evaluate(self, episodes: int, number: int, stop: StopRequest | None = None
+                 ) -> np.ndarray | None:
         """Returns of `episodes` greedy episodes played side by side, seeded by the evaluation's
-        `number` (0, 1, ...), so a run repeats exactly, resumed or not."""
-        while len(self._eval_envs) < episodes:
+        `number` (0, 1, ...), so a run repeats exactly, resumed or not; None once `stop` is
+        requested (a stop signal does not wait for a long evaluation)."""
+        while len(self._eval_envs) < episodes and not (stop and stop.requested):
             self._eval_envs.append(make_env(self.env_name, self.config.max_episode_steps))
         seeds = [episode_seed(self.config.seed, 1, number, i) for i in range(episodes)]
-        return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds)
+        return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds, stop)
 
-    def evaluate_and_keep_best(self) -> None:
-        """Greedy evaluation; save the model when it is the best so far; note when solved."""
+    def evaluate_and_keep_best(self, stop: StopRequest | None = None) -> bool:
+        """Greedy evaluation; save the model when it is the best so far; note when solved.
+        False, nothing recorded, if `stop` was requested before it ended."""
         start = time.perf_counter()
-        returns = self.evaluate(self.config.eval_episodes, len(self.evaluations))
+        returns = self.evaluate(self.config.eval_episodes, len(self.evaluations), stop)
+        if returns is None:
+            return False
         mean = float(returns.mean())
         self.evaluations.append((self.step, self.episode, mean))
         self.best_evaluation, self.steps_to_solve, note = keep_best(
             mean, self.step, self.best_evaluation, self.steps_to_solve, self.solved_score,
             self.save, self.Model_name)
         self.report.evaluation(self.step, returns, time.perf_counter() - start, note)
+        return True
+
+    def unevaluated(self) -> bool:
+        """Whether the step reached has no evaluation yet (at the end, or where one was cut)."""
+        return not self.evaluations or self.evaluations[-1][0] != self.step
 
     def start_episode(self) -> None:
         """Reset the environment with this episode's own seed; clear the episode's record."""
@@ -529,7 +542,8 @@ class DQNAgent:
         self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
         if progress["state_sha256"] not in (None, state_digest(self.state)):
             raise ValueError("replaying the episode in progress did not reproduce its "
-                             "observation (is the environment deterministic under a seed?)")
+                             "observation: does reset(seed=) replay an episode? (its family's "
+                             "`seeding`, d3qn_utils/games.py)")
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""
@@ -559,16 +573,19 @@ class DQNAgent:
             if resume:
                 print(self.resume(resume), flush=True)
             else:
-                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root):
+                for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root,
+                                                   (self.Plot_name, self.Priority_plot_name)):
                     print(f"note: {note}", flush=True)
         self.training_run.hold(lock)
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, or play a saved network with --test. Returns the exit code: 2
-    after one `error:` line for bad input, `training_session.exit_code`'s for a training run."""
+    after one `error:` line for bad input, 130 after one line for Ctrl-C before training (or
+    during --test), `training_session.exit_code`'s for a training run."""
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv,
                                     settings.d3qn_parser(sys.modules[__name__]))
+    stage = "during --test" if flags.get("test") else "before training started"
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
         agent = DQNAgent(**flags)
@@ -579,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the run's own stop (a checkpoint) has not begun
+        return training_session.stopped_by_ctrl_c(stage)
     return training_session.exit_code(agent.run)
 
 

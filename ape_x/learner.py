@@ -9,6 +9,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -22,10 +23,11 @@ from ape_x.report import ApexReport
 from d3qn_agent import ADVANTAGE_LAYER, OurModel, episode_seed, weighted_loss
 from d3qn_utils import training_session
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import discrete_actions
+from d3qn_utils.checks import box_observations, discrete_actions
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, make_optimizer
 from d3qn_utils.greedy_policy import GreedyPolicy, keep_best, play_greedy
+from d3qn_utils.network_size import check_mlp_fits
 from d3qn_utils.reporting import tensorboard_dir
 from PER import Memory
 
@@ -50,13 +52,15 @@ class Learner:
         keras.utils.set_random_seed(config.seed)  # the networks' first weights, as DQNAgent's
         env = make_env(config.env_name, config.max_episode_steps)  # ValueError before Ray starts
         self.action_size = discrete_actions(config.env_name, env.action_space)
-        self.state_shape = tuple(env.observation_space.shape)
+        self.state_shape = box_observations(config.env_name, env.observation_space)
         self.state_dtype = env.observation_space.dtype
         self.solved_score = env.spec.reward_threshold if env.spec else None
         # The replay's memory is allocated in its own Ray actor: check here that it fits.
         Memory.check_fits(config.memory_size, storage_spec(config.env_name), self.state_shape,
                           self.state_dtype, Replay.BYTES_PER_SLOT)
         image_torso = torso(config.env_name)
+        check_mlp_fits(self.state_shape, config.hidden_units, self.action_size, config.dueling,
+                       config.batch_size)  # before the networks are built, here and in the actors
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, image_torso=image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
@@ -83,6 +87,7 @@ class Learner:
         self.updates = 0
         self.env_steps = 0
         self.version = 0  # of the weights published
+        self.next_eval = config.eval_every  # the env step of the next evaluation
         self.evaluations: list[tuple[int, int, float, float]] = []  # (env steps, updates, mean, s)
         self.best = -math.inf
         self.solved: tuple[int, float] | None = None  # (env steps, seconds) at the first solve
@@ -115,7 +120,10 @@ class Learner:
         self.runs = [actor.run.remote() for actor in self.actors]
 
     def publish(self) -> None:
-        """Put (online, target) weights in the object store and tell the replay where."""
+        """Put (online, target) weights in the object store and tell the replay where (without
+        a launched replay, as when a test runs the actors in this process, they take `weights`)."""
+        if self.replay is None:
+            return
         self.version += 1
         self.replay.publish.remote(self.version, [ray.put(self.weights())])
 
@@ -143,27 +151,35 @@ class Learner:
             time.sleep(0.2)
             self.refresh_status()
             self.log_if_due()
-        next_eval = config.eval_every
         self.report.training_started(self.env_steps)
         pending = self.replay.sample.remote(config.batch_size)
         while self.env_steps < config.total_steps:
-            tree_idx, stamps, batch, is_weights, self.env_steps = ray.get(pending)
+            *sampled, self.env_steps = ray.get(pending)
             while config.updates_per_step and (
                     self.updates >= config.updates_per_step * self.env_steps):
                 time.sleep(IDLE_SLEEP)  # the cap: wait for the actors' data
                 self.env_steps = ray.get(self.replay.collected.remote())
                 self.log_if_due()
             pending = self.replay.sample.remote(config.batch_size)  # drawn while we train
-            abs_errors = self.update(batch, is_weights)
-            self.replay.update_priorities.remote(tree_idx, stamps, abs_errors)
-            if self.updates % config.publish_every == 0:
-                self.publish()
-            if self.env_steps >= next_eval:
-                next_eval = (self.env_steps // config.eval_every + 1) * config.eval_every
-                self.evaluate()
-                if config.stop_when_solved and self.solved:
-                    break
+            if self.train_step(sampled, self.replay.update_priorities.remote):
+                break
             self.log_if_due()
+
+    def train_step(self, sampled: list, update_priorities: Callable[..., Any]) -> bool:
+        """The training loop's body, with Ray or without: one update on `sampled`, the replay's
+        (tree_idx, stamps, batch, is_weights), its new priorities to `update_priorities` (the
+        replay's), the weights published every PUBLISH_EVERY updates and an evaluation every
+        EVAL_EVERY env steps. True when the run should stop: solved, with STOP_WHEN_SOLVED."""
+        config = self.config
+        tree_idx, stamps, batch, is_weights = sampled
+        update_priorities(tree_idx, stamps, self.update(batch, is_weights))
+        if self.updates % config.publish_every == 0:
+            self.publish()
+        if self.env_steps >= self.next_eval:
+            self.next_eval = (self.env_steps // config.eval_every + 1) * config.eval_every
+            self.evaluate()
+            return bool(config.stop_when_solved and self.solved)
+        return False
 
     def log_if_due(self) -> None:
         """Every LOG_EVERY seconds: fetch the status (raising if an actor failed) and log."""

@@ -25,8 +25,9 @@ be the slower), and its faster run counts; it plays the same environment
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
 
 Ours runs in float32, as the Pong preset does on a CPU without bfloat16 units; `--bfloat16` adds
-ours with BFLOAT16 (its convolutions in bfloat16, games.nature_torso: the Pong preset on AVX512_BF16
-or AMX) as one more agent of each round; SB3 stays in float32, as it ships.
+ours with BFLOAT16 (its convolutions in bfloat16, games.nature_torso: the Pong preset's choice on
+AVX512_BF16 or AMX where it times faster) as one more agent of each round; SB3 stays in float32,
+as it ships.
 
 `--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
 of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:

@@ -65,6 +65,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import provenance
 from benchmarks.pong_logs import RunLog, parse_log
+from d3qn_utils.replay_memory import variant_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -91,10 +92,10 @@ MINATAR_DQN_AT_2M = {"MinAtar/Asterix-v1": 15.0, "MinAtar/Breakout-v1": 10.0,
 # Pong: the 100-episode training mean the agent's Pong runs reach at the preset's 500,000 steps
 # (docs/atari.md); the study also times each run's way there.
 PONG_TARGETS = {"PongNoFrameskip-v4": 18.0}
-VARIANTS = {  # directory name -> (label, d3qn_agent.py flags)
-    "per": ("PER (proportional)", []),
-    "per-rank": ("PER (rank-based)", ["--rank-based"]),
-    "uniform": ("uniform", ["--no-per"]),
+VARIANTS = {  # directory name -> (label, replay variant: a memory's `kind`)
+    "per": ("PER (proportional)", "proportional"),
+    "per-rank": ("PER (rank-based)", "rank-based"),
+    "uniform": ("uniform", "uniform"),
 }
 VARIANT_COLORS = {"per": "tab:red", "per-rank": "tab:orange", "uniform": "tab:blue"}  # every figure
 # What the report reads of a result file (a run writes more: commit, settings, returns, ...).
@@ -153,8 +154,15 @@ class Run:
 
     def arguments(self) -> list[str]:
         """The run's d3qn_agent.py command-line flags."""
-        return ["--env-name", self.game, "--seed", str(self.seed), *VARIANTS[self.variant][1],
-                *self.extra]
+        return ["--env-name", self.game, "--seed", str(self.seed),
+                *variant_options(VARIANTS[self.variant][1]), *self.extra]
+
+
+def variant_options(kind: str) -> list[str]:
+    """d3qn_agent.py's flags that pick the replay variant `kind` (the flags `replay_variant`
+    maps to it) beside the shipped USE_PER and PER_RANK_BASED: none for proportional PER."""
+    use_per, rank_based = variant_flags(kind)
+    return [*([] if use_per else ["--no-per"]), *(["--rank-based"] if rank_based else [])]
 
 
 def pending_runs(runs: list[Run], results: Path = RESULTS) -> list[Run]:

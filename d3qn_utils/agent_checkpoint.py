@@ -189,37 +189,37 @@ def best_model_note(best_model: str, networks: dict[str, str] | None, progress: 
                     later: Sequence[Path]) -> str | None:
     """The note for a resumed run whose best network, `best_model`, is not the one it saved (by
     the digests `networks`; None: not recorded; the run's `later` checkpoints tell whether its
-    branch left replaced it), which then counts its best afresh: progress's best evaluation
-    becomes -inf and the file leaves `networks`. None if it is the run's, or if it saved none."""
+    branch left replaced it). One that another network replaced counts its best afresh, so that
+    it names no network it did not make as its best: progress's best evaluation becomes -inf and
+    the file leaves `networks`. None if it is the run's, or if the run saved none."""
     best = progress.get("best_evaluation")
     if not (isinstance(best, (int, float)) and math.isfinite(best)):
         return None  # no evaluation yet, no best network saved
     if networks is None:
         return (f"{best_model} is not checked: the checkpoint records no digest of the networks "
                 "its run saved (it was written before checkpoints did)")
-    path, on_disk = os.path.basename(best_model), run_files.file_digest(best_model)
-    if on_disk is not None and networks.get(path) == on_disk:
-        return None
+    name, on_disk = os.path.basename(best_model), run_files.file_digest(best_model)
     if on_disk is None:
-        why = "it is missing"
-    elif on_disk in later_digests(later, path):
-        why = "the branch this resume leaves replaced it"
-    else:
-        why = "another run replaced it" if path in networks else "this run did not save it"
-    networks.pop(path, None)
+        return (f"{best_model}, the network this run saved as its best (mean {best:.1f}), is "
+                f"missing: the resumed run saves one there when an evaluation reaches {best:.1f}")
+    if networks.get(name) == on_disk:
+        return None
+    replaced_by = ("the branch this resume leaves" if on_disk in later_digests(later, name)
+                   else "another run")
+    networks.pop(name, None)
     progress["best_evaluation"] = -math.inf
     return (f"{best_model} is not the network this run saved as its best (mean {best:.1f}): "
-            f"{why}; the resumed run saves its next evaluated network there and counts its best "
-            "from it")
+            f"{replaced_by} replaced it; the resumed run saves its next evaluated network there "
+            "and counts its best from it")
 
 
-def later_digests(later: Sequence[Path], path: str) -> set[str]:
-    """The digests of the network file named `path` that the checkpoints `later` record (none
-    from one that does not read)."""
+def later_digests(later: Sequence[Path], name: str) -> set[str]:
+    """The digests of the network file `name` that the checkpoints `later` record (none from one
+    that does not read)."""
     digests = set()
     for directory in later:
         with contextlib.suppress(ValueError):
-            digests.add((read_progress(directory)["run"].get("networks") or {}).get(path))
+            digests.add((read_progress(directory)["run"].get("networks") or {}).get(name))
     return digests - {None}
 
 

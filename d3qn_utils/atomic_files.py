@@ -31,10 +31,15 @@ class WriteError(ValueError):
     what was there is untouched. A ValueError: the scripts print it as one `error:` line, exit 2."""
 
     def __init__(self, path: str | Path, error: OSError, outcome: str) -> None:
-        reason = " ".join(str(error.strerror or error).split())  # HDF5's messages span lines
-        if error.errno is not None:
-            reason += f" [errno {error.errno}, {errno.errorcode.get(error.errno, '?')}]"
-        super().__init__(f"cannot write {path}: {reason}; {outcome}")
+        super().__init__(f"cannot write {path}: {reason(error)}; {outcome}")
+
+
+def reason(error: OSError) -> str:
+    """What went wrong, on one line: "Permission denied [errno 13, EACCES]"."""
+    said = " ".join(str(error.strerror or error).split())  # HDF5's messages span lines
+    if error.errno is not None:
+        said += f" [errno {error.errno}, {errno.errorcode.get(error.errno, '?')}]"
+    return said
 
 
 def temporary_path(path: Path) -> Path:
@@ -58,7 +63,8 @@ def being_written(path: Path) -> bool:
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """Yield the temporary path to write `path` to, renamed into place on success; WriteError
-    if the write fails, with the temporary file removed and `path` as it was."""
+    if the write fails, with the temporary file removed and `path` as it was (a removal that
+    fails, where the directory cannot be written at all, does not hide the WriteError)."""
     path = Path(path)
     temporary = temporary_path(path)
     outcome = "the file there before is unchanged" if path.exists() else "nothing was written"
@@ -70,7 +76,8 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     except OSError as error:
         raise WriteError(path, error, outcome) from error
     finally:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
 
 
 def save_model(model: Any, path: str | Path) -> None:

@@ -1,6 +1,6 @@
-"""The checks on what enters a replay memory, on saved state and on a game's actions: each returns
-the value or raises ValueError naming the bad value (a field of a transition, an index, a saved
-array, an action space)."""
+"""The checks on what enters a replay memory, on saved state and on a game's actions and
+observations: each returns the value or raises ValueError naming the bad value (a field of a
+transition, an index, a saved array, an action or observation space)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ def discrete_actions(env_name: str, action_space: Any) -> int:
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(f"{env_name} has action space {action_space}; DQN needs a discrete one")
     return int(action_space.n)
+
+
+def box_observations(env_name: str, observation_space: Any) -> tuple[int, ...]:
+    """The shape of `env_name`'s observations; ValueError unless they are a `Box` of numbers (a
+    Q-network reads an array: not a tuple of values, Blackjack's, nor one index, Taxi's)."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise ValueError(f"{env_name} has observation space {observation_space}; this agent "
+                         "needs Box observations (an array of numbers)")
+    return tuple(observation_space.shape)
 
 
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:

@@ -5,12 +5,14 @@ for one of their games: a CartPole run loads neither.
 
 A new family (Procgen, Craftax, ...) is a wrapper module and one `GameFamily` in `FAMILIES`,
 before `ATARI` if it knows its ids by name (Atari's test imports ale_py for an id gymnasium does
-not know).
+not know), saying how its games are seeded (`Seeding`): a resumed run replays the episode in
+progress from its seed, and an evaluation's episodes are its seeds'.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 import os
 from collections.abc import Callable
@@ -29,6 +31,18 @@ from d3qn_utils.replay_storage import FrameStackStorage, ReplayStorage, StorageS
 NATURE_CONV = keras.layers.Conv2D
 
 
+class Seeding(enum.Enum):
+    """How a family's games are seeded. The agent starts every episode with `reset(seed=)`, and
+    an episode must replay from its seed alone: a resumed run replays the episode in progress
+    (d3qn_agent.py's `load_state_dict`), and evaluations play the same episodes, resumed or not."""
+
+    # `reset(seed=s)` starts the episode of s, as gymnasium's games do (classic, MinAtar, Atari).
+    RESET = "reset(seed=) replays an episode"
+    # The levels are fixed when the game is made and `reset` takes no seed (Procgen's
+    # `start_level`): `make_env` makes the game again with the seed (`MadeAgainOnSeededReset`).
+    CONSTRUCTION = "levels fixed when the game is made: made again with the seed"
+
+
 @dataclass(frozen=True)
 class GameFamily:
     """One family of games, what d3qn_agent.py and apex.py do differently for its games.
@@ -36,6 +50,8 @@ class GameFamily:
     `name` names its preset in a run's notes ("Atari preset"). `recognises(env_name)`: True
     for the family's ids, without importing its package. `make_env(env_name,
     max_episode_steps, render_mode)`: its environment; ValueError for an unknown game.
+    `seeding`: how its games are seeded (`Seeding`); with CONSTRUCTION, `make_env` also takes
+    `seed=` (None: a game of unseeded levels).
     `storage`: its replay storage's class and options (default one row per transition), sized
     before `storage(capacity)` makes one. `torso(frames, bfloat16)`: the convolutional torso of
     its uint8 image states, or None (vector states: `OurModel`'s MLP). `preset`: d3qn_agent.py's
@@ -48,7 +64,8 @@ class GameFamily:
     name: str
     ids: str  # what its ids look like, for --help
     recognises: Callable[[str], bool]
-    make_env: Callable[[str, int | None, str | None], gym.Env]
+    make_env: Callable[..., gym.Env]  # (env_name, max_episode_steps, render_mode[, seed=])
+    seeding: Seeding
     storage: StorageSpec = field(default_factory=StorageSpec)
     torso: Callable[[Any, bool], Any] | None = None
     preset: dict[str, Any] = field(default_factory=dict)
@@ -102,7 +119,7 @@ ACROBOT_LUNAR_LANDER_PRESET: dict[str, Any] = {  # the RL Zoo tunes both games a
 }
 CLASSIC = GameFamily(
     name="gymnasium", ids="gymnasium ids", recognises=lambda env_name: True,  # the last resort
-    make_env=make_gymnasium_env,
+    make_env=make_gymnasium_env, seeding=Seeding.RESET,
     game_presets={
         # Less exploration noise in Acrobot's 3-step returns scored higher (classic_control.md).
         "Acrobot-v1": {**ACROBOT_LUNAR_LANDER_PRESET, "epsilon_min": 0.01},
@@ -120,6 +137,7 @@ MINATAR = GameFamily(
     name="MinAtar", ids="MinAtar ids",
     recognises=lambda env_name: env_name.startswith(minatar_wrappers.PREFIX),
     make_env=minatar_wrappers.make_env,
+    seeding=Seeding.RESET,  # BinaryFrame's reset clears the sticky last action as well
     storage=StorageSpec(FrameStackStorage, {"stack_axis": None}),  # whole states, no stacks
     torso=minatar_torso,
     # The MinAtar paper's DQN (Young & Tian 2019, its examples/dqn.py) and Revisiting Rainbow's
@@ -169,6 +187,7 @@ PONG_PRESET: dict[str, Any] = {
 }
 ATARI = GameFamily(
     name="Atari", ids="Atari ids", recognises=is_ale_id, make_env=make_atari_env,
+    seeding=Seeding.RESET,  # reset(seed=) seeds the ALE (sticky actions) and the no-ops
     storage=StorageSpec(FrameStackStorage),  # each frame once, four stacked on the last axis
     torso=nature_torso,
     # The DQN literature's values (Mnih et al. 2015, Schaul et al. 2016, SB3; 3-step returns from
@@ -201,13 +220,38 @@ def family(env_name: str) -> GameFamily:
     return next(candidate for candidate in FAMILIES if candidate.recognises(env_name))
 
 
+class MadeAgainOnSeededReset(gym.Wrapper):
+    """A game whose levels are fixed when it is made (`Seeding.CONSTRUCTION`), seeded as
+    gymnasium's games are: `reset(seed=s)` makes the game again with s, `make(s)`, and starts its
+    first episode; `reset()` goes on to its next. Its spaces stay the first game's, so a seeded
+    action space stays seeded."""
+
+    def __init__(self, make: Callable[[int | None], gym.Env]) -> None:
+        super().__init__(make(None))
+        self.make = make
+        self.action_space = self.env.action_space
+        self.observation_space = self.env.observation_space
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        if seed is not None:
+            self.env.close()
+            self.env = self.make(seed)
+        return self.env.reset(options=options)
+
+
 def make_env(env_name: str, max_episode_steps: int | None = None,
              render_mode: str | None = None) -> gym.Env:
-    """Create the environment through its family; an unknown id raises ValueError.
-    `render_mode="rgb_array"`: `env.render()` gives the screen."""
+    """Create the environment through its family; an unknown id raises ValueError. Whatever
+    the family's `seeding`, `reset(seed=)` replays an episode. `render_mode="rgb_array"`:
+    `env.render()` gives the screen."""
     if render_mode == "rgb_array":  # drawn off-screen, so no display (nor SDL errors) is needed
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return family(env_name).make_env(env_name, max_episode_steps, render_mode)
+    game_family = family(env_name)
+    if game_family.seeding is Seeding.CONSTRUCTION:
+        return MadeAgainOnSeededReset(lambda seed: game_family.make_env(
+            env_name, max_episode_steps, render_mode, seed=seed))
+    return game_family.make_env(env_name, max_episode_steps, render_mode)
 
 
 def torso(env_name: str) -> Callable[[Any, bool], Any] | None:

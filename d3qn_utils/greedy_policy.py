@@ -12,13 +12,16 @@ advantages. Both programs act (`epsilon_greedy`), evaluate (`play_greedy`), scor
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import keras
 import numpy as np
 
 from d3qn_utils.gradient_steps import compiled_backend
 from d3qn_utils.patch_conv import PatchConv2D, shifted_views
+
+if TYPE_CHECKING:
+    from d3qn_utils.training_session import StopRequest
 
 NUMPY_ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "linear": lambda x: x}
 TORSO_LAYERS = (keras.layers.Rescaling, PatchConv2D, keras.layers.Flatten, keras.layers.Dense)
@@ -86,13 +89,23 @@ class GreedyPolicy:
         return x.argmax(axis=1)
 
 
-def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int]) -> np.ndarray:
+def play_greedy(envs: list[Any], policy: GreedyPolicy, seeds: list[int],
+                stop: StopRequest | None = None) -> np.ndarray | None:
     """Returns of one greedy episode in each of `envs`, reset with `seeds`, played side by side
-    (one forward pass a step); an Atari env's unclipped score where it gives one."""
+    (one forward pass a step); an Atari env's unclipped score where it gives one. None once
+    `stop` is requested: a stop signal ends even an evaluation of many long episodes at once."""
+
+    def stopped() -> bool:
+        return stop is not None and stop.requested
+
+    if stopped():  # before the resets: a caller stopped while making `envs` may have too few
+        return None
     states = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds, strict=True)])
     returns = np.zeros(len(envs))
     running = np.ones(len(envs), dtype=bool)
     while running.any():
+        if stopped():
+            return None
         actions = policy(states)
         for i in np.flatnonzero(running):
             states[i], reward, terminated, truncated, info = envs[i].step(actions[i])

@@ -32,7 +32,10 @@ class PriorityFigure:
     memory) and `uniform_replays_by_age` (uniform replay's expectation; slightly off with a frame
     store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
     weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
-    O(batch) per replay, O(1) per store, no random numbers, so watching does not change a run."""
+    A transition's age comes from the slot `store` returned for it (`note_store`); the ages the
+    memory holds are a ring's with `ring` (the memory's WRITES_RING), else read slot by slot (a
+    reservoir). O(batch) per replay of a ring (O(capacity) of another), O(1) per store, no random
+    numbers, so watching does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
@@ -41,7 +44,7 @@ class PriorityFigure:
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
 
-    def __init__(self, capacity: int, batch_size: int) -> None:
+    def __init__(self, capacity: int, batch_size: int, ring: bool = True) -> None:
         self.replay_counts = np.zeros(capacity, dtype=np.int64)
         self.stored_at = np.zeros(capacity, dtype=np.int64)
         self.stores = 0
@@ -51,6 +54,7 @@ class PriorityFigure:
         self.history: list[tuple[int, float, float, float]] = []
         self.recent_is_weights = np.ones((RECENT_BATCHES, batch_size), np.float32)
         self.recent_batches = 0  # batches written to recent_is_weights (a ring)
+        self.ring = ring  # the memory holds its newest transitions: one of each age below its size
 
     def note_store(self, slot: int | None) -> None:
         """A transition went into `slot`; None (the memory dropped it) changes nothing."""
@@ -64,8 +68,7 @@ class PriorityFigure:
         """Count `slots`, drawn from a memory holding `size` transitions. O(len(slots))."""
         np.add.at(self.replay_counts, slots, 1)
         self.replays_by_age += np.bincount(age_bins(self.ages(slots)), minlength=AGE_BINS)
-        # The memory holds one transition of each age 0 .. size - 1.
-        in_memory = np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        in_memory = self.held_by_age(size)
         self.exposure_by_age += in_memory
         self.uniform_replays_by_age += in_memory * (len(slots) / size)
 
@@ -84,6 +87,15 @@ class PriorityFigure:
     def ages(self, slots: np.ndarray) -> np.ndarray:
         """Age of the transitions in `slots`: transitions stored after each one."""
         return self.stores - 1 - self.stored_at[slots]
+
+    def held_by_age(self, size: int) -> np.ndarray:
+        """The transitions per age bin of a memory holding `size`, those of the `size` slots
+        stored last: of a ring one of each age 0 .. size - 1, O(AGE_BINS); else the ages of those
+        slots, O(capacity) (a slot never stored counts as the oldest, so it is left out)."""
+        if self.ring:
+            return np.clip(np.minimum(AGE_BIN_HIGH, size) - AGE_BIN_LOW, 0.0, None)
+        newest = np.partition(self.ages(np.arange(len(self.stored_at))), size - 1)[:size]
+        return np.bincount(age_bins(newest), minlength=AGE_BINS).astype(np.float64)
 
     def data(self, memory: Any) -> dict[str, Any]:
         """What the figure shows about `memory`: N * P(i) of each transition, the |delta| = 0

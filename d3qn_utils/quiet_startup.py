@@ -1,16 +1,20 @@
-"""The first line a script prints is its own: TensorFlow's harmless start-up lines are filtered.
+"""The first line a script prints is its own: TensorFlow's harmless start-up lines are filtered,
+and a start-up that cannot go on ends in one line.
 
 TensorFlow 2.21 writes the `HARMLESS` lines from C++ before absl is initialised, straight to
 descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach them. In a script of this repository
 (not pytest, Ray workers, notebooks) descriptor 2 goes through a forwarding process (this file
 run as a script) that drops them and passes the rest on at once; a process, so that what a crash
-writes last still gets out.
+writes last still gets out. Before that, a KERAS_BACKEND that `import keras` would fail on is one
+`error:` line (exit 2), and Ctrl-C while the script imports is one `stopped:` line, not a
+traceback.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
 import re
 import select
@@ -18,7 +22,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 
 # The prefix absl puts on a log line: severity and date (0000 before absl is initialised),
 # time (seconds since the epoch before), thread id, then the source file and line.
@@ -40,6 +46,8 @@ HARMLESS = re.compile("|".join([
 PARTIAL_LINE_SECONDS = 0.1  # a line without its newline yet (a prompt) waits at most this long
 FINISH_SECONDS = 2.0  # at exit, wait at most this long for the forwarder to write the last lines
 READ_BYTES = 65536
+# Keras 3's backends, each named as its package is; Keras reads KERAS_BACKEND at its import.
+KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO and WARNING lines
 
@@ -120,7 +128,36 @@ def finish(forwarder: subprocess.Popen, real_stderr: int) -> None:
         forwarder.wait(timeout=FINISH_SECONDS)
 
 
+def keras_backend_error(environ: Mapping[str, str]) -> str | None:
+    """Why `import keras` would fail with `environ`'s KERAS_BACKEND (a name Keras does not know,
+    or a backend whose package is not installed), or None (unset or empty: Keras' own choice)."""
+    name = environ.get("KERAS_BACKEND")
+    if not name:
+        return None
+    installed = [backend for backend in KERAS_BACKENDS if importlib.util.find_spec(backend)]
+    if name in installed:
+        return None
+    missing = f" ({name} is not installed)" if name in KERAS_BACKENDS else ""
+    return (f"KERAS_BACKEND (environment variable) must be a Keras backend installed here "
+            f"({', '.join(installed)}), got {name!r}{missing}")
+
+
+def ctrl_c_in_one_line(kind: type[BaseException], value: BaseException,
+                       traceback: TracebackType | None) -> None:
+    """A script's `sys.excepthook`: Ctrl-C (KeyboardInterrupt) that reaches the top, as while it
+    imports, is one line (the exit status stays SIGINT's, 130 in a shell); anything else as
+    Python shows it."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("stopped: Ctrl-C", file=sys.stderr, flush=True)
+    else:
+        sys.__excepthook__(kind, value, traceback)
+
+
 if __name__ == "__main__":  # the forwarding process that `install` starts
     forward(sys.stdin.fileno(), sys.stdout.fileno())
 elif is_repository_script():
+    if error := keras_backend_error(os.environ):
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    sys.excepthook = ctrl_c_in_one_line
     install()

@@ -1,10 +1,13 @@
 """`ReplayMemory`: what PER.py's `Memory` and `UniformMemory` and rank_based.py's
-`RankBasedMemory` share. A replay variant is a subclass: its name, the name's part in a run's
-files, then `store`, `sample` and `batch_update` (the tutorial's interface) and
-`sampling_probabilities` (the priority figure); d3qn_agent.py's REPLAY_MEMORIES lists them."""
+`RankBasedMemory` share, and the interface the agent and the priority figure use. A replay
+variant is a subclass: its name, the name's part in a run's files, then `store`, `sample` and
+`batch_update` (the tutorial's interface), `sampling_probabilities` (the priority figure) and
+`alpha` and `beta`; one lacking any of them fails when it is made. d3qn_agent.py's
+REPLAY_MEMORIES lists the variants, and `replay_variant` says which one the flags pick."""
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 from collections.abc import Sequence
@@ -24,18 +27,66 @@ from d3qn_utils.checks import (
 )
 from d3qn_utils.replay_storage import ReplayStorage, StorageSpec, TransitionStorage
 
+# The replay variant (a memory's `kind`, its key in d3qn_agent.REPLAY_MEMORIES) that each pair of
+# flags (USE_PER, PER_RANK_BASED) picks: the agent's memory, the rank-based preset (settings.py)
+# and a study's variants (benchmarks/study.py) all ask `replay_variant`. A registered variant
+# takes over a pair with one entry here.
+VARIANT_PICKS: dict[tuple[bool, bool], str] = {
+    (True, False): "proportional", (True, True): "rank-based",
+    (False, False): "uniform", (False, True): "uniform"}  # --no-per --rank-based: uniform
 
-class ReplayMemory:
-    """A replay memory's storage, rng, n-step batches, blocks, saved state and size."""
+
+def replay_variant(use_per: bool, rank_based: bool) -> str:
+    """The name of the replay memory the flags pick: PER's `Memory` unless they say otherwise."""
+    return VARIANT_PICKS[bool(use_per), bool(rank_based)]
+
+
+def variant_flags(kind: str) -> tuple[bool, bool]:
+    """The first (USE_PER, PER_RANK_BASED) that picks the variant `kind`; ValueError if none."""
+    for flags, picked in VARIANT_PICKS.items():
+        if picked == kind:
+            return flags
+    raise ValueError(f"no flags pick replay variant {kind!r}; picked: "
+                     f"{sorted(set(VARIANT_PICKS.values()))}")
+
+
+class ReplayMemoryType(abc.ABCMeta):
+    """The class of the replay memories: an abstract method left out fails when a memory is made
+    (`abc`), and so does an attribute of `ReplayMemory.ATTRIBUTES` that its `__init__` (or its
+    class) did not set, or an empty `kind`."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        memory = super().__call__(*args, **kwargs)
+        missing = [name for name in cls.ATTRIBUTES if not hasattr(memory, name)]
+        if missing or not cls.kind:
+            raise TypeError(f"replay memory {cls.__name__} lacks "
+                            f"{', '.join(missing) or 'a kind (its name)'}: every variant has "
+                            f"{', '.join(cls.ATTRIBUTES)} and a kind (ReplayMemory)")
+        return memory
+
+
+class ReplayMemory(metaclass=ReplayMemoryType):
+    """A replay memory's storage, rng, n-step batches, blocks, saved state and size, and what
+    each variant must add: `store`, `sample`, `batch_update`, `sampling_probabilities`, `alpha`
+    and `beta`."""
 
     kind = ""  # the variant's name, said once: its REPLAY_MEMORIES key, a checkpoint's "kind"
     RUN_SUFFIX = ""  # what it adds to a run's file names (DDQN_CartPole-v1_Dueling_PER): unique
     PRIORITIZED = False  # it draws by priority: takes PER_ALPHA and PER_BETA, "<kind> PER" in logs
     BYTES_PER_SLOT = 0  # the memory's own arrays per slot, beside its storage's
+    # Each transition goes to its storage's next slot, so the memory holds the newest ones: the
+    # priority figure counts their ages as a ring's. False for a memory that writes its slots in
+    # another order (a reservoir): the figure then reads the ages slot by slot.
+    WRITES_RING = True
     # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py); a subclass's own
     # ADDED_KEYS add to these (checks.added_keys).
     ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
+    # What the agent and the priority figure read of every memory, set by its `__init__` or its
+    # class: the exponents of P(i) = p_i^alpha / sum_k p_k^alpha and of the IS weights.
+    ATTRIBUTES: ClassVar[tuple[str, ...]] = ("alpha", "beta")
+    alpha: float
+    beta: float
 
     def __init__(self, capacity: int, storage: ReplayStorage | None = None,
                  rng: np.random.Generator | int | None = None, n_step: int = 1,
@@ -82,12 +133,29 @@ class ReplayMemory:
                              f"states, {cls.kind} replay), more than this machine's "
                              f"{machine / 2**30:,.1f} GiB")
 
+    @abc.abstractmethod
     def store(self, experience: tuple) -> int | None:
         """Keep one (state, action, reward, next_state, done): the slot written, or None when
         the memory drops the transition (a reservoir may); the agent's report ignores None.
         ValueError naming the field, and nothing written, for a transition `check_transition`
         refuses."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+        """Draw n transitions: (indices for `batch_update` and `slots_of`, the `n_step_batch` of
+        their slots, float32 importance-sampling weights (n,)); ValueError for a bad n or an
+        empty memory (`check_sample_size`)."""
+
+    @abc.abstractmethod
+    def batch_update(self, indices: np.ndarray, abs_errors: np.ndarray) -> None:
+        """Take the |TD errors| of the transitions `sample` returned as `indices`, in order (a
+        transition named twice keeps its last); ValueError, nothing changed, for an index
+        outside the memory or an error that is NaN, infinite or negative."""
+
+    @abc.abstractmethod
+    def sampling_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots holding a transition, the probability P(i) that a draw picks each): the
+        priority figure's."""
 
     def set_exponents(self, alpha: float, beta: float, beta_increment: float) -> None:
         """Set alpha, beta and beta's growth per `sample`; ValueError naming one out of range."""

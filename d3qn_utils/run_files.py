@@ -1,7 +1,10 @@
-"""The files a training run owns: its lock, its id, its checkpoints, what killed writers left.
+"""The files a training run owns: its locks, its id, its checkpoints, what killed writers left.
 
-A run holds the lock `models/<name>.lock` (`RunLock`) while it trains: a second run of the same
-name into the same model directory is refused, naming the first. Its id is its start time
+A run holds the lock `models/<name>.lock` (`RunLock`) while it trains, and `plots/<name>.lock`
+when its plots go to another directory: a second run of the same name into the same model or
+plot directory is refused, naming the first. Before it takes them, each directory is checked
+writable (`check_writable`); its first lines name what it replaces of earlier runs and of the
+files that came with the repository (`earlier_runs`, `shipped_note`). Its id is its start time
 (`run-20250101-120000`); its checkpoints, `models/<name>.checkpoints/<run id>/step-<N>`, the
 last two kept, are written as `.tmp-<pid>-step-<N>` and renamed into place once on disk. A run
 resumed from an older checkpoint branches off: its checkpoint of a step already on disk replaces
@@ -18,6 +21,8 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,14 +33,16 @@ from d3qn_utils import atomic_files
 PREFIX = "step-"
 RUN_PREFIX = "run-"
 LATEST = "latest"  # --resume without a path: the newest checkpoint of this run
+ROOT = Path(__file__).resolve().parent.parent  # the repository's folder
 
 
 class RunLock:
     """The lock of a run's files: `path`, locked with flock and naming its holder inside; the OS
     lets go of it when its process dies, so a killed run leaves nothing stuck. ValueError naming
-    the holder if another process holds it; `release` removes the file."""
+    the holder and `flag`, the directory's flag, if another process holds it; `release` removes
+    the file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, flag: str = "--model-dir") -> None:
         self.path = path
         while True:
             try:
@@ -51,7 +58,7 @@ class RunLock:
                 raise ValueError(
                     f"another run is writing {path.stem} to {path.parent}: "
                     f"{holder or 'a process that is starting'} (lock {path}); wait for it to end "
-                    "or stop it, or give this run another --model-dir") from None
+                    f"or stop it, or give this run another {flag}") from None
             with contextlib.suppress(FileNotFoundError):
                 if os.path.samestat(os.fstat(self.descriptor), os.stat(path)):
                     break
@@ -79,6 +86,25 @@ class RunLock:
             raise
 
 
+class RunLocks:
+    """The locks of a run's files, one in each directory they lie in (`take_lock`)."""
+
+    def __init__(self, locks: Sequence[RunLock]) -> None:
+        self.locks = list(locks)
+
+    def release(self) -> None:
+        for lock in self.locks:
+            lock.release()
+
+    @contextlib.contextmanager
+    def released_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self.release()
+            raise
+
+
 @dataclass
 class TrainingRun:
     """The run a checkpoint belongs to, from its fresh start through every resumption; as a
@@ -86,7 +112,7 @@ class TrainingRun:
 
     run_id: str  # the directory of its checkpoints under the checkpoint root: run-20250101-120000
     started: str  # local time of its fresh start: 2025-01-01 12:00:00
-    lock: RunLock | None = None  # held while it trains
+    lock: RunLocks | None = None  # held while it trains
     # SHA-256 of each network file the run saved, by file name (a resume may name another
     # --model-dir), for a resume to check that the file is still the run's; None: not recorded
     # (a checkpoint written before they were).
@@ -99,7 +125,7 @@ class TrainingRun:
         if self.networks is not None:
             self.networks[os.path.basename(path)] = file_digest(path)
 
-    def hold(self, lock: RunLock) -> None:
+    def hold(self, lock: RunLocks) -> None:
         """Hold `lock`, the lock of the run's files, until the run ends (`__exit__`)."""
         self.lock = lock
 
@@ -136,40 +162,133 @@ def new_run(checkpoint_root: str | Path) -> TrainingRun:
     return TrainingRun(run_id, time.strftime("%Y-%m-%d %H:%M:%S", now))
 
 
-def take_lock(outputs: Sequence[str], checkpoint_root: str) -> RunLock:
-    """The lock of a run's files, `outputs` (the first, its best network, names the lock) and its
-    checkpoints (ValueError naming its holder), with what killed writers left of them removed."""
-    lock = RunLock(Path(outputs[0]).with_suffix(".lock"))
-    with lock.released_on_error():
+def take_lock(outputs: Sequence[str], checkpoint_root: str | None = None) -> RunLocks:
+    """The locks of a run's files, `outputs`, and of its checkpoints under `checkpoint_root`:
+    one in the directory of the first, its best network (--model-dir), named for it, and one in
+    each other directory they lie in (--plot-dir), named for the first output there. ValueError
+    naming the flag and the directory if one cannot be written, or naming a lock's holder; what
+    killed writers left of the files is removed."""
+    first_in_directory: dict[str, Path] = {}
+    for output in map(Path, outputs):
+        first_in_directory.setdefault(os.path.realpath(output.parent), output)
+    flags = ["--model-dir"] + ["--plot-dir"] * (len(first_in_directory) - 1)
+    for flag, output in zip(flags, first_in_directory.values(), strict=True):
+        check_writable(flag, output.parent)
+    locks = RunLocks([])
+    with locks.released_on_error():
+        for flag, output in zip(flags, first_in_directory.values(), strict=True):
+            locks.locks.append(RunLock(output.with_suffix(".lock"), flag))
         remove_leftovers(outputs, checkpoint_root)
-    return lock
+    return locks
 
 
-def earlier_runs(model_path: str, checkpoint_root: str) -> list[str]:
-    """What a new run finds of earlier ones: the best network it will replace, and their
-    checkpoints, which it leaves alone."""
+def check_writable(flag: str, path: str | Path, directory: bool = True) -> None:
+    """ValueError naming `flag` and `path` unless this process can write files in the directory
+    `path` (or, `directory` False, write the file `path`), made if need be: the nearest folder
+    of it that exists takes a new file. Nothing is left there."""
+    path = Path(path)
+    if not directory and path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; give a file name")
+    folder = path if directory else path.parent
+    existing = next(parent for parent in (folder.absolute(), *folder.absolute().parents)
+                    if parent.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path} cannot be written: {existing} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ValueError(f"{flag} {path} cannot be written: {atomic_files.reason(error)}"
+                         ) from None
+
+
+def git_tracked(paths: Sequence[str]) -> list[str] | None:
+    """Those of the files `paths` that git tracks (committed, so `git checkout` brings them
+    back), or None if git cannot tell (not installed, or not in a repository)."""
+    tracked = []
+    by_directory: dict[str, list[str]] = {}
+    for path in paths:
+        by_directory.setdefault(os.path.dirname(path) or ".", []).append(path)
+    for directory, files in by_directory.items():
+        try:
+            listed = subprocess.run(
+                ["git", "-C", directory, "ls-files", "-z", "--",
+                 *(os.path.basename(path) for path in files)],
+                capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if listed.returncode != 0:
+            return None
+        names = set(listed.stdout.split("\0"))
+        tracked += [path for path in files if os.path.basename(path) in names]
+    return tracked
+
+
+def shipped(paths: Sequence[str]) -> tuple[list[str], bool]:
+    """Those of `paths` that exist and came with the repository, and whether git said so: those
+    git tracks, or, where git cannot tell, those inside this repository's folder."""
+    existing = [path for path in paths if os.path.isfile(path)]
+    if not existing:
+        return [], True
+    tracked = git_tracked(existing)
+    if tracked is not None:
+        return tracked, True
+    return [path for path in existing if Path(path).resolve().is_relative_to(ROOT)], False
+
+
+def shipped_note(found: Sequence[str], by_git: bool) -> str | None:
+    """The note of a run on the files it replaces that came with the repository, `found` by
+    `shipped` (`by_git`: git said so); None if there is none."""
+    if not found:
+        return None
+    if by_git:
+        them = "it" if len(found) == 1 else "them"
+        return (f"replaces {' and '.join(found)} (committed in git; `git checkout "
+                f"{' '.join(found)}` brings {them} back)")
+    return (f"replaces {' and '.join(found)} in the repository's folder, which may have come "
+            "with it (git is not here to tell; a copy elsewhere keeps it)")
+
+
+def earlier_runs(model_path: str, checkpoint_root: str | None = None,
+                 plots: Sequence[str] = ()) -> list[str]:
+    """What a new run finds of earlier ones: the best network it will replace, their
+    checkpoints, which it leaves alone, another run's `plots` it will replace (when this
+    directory holds no best network, they are another's) and those that came with the
+    repository."""
     notes = []
     if os.path.exists(model_path):
         saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(model_path)))
         notes.append(f"{model_path} holds the best network of an earlier run (saved "
                      f"{saved}); this new run replaces it at its first evaluation (another "
                      "--model-dir keeps it)")
-    if earlier := newest_checkpoints(checkpoint_root):
+    if checkpoint_root is not None and (earlier := newest_checkpoints(checkpoint_root)):
         runs = "1 earlier run" if len(earlier) == 1 else f"{len(earlier)} earlier runs"
         notes.append(f"{checkpoint_root} holds the checkpoints of {runs}, which this run "
                      "leaves alone (--resume continues one)")
+    found, by_git = shipped(plots)
+    others = [path for path in plots if os.path.isfile(path) and path not in found]
+    if others and not os.path.exists(model_path):
+        saved = time.strftime("%Y-%m-%d %H:%M",
+                              time.localtime(max(map(os.path.getmtime, others))))
+        holds, them = (("holds the plot", "it") if len(others) == 1
+                       else ("hold the plots", "them"))
+        notes.append(f"{' and '.join(others)} {holds} of another run (saved {saved}); this new "
+                     f"run replaces {them} (another --plot-dir keeps {them})")
+    if note := shipped_note(found, by_git):
+        notes.append(note)
     return notes
 
 
-def remove_leftovers(outputs: Sequence[str], checkpoint_root: str) -> None:
+def remove_leftovers(outputs: Sequence[str], checkpoint_root: str | None) -> None:
     """Remove what writers killed mid-write left (`.tmp-*<name>`) of a run's `outputs` and its
-    checkpoints (all under `checkpoint_root`: only runs of this name write there); not those a
-    live process is writing."""
-    root = Path(checkpoint_root)
-    leftovers = [*(leftover for output in map(Path, outputs) for leftover in
-                   output.parent.glob(f"{atomic_files.TEMPORARY_PREFIX}*{output.name}")),
-                 *root.glob(atomic_files.TEMPORARY_PREFIX + "*"),
-                 *root.glob(f"{RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")]
+    checkpoints (all under `checkpoint_root`, if it has any: only runs of this name write there);
+    not those a live process is writing."""
+    leftovers = [leftover for output in map(Path, outputs) for leftover in
+                 output.parent.glob(f"{atomic_files.TEMPORARY_PREFIX}*{output.name}")]
+    if checkpoint_root is not None:
+        root = Path(checkpoint_root)
+        leftovers += [*root.glob(atomic_files.TEMPORARY_PREFIX + "*"),
+                      *root.glob(f"{RUN_PREFIX}*/{atomic_files.TEMPORARY_PREFIX}*")]
     for leftover in leftovers:
         if atomic_files.being_written(leftover):
             continue

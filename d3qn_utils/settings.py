@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import numbers
 import re
 import textwrap
@@ -18,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
-from d3qn_utils import games, recording
+from d3qn_utils import bfloat16_timing, games, recording
 from d3qn_utils.checks import is_integer
+from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.run_files import LATEST
 
 Preset = tuple[str, dict[str, Any]]  # (what it is for, {flag: value})
@@ -48,6 +50,16 @@ UNIT = ("in [0, 1]", lambda value: 0.0 <= value <= 1.0)
 AT_LEAST_ONE = (">= 1", lambda value: value >= 1)
 POSITIVE_SIZES = ("positive sizes", lambda sizes: len(sizes) > 0 and min(sizes) > 0)
 POSITIVE_OR_NONE = ("positive (or None)", lambda value: value is None or value > 0)
+SEED_RANGE = ("in [0, 2**32 - 1]", lambda value: 0 <= value <= 2**32 - 1)  # NumPy's, Keras'
+DIRECTORY_OR_NONE = ("a directory name, not empty", lambda value: value != "")  # or None, True
+# An evaluation plays its episodes side by side, each in an environment of its own (an Atari one
+# holds its emulator and frames): a count beyond this one would not fit in memory for long.
+MAX_EVAL_EPISODES = 1_000
+EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
+                       lambda value: 1 <= value <= MAX_EVAL_EPISODES)
+# The largest value of an integer flag (all are counts or sizes): the schedules and plots compute
+# in float64, exact for integers up to 2**53; no run takes that many steps.
+LARGEST_INTEGER = 2**53
 
 # d3qn_agent.py's flag block as shipped.
 D3QN_FLAGS: dict[str, Flag] = {
@@ -71,7 +83,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "memory_size": Flag(50_000, POSITIVE),
     "batch_size": Flag(128, POSITIVE, at_most="memory_size"),
     "gamma": Flag(0.99, UNIT),
-    "n_step": Flag(3, POSITIVE),
+    "n_step": Flag(3, POSITIVE, at_most="memory_size"),  # a longer return never completes
     "optimizer": Flag("adam", ("adam or rmsprop", lambda value: value in ("adam", "rmsprop"))),
     "loss": Flag("huber", ("huber or mse", lambda value: value in ("huber", "mse"))),
     "learning_rate": Flag(1e-3, POSITIVE),
@@ -87,20 +99,34 @@ D3QN_FLAGS: dict[str, Flag] = {
     "max_episode_steps": Flag(None, POSITIVE_OR_NONE, kind=int),
     "failure_reward": Flag(None, kind=float),
     "eval_every": Flag(1_000, POSITIVE),
-    "eval_episodes": Flag(20, POSITIVE),
+    "eval_episodes": Flag(20, EVAL_EPISODES_RANGE),
     "test_episodes": Flag(10, POSITIVE),
-    "seed": Flag(0),
+    "seed": Flag(0, SEED_RANGE),
     "checkpoint_every": Flag(0, NON_NEGATIVE),
     "model_dir": Flag("models"),
     "plot_dir": Flag("plots"),
-    "tensorboard": Flag(None, kind=str, alone=True),
+    "tensorboard": Flag(None, DIRECTORY_OR_NONE, kind=str, alone=True),
     "tensorboard_every": Flag(100, POSITIVE),
 }
 
+
+@dataclass(frozen=True)
+class Measured:
+    """A preset's value that a measurement on this machine finds, taken only for a flag no one
+    chose: `measure(values)` -> (the value, its figures for the note), called once the run's
+    other values are checked; `what`: the measurement, for the note of a run that chose."""
+
+    measure: Callable[[dict[str, Any]], tuple[Any, str]]
+    what: str
+
+
 # The games' own presets live with their families' records (d3qn_utils/games.py). On a CPU with
-# bfloat16 instructions a game of the family's `bfloat16_games` also gets this one. Chosen from the
-# CPU's features, not a timing, so every run on one machine does the same sums.
-NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": True}
+# bfloat16 instructions a game of the family's `bfloat16_games` also gets this one: bfloat16
+# where its gradient step times faster than float32's on this machine (timed once per CPU model
+# and TensorFlow version, then cached: d3qn_utils/bfloat16_timing.py), so every run on one
+# machine does the same sums.
+NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": Measured(
+    bfloat16_timing.preset_choice, "would time bfloat16 against float32 on this CPU")}
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
 # (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
@@ -111,27 +137,32 @@ TUTORIAL_PRESET: dict[str, Any] = {
 }
 # Schaul et al. (2016) tuned alpha and beta separately for the rank-based variant.
 RANK_BASED_PRESET: dict[str, Any] = {"per_alpha": 0.7, "per_beta": 0.5}
+# The replay variants' own presets, by name (a memory's `kind`, as `replay_variant` gives it).
+VARIANT_PRESETS: dict[str, dict[str, Any]] = {"rank-based": RANK_BASED_PRESET}
 
 
 def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
     """The presets d3qn_agent.py applies for these flag values, in the order they apply: the
-    game's family's, the game's own, bfloat16 for some games on some CPUs, then the modes'."""
+    game's family's, the game's own, bfloat16 for some games on some CPUs (where it times
+    faster), then the modes'."""
     env_name = values["env_name"]
     family = games.family(env_name)
     game = family.game_presets.get(env_name)
-    feature = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
+    units = env_name in family.bfloat16_games and native_bfloat16()  # read only for those
+    variant = replay_variant(values["use_per"], values["per_rank_based"])
     return [(source, preset) for source, preset, applies in (
         (family.name, family.preset, bool(family.preset)),
         (env_name, game, game is not None),
-        (f"{env_name} on {feature}", NATIVE_BFLOAT16_PRESET, feature),
-        # Only where it picks the memory: --no-per --rank-based is uniform replay.
-        ("rank-based", RANK_BASED_PRESET, values["per_rank_based"] and values["use_per"]),
+        (env_name, NATIVE_BFLOAT16_PRESET, bool(units)),
+        # Only where the flags pick that memory: --no-per --rank-based is uniform replay.
+        (variant, VARIANT_PRESETS.get(variant), variant in VARIANT_PRESETS),
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
 
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """The CPU's bfloat16 instructions for TensorFlow's oneDNN ("AMX_BF16", "AVX512_BF16"), or
-    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only)."""
+    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only): without
+    them bfloat16 is not timed."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -148,7 +179,8 @@ def resolve(script: ModuleType, table: dict[str, Flag],
             presets: Callable[[dict[str, Any]], list[Preset]], given: dict[str, Any]
             ) -> tuple[argparse.Namespace, list[str]]:
     """A run's settings and one note per value a preset decided or lost; `given`: the command
-    line's flags (or `DQNAgent`'s keywords). ValueError naming an unknown flag or a bad value."""
+    line's flags (or `DQNAgent`'s keywords). A `Measured` value is measured only for a flag no
+    one chose, after the checks. ValueError naming an unknown flag or a bad value."""
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
@@ -158,24 +190,34 @@ def resolve(script: ModuleType, table: dict[str, Flag],
     chosen = {**edited, **given}
     values = {**at_top, **given}
     notes = {}
+    measured: dict[str, tuple[str, Measured]] = {}  # measured once the values are checked
     for source, preset in presets(values):
         for name, value in preset.items():
-            if name not in chosen:
+            if name not in chosen and isinstance(value, Measured):
+                measured[name] = (source, value)
+                notes[name] = ""  # its place among the notes, filled in once measured
+            elif name not in chosen:
+                measured.pop(name, None)  # a later preset's value wins over a measurement
                 values[name] = value
                 notes[name] = f"{name} {value} ({source} preset)"
-            elif chosen[name] != value:
+            elif isinstance(value, Measured) or chosen[name] != value:
                 where = (option(name, table[name], chosen[name]) if name in given
                          else f"{name.upper()} at the top of {Path(script.__file__).name}")
-                notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset has {value})"
+                has = value.what if isinstance(value, Measured) else f"has {value}"
+                notes[name] = f"{name} {chosen[name]} ({where}; the {source} preset {has})"
     check(values, table)
+    for name, (source, measurement) in measured.items():
+        values[name], figures = measurement.measure(values)
+        notes[name] = f"{name} {values[name]} ({source} preset: {figures})"
     return argparse.Namespace(**values), list(notes.values())
 
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
-    """ValueError naming the first flag whose value has the wrong type, is out of its range or
-    exceeds its `at_most` flag's."""
+    """ValueError naming the first flag whose value has the wrong type (a float flag's: a finite
+    number), exceeds LARGEST_INTEGER, is out of its range or exceeds its `at_most` flag's."""
     for name, flag in table.items():
-        for description, valid in (flag_type(flag), *([flag.rule] if flag.rule else [])):
+        for description, valid in (flag_type(flag), integer_size(flag),
+                                   *([flag.rule] if flag.rule else [])):
             if not valid(values[name]):
                 raise ValueError(f"{name.upper()} ({option(name, flag)}) must be "
                                  f"{description}, got {values[name]!r}")
@@ -205,14 +247,25 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
     description, test = {
         bool: ("True or False", lambda value: isinstance(value, bool)),
         int: ("an integer", is_integer),
-        float: ("a number", lambda value: isinstance(value, numbers.Real) and not isinstance(
-            value, bool)),
+        # NaN and inf: no flag means them, and they would surface late, as NaN weights or rewards
+        float: ("a finite number", lambda value: isinstance(value, numbers.Real)
+                and not isinstance(value, bool) and math.isfinite(value)),
         str: ("a string", lambda value: isinstance(value, str)),
     }[kind]
     if flag.shipped is not None:
         return description, test
     return (description + (" or None or True" if flag.alone else " or None"),
             lambda value: value is None or (flag.alone and value is True) or test(value))
+
+
+def integer_size(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
+    """(the rule, its test) that an integer flag's values (a tuple's each) do not exceed
+    LARGEST_INTEGER; any value passes for a flag of another type. Run after `flag_type`'s."""
+    if (flag.kind if flag.shipped is None or isinstance(flag.shipped, tuple)
+            else type(flag.shipped)) is not int:
+        return "", lambda value: True
+    return (f"at most 2**53 ({LARGEST_INTEGER:,})", lambda value: value is None or all(
+        number <= LARGEST_INTEGER for number in (value if isinstance(value, tuple) else [value])))
 
 
 def as_tuple(value: Any) -> Any:
@@ -235,6 +288,29 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Show defaults; keep the epilog's lines (argparse would split flags at their hyphens)."""
 
 
+class FlagParser(argparse.ArgumentParser):
+    """A parser whose errors are one `error:` line (--help shows the usage), a flag's own worded
+    as the flag block's checks are: "TARGET_UPDATE (--target-update) must be an integer, got
+    '1e22'"."""
+
+    def error(self, message: str) -> NoReturn:
+        own = re.fullmatch(r"argument [^:]+: ([A-Z][A-Z0-9_]* \(--.*)", message, re.DOTALL)
+        self.exit(2, f"error: {own[1] if own else message}\n")
+
+
+def command_line_type(name: str, flag: Flag, kind: type) -> Callable[[str], Any]:
+    """The function argparse converts a command-line word of `flag` with: `kind` of it, or an
+    error in the flag block's words ("1e3" is not an integer, as the edit 1e3 is not)."""
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            description = flag_type(Flag(None, kind=kind))[0].removesuffix(" or None")
+            raise argparse.ArgumentTypeError(f"{name.upper()} ({option(name, flag)}) must be "
+                                             f"{description}, got {text!r}") from None
+    return convert
+
+
 def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
                  presets: list[Preset]) -> argparse.ArgumentParser:
     """A parser with one flag per entry of `table` (default: the script's constant, help: its
@@ -243,8 +319,8 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
     epilog = ("Presets: flags not edited at the top of the script nor given here take these "
               "values\n" + "\n".join(wrap.fill(f"{source}: {format_preset(preset, table)}")
                                      for source, preset in presets))
-    parser = argparse.ArgumentParser(prog=Path(script.__file__).name, description=description,
-                                     epilog=epilog, formatter_class=HelpFormatter)
+    parser = FlagParser(prog=Path(script.__file__).name, description=description, epilog=epilog,
+                        formatter_class=HelpFormatter)
     comments = flag_comments(script)
     for name, flag in table.items():
         options: dict[str, Any] = {"dest": name, "default": getattr(script, name.upper()),
@@ -252,11 +328,11 @@ def build_parser(script: ModuleType, table: dict[str, Flag], description: str,
         if isinstance(flag.shipped, bool):
             options["action"] = argparse.BooleanOptionalAction
         elif isinstance(flag.shipped, tuple):
-            options.update(type=flag.kind, nargs="+")
+            options.update(type=command_line_type(name, flag, flag.kind), nargs="+")
         elif flag.alone:
             options.update(type=flag.kind, nargs="?", const=True, metavar="DIR")
         else:
-            options["type"] = flag.kind or type(flag.shipped)
+            options["type"] = command_line_type(name, flag, flag.kind or type(flag.shipped))
         parser.add_argument(option(name, flag), **options)
     return parser
 
@@ -276,7 +352,9 @@ def game_presets() -> list[Preset]:
         presets += family.game_presets.items()
         if family.bfloat16_games:
             presets.append((f"{' and '.join(family.bfloat16_games)} on a CPU with AVX512_BF16 "
-                            "or AMX", NATIVE_BFLOAT16_PRESET))
+                            "or AMX, where a timing finds their gradient step at least "
+                            f"{bfloat16_timing.MARGIN:.0%} faster in bfloat16 (once per CPU model "
+                            "and TensorFlow version, then cached)", {"bfloat16": True}))
     return presets
 
 
@@ -300,20 +378,20 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
     """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
-    --model or --record without --test, --test with --resume, an empty --resume, or a --record
-    path that cannot be written."""
+    --model or --record without --test, --resume with it, an empty --resume, or a --record path
+    that cannot be written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
     if resume == "":
         raise ValueError("--resume '' names no checkpoint: give a step-* directory, or --resume "
                          "alone for the newest")
-    if test and resume is not None:
-        raise ValueError("--test and --resume exclude each other: --test plays a saved network, "
-                         "--resume continues a training run")
     for flag, value in (("--model", model), ("--record", record)):
         if value is not None and not test:
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
                              "training saves to --model-dir)")
+    if test and resume is not None:
+        raise ValueError(f"--resume {resume!r} continues a training, which --test does not "
+                         "start (it plays a saved network, --model picks which): give one")
     if record is not None:
         recording.check_gif_path(record)
     return bool(test), resume, model, record

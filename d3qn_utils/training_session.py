@@ -18,6 +18,7 @@ from d3qn_utils.atomic_files import WriteError
 from d3qn_utils.checks import all_finite
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CTRL_C_EXIT_CODE = 128 + signal.SIGINT  # 130, as a shell reports a program Ctrl-C ended
 
 
 class NonFiniteError(RuntimeError):
@@ -79,6 +80,13 @@ def exit_code(run: Callable[[], None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, WriteError) else 3
     return 0
+
+
+def stopped_by_ctrl_c(when: str) -> int:
+    """What a program does on Ctrl-C outside a training run's own stop (start-up, a resume's
+    loading, --test): one line saying `when` it stopped, and the shell's exit code for SIGINT."""
+    print(f"stopped: Ctrl-C {when}", file=sys.stderr, flush=True)
+    return CTRL_C_EXIT_CODE
 
 
 class FiniteSteps(gym.Wrapper):

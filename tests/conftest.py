@@ -1,8 +1,8 @@
 """What the tests share: the repository's ROOT, the tests' DATA folder, small agents
-(`small_flags`, `small_agent`, `command_line`), a CPU without bfloat16 instructions for every test
-(so that a Pong agent is built alike on every machine; tests of the bfloat16 preset say which CPU
-they mean) and one real `python d3qn_agent.py` run on CartPole for the tests that read what the
-command writes.
+(`small_flags`, `small_agent`, `command_line`), a CPU without bfloat16 instructions and no real
+timing of them for every test (so that a Pong agent is built alike on every machine; tests of the
+bfloat16 preset say which CPU and which timing they mean) and one real `python d3qn_agent.py` run
+on CartPole for the tests that read what the command writes.
 
 This file imports no TensorFlow at its top: pytest-xdist's controller loads it and runs no test,
 so TensorFlow's start-up lines, held by pytest's capture, would come out after the summary.
@@ -83,9 +83,15 @@ def command_line(flags: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def cpu_without_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
-    from d3qn_utils import settings
+    """No bfloat16 units, and no real timing of them: a test that times says what it measured
+    (a seconds-long, machine-dependent timing would decide a Pong agent's precision)."""
+    from d3qn_utils import bfloat16_timing, settings
+
+    def no_real_timing(*args: Any) -> tuple[float, float]:
+        raise AssertionError("a test ran the real bfloat16 timing: patch time_gradient_steps")
 
     monkeypatch.setattr(settings, "native_bfloat16", lambda: None)
+    monkeypatch.setattr(bfloat16_timing, "time_gradient_steps", no_real_timing)
 
 
 class CommandLineRun(NamedTuple):

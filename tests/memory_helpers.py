@@ -1,10 +1,72 @@
 """What the replay-memory tests share: small transitions, frame stacks, memories filled with
-them, and copies of a memory's state to compare."""
+them, copies of a memory's state to compare, and the replay variants to check: d3qn_agent's
+REPLAY_MEMORIES with a reservoir-sampling memory registered, a variant defined here."""
 
 import io
 import re
 
 import numpy as np
+
+from d3qn_utils.checks import check_transition
+from d3qn_utils.replay_memory import ReplayMemory
+from d3qn_utils.replay_storage import FrameStackStorage, SlotStorage
+from PER import UniformMemory
+
+
+class ReservoirMemory(UniformMemory):
+    """Uniform replay over a reservoir (Vitter's Algorithm R): once full, the i-th transition
+    replaces a uniformly drawn slot with probability capacity / i, so the memory holds a uniform
+    sample of every transition given to it instead of the newest ones."""
+
+    kind = "reservoir"
+    RUN_SUFFIX = "_reservoir"
+    WRITES_RING = False
+
+    def __init__(self, capacity: int, storage: SlotStorage | None = None, **options) -> None:
+        super().__init__(capacity, storage, **options)
+        if not isinstance(self.storage, SlotStorage):
+            raise ValueError("a reservoir writes the slots it draws: it needs a SlotStorage")
+        self.seen = 0
+
+    def store(self, experience: tuple) -> int | None:
+        """The transition's slot, or None when the draw drops it (`ReplayMemory.store`); a
+        transition `check_transition` refuses changes nothing, not even the odds."""
+        experience = check_transition(experience)
+        self.seen += 1
+        if self.seen <= self.capacity:
+            return super().store(experience)
+        slot = int(self.rng.integers(self.seen))
+        if slot >= self.capacity:
+            return None
+        self.storage.put(slot, experience)
+        return slot
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The memory's state and how many transitions it was given (the draws' odds)."""
+        return {**super().state_dict(), "seen": np.array(self.seen)}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        self.check_state(arrays, ("seen",))
+        super().load_state_dict(arrays)
+        self.seen = int(arrays["seen"])
+
+
+def registered_memories() -> dict[str, type[ReplayMemory]]:
+    """d3qn_agent.REPLAY_MEMORIES with `ReservoirMemory` registered in a copy: every variant the
+    memory tests check, by name."""
+    from d3qn_agent import REPLAY_MEMORIES
+
+    return {**REPLAY_MEMORIES, ReservoirMemory.kind: ReservoirMemory}
+
+
+def holds_frames(memory: type[ReplayMemory]) -> bool:
+    """Whether a memory of this class can keep its transitions in a `FrameStackStorage` (a
+    reservoir cannot: it writes the slots it draws)."""
+    try:
+        memory(4, storage=FrameStackStorage(4))
+    except ValueError:
+        return False
+    return True
 
 
 def experience(i: int) -> tuple:

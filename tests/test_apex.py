@@ -107,7 +107,7 @@ def test_actor_reports_an_episodes_unclipped_score_as_the_agent_does(tmp_path, m
 def test_learner_evaluations_are_seeded_as_the_agents(tmp_path, monkeypatch):
     seeds = []
 
-    def record_seeds(envs, policy, episode_seeds):
+    def record_seeds(envs, policy, episode_seeds, stop=None):
         seeds.append(episode_seeds)
         return np.zeros(len(episode_seeds))
 
@@ -201,14 +201,14 @@ def test_progress_line_after_the_estimate_carries_the_time_left(tmp_path, capsys
 
 
 def learn_without_ray(config) -> ape_x.learner.Learner:
-    """Ape-X's learning in this process, in a fixed order: each actor in turn sends a block;
-    then the learner makes its UPDATES_PER_STEP updates per env step collected, each on a batch
-    the replay samples, the new priorities going back; the actors take the learner's weights
-    every WEIGHT_SYNC_EVERY of their env steps; the learner evaluates every EVAL_EVERY."""
+    """Ape-X's learning in this process, in a fixed order: each actor in turn sends a block,
+    taking the learner's weights every WEIGHT_SYNC_EVERY of its env steps; then the learner's
+    own loop body (`Learner.train_step`: the update, the new priorities, the evaluations) runs
+    UPDATES_PER_STEP times per env step collected, each on a batch the replay samples."""
     learner = ape_x.learner.Learner(config)
     actors = [ape_x.actor.Actor(i, config) for i in range(config.num_actors)]
     replay = ape_x.replay.Replay(config)
-    next_sync, next_eval = [0] * len(actors), config.eval_every
+    next_sync = [0] * len(actors)
     while learner.env_steps < config.total_steps:
         for actor in actors:
             if actor.steps >= next_sync[actor.index]:
@@ -218,11 +218,9 @@ def learn_without_ray(config) -> ape_x.learner.Learner:
         learner.env_steps = replay.collected()
         while (len(replay.memory) >= config.learning_starts
                and learner.updates < config.updates_per_step * learner.env_steps):
-            tree_idx, stamps, batch, is_weights, _ = replay.sample(config.batch_size)
-            replay.update_priorities(tree_idx, stamps, learner.update(batch, is_weights))
-        if learner.env_steps >= next_eval:
-            learner.evaluate()
-            next_eval += config.eval_every
+            *sampled, _ = replay.sample(config.batch_size)
+            if learner.train_step(sampled, replay.update_priorities):
+                return learner
     return learner
 
 

@@ -1,7 +1,11 @@
 """Tests for blind_cliffwalk.py: the environment, its exact answer, and prioritized vs uniform."""
 
+import errno
 import json
+import shutil
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,14 +135,120 @@ def test_table_marks_runs_over_budget():
     assert "lower bound" in table
 
 
-@pytest.mark.parametrize(
-    "argv", [["--methods", "uniform,sweep"], ["--min-n", "5", "--max-n", "4"], ["--seeds", "0"],
-             ["--priority-epsilon", "0.01", "0"], ["--priority-epsilon", "inf"]]
-)
-def test_bad_command_line_exits_with_an_error(argv):
-    with pytest.raises(SystemExit) as error:
-        bc.parse_args(argv)
-    assert error.value.code != 0
+def run_main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    """blind_cliffwalk.main(argv) in-process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = bc.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def unwritable_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in (root can write anywhere but /sys)."""
+    directory = tmp_path / "read-only"
+    directory.mkdir()
+    directory.chmod(0o555)
+    for candidate in (directory, Path("/sys")):
+        try:
+            with open(candidate / "probe", "wb"):
+                pass
+            (candidate / "probe").unlink()
+        except OSError:
+            return candidate
+    pytest.skip("no unwritable directory on this machine")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--methods", "uniform,sweep"], "--methods: unknown sweep; choose from uniform"),
+    (["--min-n", "5", "--max-n", "4"], "need 1 <= --min-n <= --max-n, got 5 and 4"),
+    (["--max-n", "100000"], "--max-n must be at most 16, got 100000: the memory holds"),
+    (["--seeds", "0"], "--seeds must be at least 1, got 0"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--step-size", "nan"], "--step-size must be in (0, 1], got nan: a step of 1"),
+    (["--step-size", "5"], "--step-size must be in (0, 1], got 5.0"),
+    (["--mse-tolerance", "nan"], "--mse-tolerance must be positive and finite, got nan"),
+    (["--budget-per-transition", "inf"], "--budget-per-transition must be positive and finite"),
+    (["--alpha-proportional", "nan"], "--alpha-proportional must be >= 0 and finite, got nan"),
+    (["--priority-epsilon", "0.01", "0"], "--priority-epsilon must be positive and finite, got 0"),
+    (["--priority-epsilon", "inf"], "--priority-epsilon must be positive and finite, got inf"),
+    (["--plot-path", "{tmp}/x.xyz"], "--plot-path must end in .png, got {tmp}/x.xyz"),
+    (["--plot-path", "{tmp}/file/x.png"],
+     "--plot-path {tmp}/file/x.png cannot be written: {tmp}/file is a file, not a directory"),
+    (["--results", "{unwritable}/results.json"],
+     "--results {unwritable}/results.json cannot be written: "),
+    (["--results", "{tmp}"], "--results {tmp} is a directory; give a file name"),
+    (["--replot", "{tmp}/missing.json"], "--replot {tmp}/missing.json cannot be read: No such"),
+    (["--replot", "{tmp}/empty.json"], "--replot {tmp}/empty.json is not a JSON results file"),
+    (["--replot", "{tmp}/foreign.json"],
+     "--replot {tmp}/foreign.json is not a results file of blind_cliffwalk.py"),
+    (["--replot", "{tmp}/file"], "--replot {tmp}/file is not a JSON results file"),
+], ids=lambda value: value if isinstance(value, str) and value.startswith("--") else None)
+def test_bad_input_is_one_error_line_before_any_run(tmp_path, capsys, argv, message):
+    (tmp_path / "file").write_bytes(b"\x89PNG a file the user had")
+    (tmp_path / "empty.json").write_text("")
+    # Another results file: the stamp, but another script's measurements.
+    (tmp_path / "foreign.json").write_text(json.dumps({"commit": "abc", "results": {
+        "runs": [{"n": 2, "column": "uniform", "updates": ["many"]}], "columns": ["uniform"]}}))
+    unwritable = unwritable_directory(tmp_path) if "{unwritable}" in " ".join(argv) else ""
+    before = sorted(tmp_path.rglob("*"))
+    where = {"tmp": tmp_path, "unwritable": unwritable}
+    plot_path, results = tmp_path / "cliffwalk.png", tmp_path / "results.json"
+    code, out, err = run_main(capsys, "--max-n", "3", "--seeds", "1", "--plot-path",
+                              str(plot_path), "--results", str(results),
+                              *(word.format(**where) for word in argv))
+    assert code == 2
+    assert err.startswith(f"error: {message.format(**where)}"), err
+    assert len(err.splitlines()) == 1 and out == ""
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing replaced
+    assert (tmp_path / "file").read_bytes() == b"\x89PNG a file the user had"
+
+
+def test_ctrl_c_stops_with_one_line_exit_130_and_nothing_written(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bc, "updates_to_converge", interrupted)
+    plot_path, results = tmp_path / "cliffwalk.png", tmp_path / "results.json"
+    code, out, err = run_main(capsys, "--max-n", "3", "--seeds", "1", "--plot-path",
+                              str(plot_path), "--results", str(results))
+    assert (code, out, err) == (130, "", "interrupted by Ctrl-C; nothing written\n")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_write_failing_after_the_runs_is_one_error_line(tmp_path, capsys, monkeypatch):
+    def disk_full(path, measured, **stamp):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(bc.provenance, "write_results", disk_full)
+    plot_path, results = tmp_path / "cliffwalk.png", tmp_path / "results.json"
+    code, _, err = run_main(capsys, "--max-n", "2", "--seeds", "1", "--methods", "oracle",
+                            "--plot-path", str(plot_path), "--results", str(results))
+    assert code == 1
+    assert err.splitlines()[-1] == f"error: [Errno 28] No space left on device: '{results}'"
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        err.splitlines()[-1]]
+    assert plot_path.read_bytes().startswith(b"\x89PNG") and not results.exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_run_names_the_committed_figure_it_replaces_and_nothing_else(tmp_path, capsys):
+    plot_path = tmp_path / "plots" / "blind_cliffwalk.png"
+    plot_path.parent.mkdir()
+    plot_path.write_bytes(b"committed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "plots"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=test", "-c",
+                    "user.email=test@example.com", "commit", "-qm", "figure"], check=True)
+    argv = ("--max-n", "2", "--seeds", "1", "--methods", "oracle", "--plot-path", str(plot_path))
+    code, out, _ = run_main(capsys, *argv, "--results", str(tmp_path / "results.json"))
+    assert code == 0
+    assert out.splitlines()[0] == (f"note: replaces {plot_path} (committed in git; `git checkout "
+                                   f"{plot_path}` brings it back)")
+    assert plot_path.read_bytes().startswith(b"\x89PNG")
+    # An untracked figure is this script's own to redraw: no note.
+    code, out, _ = run_main(capsys, "--replot", str(tmp_path / "results.json"), "--plot-path",
+                            str(tmp_path / "again.png"))
+    assert code == 0 and out.startswith(f"plot: {tmp_path / 'again.png'}, drawn from ")
 
 
 def test_main_prints_the_table_writes_the_plot_and_a_stamped_results_file(tmp_path, capsys):

@@ -1,21 +1,31 @@
-"""Each memory owns its state: `state_dict` / `load_state_dict` of PER.py's `Memory` and
-`UniformMemory` and rank_based.py's `RankBasedMemory`, through an .npz file as a checkpoint
+"""Each memory owns its state: `state_dict` / `load_state_dict` of every replay variant
+(d3qn_agent.REPLAY_MEMORIES: PER.py's `Memory` and `UniformMemory`, rank_based.py's
+`RankBasedMemory`; and the tests' reservoir), through an .npz file as a checkpoint
 (agent_checkpoint.py) writes them."""
 
 
 import numpy as np
 import pytest
-from memory_helpers import experience, frame_stacks, save_and_load, snapshot, states_equal
+from memory_helpers import (
+    experience,
+    frame_stacks,
+    holds_frames,
+    registered_memories,
+    save_and_load,
+    snapshot,
+    states_equal,
+)
 
 from d3qn_utils.replay_storage import FrameStackStorage
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
 
-KINDS = {memory.kind: memory for memory in (UniformMemory, Memory, RankBasedMemory)}
-PRIORITY_KEYS = {
+KINDS = registered_memories()
+OWN_KEYS = {  # each variant's keys beside its storage's, its kind and its rng
     "uniform": (),
     "proportional": ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"),
     "rank-based": ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"),
+    "reservoir": ("seen",),
 }
 
 
@@ -46,7 +56,7 @@ def test_state_dict_has_the_keys_of_its_kind(kind):
     memory = filled(kind, 5)
     arrays = memory.state_dict()
     storage_keys = {f"storage.{key}" for key in memory.storage.state_dict()}
-    assert set(arrays) == storage_keys | {"kind", "rng", *PRIORITY_KEYS[kind]}
+    assert set(arrays) == storage_keys | {"kind", "rng", *OWN_KEYS[kind]}
     assert arrays["kind"].item() == kind
     assert {key for key in arrays if key.startswith("stats.")} == set()
     loaded = save_and_load(arrays)  # plain arrays: no pickle needed
@@ -73,7 +83,7 @@ def test_round_trip_continues_identically(kind):
     assert_same_samples(memory, restored)
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", [kind for kind, memory in KINDS.items() if holds_frames(memory)])
 def test_round_trip_of_a_frame_memory(kind):
     stacks = frame_stacks(40)
 

@@ -1,6 +1,8 @@
 """notebooks/prioritized_replay.ipynb, the read-along notebook: committed without outputs, its
-imports and links resolve, and (slow tier) it runs top to bottom without writing into the
-repository, its memories drawing each transition as often as P(i) says."""
+imports and links resolve, its first cell finds the project where it is not cloned (from a
+folder or a git URL it is told, a local clone standing in for the remote) or says in one line
+what to set, and (slow tier) it runs top to bottom without writing into the repository, its
+memories drawing each transition as often as P(i) says."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import importlib
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -85,6 +88,75 @@ def test_its_links_find_their_files():
     assert local, "the notebook links no page of the project"
     for target in local:
         assert (NOTEBOOK.parent / target).is_file(), target
+
+
+# Run in a kernel before the first cell is told a URL: git clones as it is, and a pip install
+# is recorded instead of run (it would take minutes, and the network).
+PIP_RECORDED = """
+import json
+import subprocess
+
+pip_calls = []
+run = subprocess.run
+
+
+def run_but_pip(command, **options):
+    if command[1:3] == ["-m", "pip"]:
+        pip_calls.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+    return run(command, **options)
+
+
+subprocess.run = run_but_pip
+"""
+
+
+def first_cell(repository: str) -> str:
+    """The notebook's first code cell, its REPOSITORY set to `repository`."""
+    source = cells_of(read_notebook(), "code")[0].source
+    assert source.count('REPOSITORY = ""') == 1, "the first cell has no empty REPOSITORY"
+    return source.replace('REPOSITORY = ""', f"REPOSITORY = {repository!r}")
+
+
+def run_in_a_kernel(sources: list[str], folder: Path) -> list[nbformat.NotebookNode]:
+    """Each source run in turn as a cell of one fresh kernel working in `folder`, errors and
+    all; the cells with their outputs."""
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)
+                                               for source in sources])
+    NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return notebook.cells
+
+
+def printed(cell: nbformat.NotebookNode) -> str:
+    return "".join(output.get("text", "") for output in cell.outputs)
+
+
+def test_the_first_cell_finds_the_project_it_is_told_or_says_what_to_set(tmp_path,
+                                                                           monkeypatch):
+    # A folder outside any clone, where the kernel cannot import the project; a local clone of
+    # this repository stands in for the remote.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    elsewhere, remote = tmp_path / "elsewhere", tmp_path / "remote"
+    elsewhere.mkdir()
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(remote)], check=True, timeout=120)
+
+    untold, told_a_folder = run_in_a_kernel([first_cell(""), first_cell(str(remote))],
+                                            elsewhere)
+    [error] = untold.outputs
+    assert error.output_type == "error" and error.traceback == [f"error: {error.evalue}"]
+    assert "set REPOSITORY at the top of this cell" in error.evalue
+    assert f"project: {remote}\n" in printed(told_a_folder)
+
+    *_, told_a_url, pip = run_in_a_kernel(
+        [PIP_RECORDED, first_cell(remote.as_uri()), "print(json.dumps(pip_calls))"], elsewhere)
+    cloned = elsewhere / "remote"
+    assert f"project: {cloned}\n" in printed(told_a_url)
+    assert (cloned / ".git").is_dir() and (cloned / "PER.py").is_file()
+    [install] = json.loads(printed(pip))
+    assert install[-2:] == ["-r", str(cloned / "requirements.txt")]
 
 
 def expected_probabilities(kind: str, alpha: float, abs_errors: np.ndarray) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Tests for PER.py (`SumTree`, `Memory`, `UniformMemory`), the memories' `check_fits` and
 Ape-X's `BlockMemory.store_block`: small trees checked by hand, the compiled walks against
-their Python form and a from-scratch reference, then statistics with fixed seeds. rank_based.py's
-memory is tested in test_rank_based.py, checkpoints of every memory in test_memory_state.py."""
+their Python form and a from-scratch reference, then statistics with fixed seeds; what every
+replay variant must do (d3qn_agent.REPLAY_MEMORIES and the tests' reservoir) runs for each.
+rank_based.py's memory is tested in test_rank_based.py, checkpoints of every memory in
+test_memory_state.py."""
 
 import functools
 import re
@@ -13,17 +15,19 @@ from memory_helpers import (
     experience,
     filled_memory,
     frame_stacks,
+    holds_frames,
     names_bad,
+    registered_memories,
     snapshot,
     states_equal,
 )
 
 from ape_x.replay import BlockMemory
-from d3qn_agent import REPLAY_MEMORIES
 from d3qn_utils import replay_memory
 from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
 from PER import Memory, SumTree, UniformMemory, _get_leaves, _update_leaves
-from rank_based import RankBasedMemory
+
+MEMORIES = registered_memories()  # every replay variant, by name
 
 
 def filled_tree(priorities: list[float]) -> SumTree:
@@ -252,10 +256,9 @@ def test_no_drift_after_a_million_updates():
 def test_bad_capacity(capacity):
     with pytest.raises(ValueError, match="capacity"):
         SumTree(capacity)
-    with pytest.raises(ValueError, match="capacity"):
-        Memory(capacity)
-    with pytest.raises(ValueError, match="capacity"):
-        UniformMemory(capacity)
+    for memory in MEMORIES.values():
+        with pytest.raises(ValueError, match="capacity"):
+            memory(capacity)
 
 
 def test_sum_tree_bad_input_leaves_tree_unchanged():
@@ -380,8 +383,8 @@ def test_n_step_returns_by_hand():
     assert sampled_by_slot(memory)[5] == (8 + 16 / 2, 22, False, 1 / 4)
 
 
-@pytest.mark.parametrize("kind", [Memory, RankBasedMemory])
-def test_n_step_returns_of_the_prioritized_memories(kind):
+@pytest.mark.parametrize("kind", MEMORIES.values(), ids=MEMORIES)
+def test_n_step_returns_through_each_memory_s_sample(kind):
     # The same chains through sample: each sampled slot's batch row is its n-step return.
     memory = kind(4, rng=0, n_step=2, gamma=0.5)
     for state, reward, done in [(0, 1.0, False), (1, 2.0, True), (5, 4.0, False)]:
@@ -411,13 +414,12 @@ def test_n_step_chain_never_runs_from_the_newest_into_the_oldest_transition():
 
 @pytest.mark.parametrize("n_step", [0, -1, 2.5, True])
 def test_bad_n_step_is_rejected(n_step):
-    with pytest.raises(ValueError, match="n_step must be an integer >= 1"):
-        Memory(4, n_step=n_step)
-    with pytest.raises(ValueError, match="n_step must be an integer >= 1"):
-        UniformMemory(4, n_step=n_step)
+    for memory in MEMORIES.values():
+        with pytest.raises(ValueError, match="n_step must be an integer >= 1"):
+            memory(4, n_step=n_step)
 
 
-@pytest.mark.parametrize("kind", [Memory, RankBasedMemory])
+@pytest.mark.parametrize("kind", MEMORIES.values(), ids=MEMORIES)
 def test_partly_filled_memory_samples_only_filled_slots(kind):
     memory = filled_memory(kind, 3, capacity=100)
     assert len(memory) == 3
@@ -604,11 +606,11 @@ def test_memory_bad_input_raises_and_changes_nothing():
             Memory(4, **{name: value})
 
 
-@pytest.mark.parametrize("kind", ["uniform", "proportional"])
+@pytest.mark.parametrize("kind", MEMORIES)
 def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_writes_nothing(
         kind):
-    memory = {"uniform": UniformMemory, "proportional": Memory}[kind](4, rng=0)
-    for i in range(6):  # full, wrapped around: the next store overwrites the oldest, slot 2
+    memory = MEMORIES[kind](4, rng=0)
+    for i in range(6):  # full: a ring's next store overwrites the oldest, slot 2
         memory.store(experience(i))
     before = snapshot(memory)
     state, nan_state = np.full(3, 9.0, np.float32), np.array([1.0, np.nan, 2.0], np.float32)
@@ -630,9 +632,10 @@ def test_store_refuses_a_transition_that_is_not_finite_or_has_a_bad_action_and_w
             memory.store(transition)
         assert states_equal(snapshot(memory), before), transition
     # Integers of every kind, numpy floats and 0 / 1 for done are fine.
-    assert memory.store((state, np.int32(1), np.float32(0.5), state, 1)) == 2
-    assert memory.store((state, np.array(0), 2, state, np.bool_(False))) == 3
-    assert (memory.storage.get(np.array([2, 3]))[0] == 9).all()
+    slots = [memory.store((state, np.int32(1), np.float32(0.5), state, 1)),
+             memory.store((state, np.array(0), 2, state, np.bool_(False)))]
+    assert slots == ([2, 3] if kind != "reservoir" else [3, 2])  # the reservoir's seeded draws
+    assert (memory.storage.get(np.array(slots))[0] == 9).all()
 
 
 def test_a_frame_memory_refuses_a_negative_action_and_writes_nothing():
@@ -672,17 +675,20 @@ ATARI_FRAMES = StorageSpec(FrameStackStorage)  # (84, 84, 4) stacks: one frame a
 MINATAR_STATES = StorageSpec(FrameStackStorage, {"stack_axis": None})  # a whole state a slot
 
 
-@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank-based"])
-@pytest.mark.parametrize(("storage", "state_shape"), [
-    (StorageSpec(), (4,)), (ATARI_FRAMES, (10, 10, 4)), (MINATAR_STATES, (10, 10, 4))],
-    ids=["vector", "frame stacks", "minatar"])
+@pytest.mark.parametrize(("kind", "storage", "state_shape"), [
+    pytest.param(kind, storage, state_shape, id=f"{kind}-{name}")
+    for kind, memory in MEMORIES.items()
+    for name, storage, state_shape in [("vector", StorageSpec(), (4,)),
+                                       ("frame stacks", ATARI_FRAMES, (10, 10, 4)),
+                                       ("minatar", MINATAR_STATES, (10, 10, 4))]
+    if storage.storage_class is not FrameStackStorage or holds_frames(memory)])
 def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, storage, state_shape):
     # Filled as the agents fill it, one episode: float32 vectors, uint8 stacks of 4 frames or
     # MinAtar's uint8 states of 4 channels (the same arrays, kept whole), Python int actions,
     # float rewards, bool dones; a sample lets the rank-based memory rank every slot.
     capacity = 4096
     frames = np.random.default_rng(0).integers(0, 256, (capacity + 4, 10, 10), dtype=np.uint8)
-    memory_class = REPLAY_MEMORIES[kind]
+    memory_class = MEMORIES[kind]
     memory = memory_class(capacity, storage=storage(capacity), rng=0)
     for i in range(capacity):
         if state_shape == (4,):
@@ -723,7 +729,7 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, storage, state_
 def test_a_replay_memory_that_cannot_fit_is_refused_before_it_is_allocated(
         monkeypatch, size, storage, state_shape, dtype, kind, needs):
     monkeypatch.setattr(replay_memory, "machine_memory_bytes", lambda: 2**30)
-    memory = REPLAY_MEMORIES[kind]
+    memory = MEMORIES[kind]
     if needs is None:
         memory.check_fits(size, storage, state_shape, dtype, 16)
         return
@@ -793,7 +799,7 @@ def test_uniform_memory_draws_only_slots_that_hold_a_transition():
     np.testing.assert_array_equal(states, stacks[actions])
 
 
-@pytest.mark.parametrize("make", [Memory, UniformMemory], ids=["proportional", "uniform"])
+@pytest.mark.parametrize("make", MEMORIES.values(), ids=MEMORIES)
 def test_seeded_memories_repeat(make):
     first, second = make(64, rng=5), make(64, rng=5)
     for i in range(50):
@@ -811,10 +817,9 @@ def test_seeded_memories_repeat(make):
 
 
 def test_storage_capacity_must_match():
-    with pytest.raises(ValueError, match="storage capacity 4 differs from memory capacity 8"):
-        Memory(8, storage=TransitionStorage(4))
-    with pytest.raises(ValueError, match="storage capacity 4 differs from memory capacity 8"):
-        UniformMemory(8, storage=TransitionStorage(4))
+    for memory in MEMORIES.values():
+        with pytest.raises(ValueError, match="storage capacity 4 differs from memory capacity 8"):
+            memory(8, storage=TransitionStorage(4))
 
 
 # Blocks with their own priorities (Ape-X actors, ape_x.replay.BlockMemory.store_block) ------------

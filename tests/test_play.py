@@ -162,8 +162,8 @@ def test_record_films_atari_screens_in_colour_at_15_steps_per_second(tmp_path):
     env.reset(seed=0)
     assert env.metadata["render_fps"] == 15  # 60 frames/s, 4 per step
     assert env.render().shape == (210, 160, 3)
-    agent = DQNAgent("PongNoFrameskip-v4", memory_size=100, batch_size=8, test_episodes=1,
-                     max_episode_steps=12, model_dir=str(tmp_path))
+    agent = small_agent(tmp_path, "PongNoFrameskip-v4", memory_size=100, batch_size=8,
+                        test_episodes=1, max_episode_steps=12)
     agent.save(agent.Model_name)
     gif = tmp_path / "pong.gif"
     agent.test(record=str(gif))

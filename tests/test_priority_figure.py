@@ -1,13 +1,16 @@
-"""Tests for priority_figure.py: the replay statistics by hand, then watching real memories."""
+"""Tests for priority_figure.py: the replay statistics by hand, then watching real memories,
+every replay variant (d3qn_agent.REPLAY_MEMORIES and the tests' reservoir, which is not a ring)."""
 
 
 import numpy as np
 import pytest
-from memory_helpers import experience, save_and_load
+from memory_helpers import ReservoirMemory, experience, registered_memories, save_and_load
 
 from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, age_bins
 from PER import Memory, UniformMemory
-from rank_based import RankBasedMemory
+
+MEMORIES = registered_memories()  # every replay variant, by name
+PRIORITIZED = {kind: memory for kind, memory in MEMORIES.items() if memory.PRIORITIZED}
 
 
 def store(memory, stats: PriorityFigure, transition: tuple) -> None:
@@ -58,23 +61,87 @@ def test_replay_statistics_by_hand():
     np.testing.assert_allclose(stats.uniform_replays_by_age[:3], [1.5, 3.0, 0.5])
 
 
-@pytest.mark.parametrize("kind", [UniformMemory, Memory, RankBasedMemory])
+@pytest.mark.parametrize("kind", MEMORIES.values(), ids=MEMORIES)
 def test_statistics_count_every_store_and_draw_of_each_memory(kind):
     stats = PriorityFigure(64, batch_size=8)
     memory = kind(64, rng=1)
-    for i in range(100):  # wraps around
-        store(memory, stats, experience(i))
+    stored = []  # the transitions the memory kept when given them, in order
+    for i in range(100):  # wraps around (a reservoir drops some)
+        slot = memory.store(experience(i))
+        stats.note_store(slot)
+        stored += [] if slot is None else [i]
     draws = 0
     for _ in range(50):
         tree_idx = sample(memory, stats, 8)
         draws += 8
         memory.batch_update(tree_idx, np.full(8, 0.5))
-    assert stats.stores == 100
+    assert stats.stores == len(stored) and stats.stores <= 100
     assert stats.replay_counts.sum() <= draws  # draws of overwritten transitions are forgotten
     assert stats.replays_by_age.sum() == draws
     assert stats.uniform_replays_by_age.sum() == pytest.approx(draws)
     assert stats.exposure_by_age.sum() == 50 * 64
-    assert stats.ages(memory.storage.held_slots()).max() == 63
+    # Each held transition's age: the transitions stored after it (a ring's are 0 .. 63).
+    held = memory.storage.held_slots()
+    given = memory.storage.get(held)[0][:, 0].astype(int)
+    expected = len(stored) - 1 - np.searchsorted(stored, given)
+    np.testing.assert_array_equal(stats.ages(held), expected)
+
+
+def test_a_memory_that_is_not_a_ring_is_counted_by_the_ages_it_holds():
+    # A reservoir keeps a sample of everything it was given, not the newest transitions: the
+    # ages it holds are not a ring's 0 .. size - 1, and the figure takes them from the slots
+    # `store` returned.
+    stats = PriorityFigure(32, batch_size=8, ring=ReservoirMemory.WRITES_RING)
+    memory = ReservoirMemory(32, rng=0)
+    stored: list[int] = []
+    exposure, replays = np.zeros(AGE_BINS), np.zeros(AGE_BINS, np.int64)
+
+    def ages_of(given: np.ndarray) -> np.ndarray:
+        return len(stored) - 1 - np.searchsorted(stored, given.astype(int))
+
+    for i in range(400):
+        slot = memory.store(experience(i))
+        stats.note_store(slot)
+        stored += [] if slot is None else [i]
+        if i >= 31 and i % 10 == 0:
+            indices, (states, *_), _ = memory.sample(8)
+            stats.note_sample(memory.slots_of(indices), len(memory))
+            held = memory.storage.get(memory.storage.held_slots())[0][:, 0]
+            exposure += np.bincount(age_bins(ages_of(held)), minlength=AGE_BINS)
+            replays += np.bincount(age_bins(ages_of(states[:, 0])), minlength=AGE_BINS)
+    np.testing.assert_array_equal(stats.exposure_by_age, exposure)
+    np.testing.assert_array_equal(stats.replays_by_age, replays)
+    np.testing.assert_allclose(stats.uniform_replays_by_age, exposure * 8 / 32)
+    # A ring of 32 holds ages 0 .. 31, none of bins 6 and up; the reservoir does.
+    assert exposure[6:].sum() > 0
+    # What a checkpoint keeps gives the same counts on.
+    restored = PriorityFigure(32, batch_size=8, ring=False)
+    restored.load_state_dict(save_and_load(stats.state_dict()))
+    slots = memory.slots_of(memory.sample(8)[0])
+    for figure in (stats, restored):
+        figure.note_sample(slots, len(memory))
+    np.testing.assert_array_equal(restored.exposure_by_age, stats.exposure_by_age)
+
+
+RINGS = {kind: memory for kind, memory in MEMORIES.items() if memory.WRITES_RING}
+
+
+@pytest.mark.parametrize("kind", RINGS.values(), ids=RINGS)
+def test_a_ring_s_ages_by_formula_are_those_its_slots_hold(kind):
+    # WRITES_RING lets the figure count a ring's ages as 0 .. size - 1 without reading its slots:
+    # the counts are those of reading them, while it fills and once it wraps.
+    by_formula, by_slots = PriorityFigure(32, 8), PriorityFigure(32, 8, ring=False)
+    memory = kind(32, rng=0)
+    for i in range(100):
+        slot = memory.store(experience(i))
+        for figure in (by_formula, by_slots):
+            figure.note_store(slot)
+        if i >= 7:
+            slots = memory.slots_of(memory.sample(8)[0])
+            for figure in (by_formula, by_slots):
+                figure.note_sample(slots, len(memory))
+    np.testing.assert_array_equal(by_formula.exposure_by_age, by_slots.exposure_by_age)
+    assert by_formula.exposure_by_age[6:].sum() == 0  # a ring of 32 holds ages 0 .. 31 (bin 5)
 
 
 def test_uniform_memory_replays_every_age_at_the_uniform_rate():
@@ -91,18 +158,20 @@ def test_uniform_memory_replays_every_age_at_the_uniform_rate():
                                64 / 256)
 
 
-def test_prioritized_memory_replays_new_transitions_more_than_uniform_would():
+@pytest.mark.parametrize("kind", PRIORITIZED.values(), ids=PRIORITIZED)
+def test_prioritized_memory_replays_new_transitions_more_than_uniform_would(kind):
     stats = PriorityFigure(256, batch_size=4)
-    memory = Memory(256, rng=3)
+    memory = kind(256, rng=3)
     for i in range(1024):
         store(memory, stats, experience(i))
         tree_idx = sample(memory, stats, 4)
         memory.batch_update(tree_idx, np.full(4, 1e-3))  # replayed ones lose their priority
     rate = stats.replays_by_age / np.maximum(stats.exposure_by_age, 1)
     uniform_rate = stats.uniform_replays_by_age / np.maximum(stats.exposure_by_age, 1)
-    # The newest transition has priority 1 against ~0.067 for the replayed ones: a share of
-    # about 1 / (1 + 255 * 0.067) = 5.5% of each draw once the memory is full, ~14 times
-    # uniform replay's 1/256 (less while it fills: 7.9 times over the whole run).
+    # Proportional: the newest transition has priority 1 against ~0.067 for the replayed ones:
+    # a share of about 1 / (1 + 255 * 0.067) = 5.5% of each draw once the memory is full, ~14
+    # times uniform replay's 1/256 (less while it fills: 7.9 times over the whole run).
+    # Rank-based: it ranks first, 1 / sum_r r^-0.7 = 6.7% of each draw.
     assert rate[0] > 5 * uniform_rate[0]
     assert rate[6] < uniform_rate[6]  # ages 63 .. 126: replayed already, so below uniform
 

@@ -22,13 +22,17 @@ from benchmarks import (
     study,
 )
 
+# What a failing check of the committed pages says: a results file newer than the pages (a
+# benchmark run since) makes their blocks differ until this command renders them again.
+RENDER_AGAIN = "render the pages again from the results files: python benchmarks/render_docs.py"
+
 
 def block_names(text: str) -> list[str]:
     return [match.group("name") for match in render_docs.BLOCK.finditer(text)]
 
 
 def test_the_committed_pages_and_reports_are_what_the_result_files_render(capsys):
-    assert render_docs.main(["--check"]) == 0, capsys.readouterr().out
+    assert render_docs.main(["--check"]) == 0, f"{capsys.readouterr().out}{RENDER_AGAIN}"
 
 
 def test_every_renderer_has_a_block_and_every_block_a_renderer():
@@ -63,7 +67,8 @@ def test_a_number_typed_into_a_block_fails_the_check_naming_the_block(tmp_path, 
     assert render_docs.main(["--check", "--root", str(tmp_path)]) == 1
     differs = capsys.readouterr().out.splitlines()
     assert len(differs) == 1 and differs[0].endswith(
-        f"docs/{page_name}: block {block} differs from what its files render")
+        f"docs/{page_name}: block {block} differs from what its files render"), (
+        f"{differs}: another block differing means the committed pages do; {RENDER_AGAIN}")
     assert page.read_text() == edited  # --check writes nothing
 
 

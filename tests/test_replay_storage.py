@@ -1,5 +1,6 @@
 """Tests for replay_storage.py: FrameStackStorage on random and real Atari episodes, alone and
-inside PER.py's memories (TransitionStorage is tested through the memories, in test_per.py)."""
+inside every replay variant that takes one (TransitionStorage is tested through the memories,
+here and in test_per.py, the tests' reservoir among them)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.wrappers import FrameStackObservation
-from memory_helpers import experience
+from memory_helpers import experience, holds_frames, registered_memories
 
-import PER
 from atari_wrappers import ChannelsLast, make_env
 from d3qn_utils.checks import check_indices, first_bad_pair, first_outside
 from d3qn_utils.replay_storage import (
@@ -20,7 +20,6 @@ from d3qn_utils.replay_storage import (
     SlotStorage,
     TransitionStorage,
 )
-from rank_based import RankBasedMemory
 
 PONG = "PongNoFrameskip-v4"
 FRAME_SHAPE = (84, 84)
@@ -263,13 +262,12 @@ class RecordingStorage(FrameStackStorage):
         return self.last_add
 
 
+MEMORIES = registered_memories()  # every replay variant, by name
+FRAME_MEMORIES = [kind for kind, memory in MEMORIES.items() if holds_frames(memory)]
+
+
 def make_memory(kind: str, storage: FrameStackStorage, n_step: int = 1, gamma: float = 0.99):
-    returns = {"n_step": n_step, "gamma": gamma}
-    if kind == "uniform":
-        return PER.UniformMemory(storage.capacity, storage=storage, rng=0, **returns)
-    if kind == "rank":
-        return RankBasedMemory(storage.capacity, storage=storage, rng=0, **returns)
-    return PER.Memory(storage.capacity, storage=storage, rng=0, **returns)
+    return MEMORIES[kind](storage.capacity, storage=storage, rng=0, n_step=n_step, gamma=gamma)
 
 
 def n_step_reference(transitions: list[tuple], start: int, held: set[int], n_step: int,
@@ -292,7 +290,7 @@ def n_step_reference(transitions: list[tuple], start: int, held: set[int], n_ste
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
-@pytest.mark.parametrize("kind", ["uniform", "proportional", "rank"])
+@pytest.mark.parametrize("kind", FRAME_MEMORIES)
 def test_memories_sample_only_complete_correct_transitions(kind, n_step):
     env = ChannelsLast(FrameStackObservation(RandomEpisodesEnv(), STACK))
     transitions = collect(env, steps=300, seed=6)
@@ -326,6 +324,26 @@ def test_memories_sample_only_complete_correct_transitions(kind, n_step):
             assert discounts[row] == pytest.approx(discount, rel=1e-6)
         # Large errors make stale priorities matter: a freed slot left with one would be drawn.
         memory.batch_update(indices, errors_rng.uniform(0, 5, size=16))
+
+
+@pytest.mark.parametrize("kind", MEMORIES)
+def test_every_memory_samples_only_what_its_slots_hold(kind):
+    # Given more transitions than it has slots, each memory draws every row from a slot that
+    # holds the transition `store` last put there (a ring's newest, a reservoir's kept ones).
+    memory = MEMORIES[kind](16, rng=0)
+    in_slot: dict[int, int] = {}
+    for i in range(60):
+        slot = memory.store(experience(i))
+        if slot is not None:
+            in_slot[slot] = i
+        indices, (states, actions, rewards, next_states, dones, _), _ = memory.sample(8)
+        for row, slot in enumerate(memory.slots_of(indices).tolist()):
+            state, action, reward, next_state, done = experience(in_slot[slot])
+            np.testing.assert_array_equal(states[row], state)
+            np.testing.assert_array_equal(next_states[row], next_state)
+            assert (actions[row], rewards[row], dones[row]) == (action, reward, done)
+        memory.batch_update(indices, np.abs(np.sin(indices + i)))
+    assert len(in_slot) == len(memory) == 16
 
 
 def test_first_outside_finds_the_first_value_out_of_range_nan_included():

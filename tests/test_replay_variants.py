@@ -1,7 +1,9 @@
 """Replay variants are entries of d3qn_agent.REPLAY_MEMORIES, named once (a memory's `kind`): the
-flags pick the shipped ones, and a new variant is one module plus one entry. Shown here with a
-reservoir-sampling memory defined in this file, picked for a short run of the agent: its name
-reaches the run's files, its log and its checkpoint with nothing else changed."""
+flags pick the shipped ones, through one selector that the presets and the study ask too, and a
+new variant is one module plus one entry (and the flags it takes over). Shown here with the
+reservoir-sampling memory of tests/memory_helpers.py, picked for a short run of the agent: its
+name reaches the run's files, its log and its checkpoint with nothing else changed. A variant
+that lacks part of the interface fails when it is made."""
 
 from __future__ import annotations
 
@@ -11,50 +13,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import small_agent
-from memory_helpers import experience
+from memory_helpers import ReservoirMemory, experience
 
 import d3qn_agent
-from d3qn_utils import settings
-from d3qn_utils.checks import check_transition
-from d3qn_utils.replay_storage import FrameStackStorage, SlotStorage, TransitionStorage
+from benchmarks import study
+from d3qn_utils import replay_memory, settings
+from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from d3qn_utils.reporting import TrainingReport
 from PER import Memory, UniformMemory
 from rank_based import RankBasedMemory
-
-
-class ReservoirMemory(UniformMemory):
-    """Uniform replay over a reservoir (Vitter's Algorithm R): once full, the i-th transition
-    replaces a uniformly drawn slot with probability capacity / i, so the memory holds a uniform
-    sample of every transition given to it instead of the newest ones."""
-
-    kind = "reservoir"
-    RUN_SUFFIX = "_reservoir"
-
-    def __init__(self, capacity: int, storage: SlotStorage | None = None, **options) -> None:
-        super().__init__(capacity, storage, **options)
-        if not isinstance(self.storage, SlotStorage):
-            raise ValueError("a reservoir writes the slots it draws: it needs a SlotStorage")
-        self.seen = 0
-
-    def store(self, experience: tuple) -> int | None:
-        """The transition's slot, or None when the draw drops it (`ReplayMemory.store`)."""
-        self.seen += 1
-        if self.seen <= self.capacity:
-            return super().store(experience)
-        slot = int(self.rng.integers(self.seen))
-        if slot >= self.capacity:
-            return None
-        self.storage.put(slot, check_transition(experience))
-        return slot
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The memory's state and how many transitions it was given (the draws' odds)."""
-        return {**super().state_dict(), "seen": np.array(self.seen)}
-
-    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        self.check_state(arrays, ("seen",))
-        super().load_state_dict(arrays)
-        self.seen = int(arrays["seen"])
 
 
 def test_the_flags_pick_the_shipped_variants_by_name():
@@ -104,10 +71,75 @@ def test_a_reservoir_resumed_from_its_state_dict_draws_as_the_one_that_ran_on():
             {key: value for key, value in memory.state_dict().items() if key != "seen"})
 
 
+def resolve(**flags) -> tuple[object, list[str]]:
+    return settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                            {"env_name": "CartPole-v1", **flags})
+
+
+@pytest.mark.parametrize(("use_per", "rank_based"), [(True, False), (True, True), (False, False),
+                                                     (False, True)])
+def test_the_presets_and_the_study_ask_the_agent_s_selector(monkeypatch, use_per, rank_based):
+    config, notes = resolve(use_per=use_per, per_rank_based=rank_based)
+    picked = d3qn_agent.replay_variant(use_per, rank_based)
+    # The rank-based preset applies where the flags pick that memory, and only there.
+    rank_based_preset = [note for note in notes if note.endswith("(rank-based preset)")]
+    assert bool(rank_based_preset) == (picked == "rank-based")
+    assert (config.per_alpha, config.per_beta) == ((0.7, 0.5) if picked == "rank-based"
+                                                   else (0.6, 0.4))
+    # A variant taking over the pair takes the preset with it.
+    monkeypatch.setitem(replay_memory.VARIANT_PICKS, (use_per, rank_based), ReservoirMemory.kind)
+    assert not any(note.endswith("(rank-based preset)") for note in resolve(
+        use_per=use_per, per_rank_based=rank_based)[1])
+
+
+def test_each_study_variant_s_flags_pick_its_memory():
+    kinds = []
+    for variant, (_, kind) in study.VARIANTS.items():
+        run = study.Run("classic_control", "CartPole-v1", variant, 0)
+        flags = settings.explicit_flags(run.arguments(), settings.d3qn_parser(d3qn_agent))
+        config, _ = resolve(**flags)
+        assert d3qn_agent.replay_variant(config.use_per, config.per_rank_based) == kind, variant
+        kinds.append(kind)
+    assert sorted(kinds) == sorted(d3qn_agent.REPLAY_MEMORIES)
+    assert study.variant_options("rank-based") == ["--rank-based"]
+    assert study.variant_options("uniform") == ["--no-per"]
+    with pytest.raises(ValueError, match="no flags pick replay variant 'reservoir'"):
+        study.variant_options("reservoir")
+
+
+@pytest.mark.parametrize("missing", ["store", "sample", "batch_update", "sampling_probabilities"])
+def test_a_variant_without_a_method_of_the_interface_fails_when_it_is_made(missing):
+    # Python's abc names the method: it would otherwise fail late, in training or a figure.
+    methods = {name: getattr(UniformMemory, name) for name in (
+        "store", "sample", "batch_update", "sampling_probabilities") if name != missing}
+    lacking = replay_memory.ReplayMemoryType("Lacking", (replay_memory.ReplayMemory,), {
+        "kind": "lacking", "alpha": 0.0, "beta": 0.0, **methods})
+    with pytest.raises(TypeError, match=f"abstract class Lacking .*{missing}'?$"):
+        lacking(8)
+
+
+def test_a_variant_without_an_attribute_of_the_interface_fails_when_it_is_made():
+    class NoExponents(replay_memory.ReplayMemory):  # a whole variant that forgot alpha and beta
+        kind = "no exponents"
+        store, sample, batch_update = (UniformMemory.store, UniformMemory.sample,
+                                       UniformMemory.batch_update)
+        sampling_probabilities = UniformMemory.sampling_probabilities
+
+    with pytest.raises(TypeError, match="replay memory NoExponents lacks alpha, beta: every "
+                                        "variant has alpha, beta and a kind"):
+        NoExponents(8)
+    NoExponents.alpha, NoExponents.beta = 0.0, 0.0
+    assert len(NoExponents(8)) == 0  # complete: it is made
+    NoExponents.kind = ""
+    with pytest.raises(TypeError, match="NoExponents lacks a kind"):
+        NoExponents(8)
+
+
 def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setitem(d3qn_agent.REPLAY_MEMORIES, ReservoirMemory.kind, ReservoirMemory)
-    # The flags pick it (a real variant would get its own flag in settings.D3QN_FLAGS).
-    monkeypatch.setattr(d3qn_agent, "replay_variant", lambda use_per, rank_based: "reservoir")
+    # The flags pick it: it takes over the shipped flags' pair (a real variant would add a flag
+    # to settings.D3QN_FLAGS and a pair here).
+    monkeypatch.setitem(replay_memory.VARIANT_PICKS, (True, False), ReservoirMemory.kind)
     # 100 slots given 300 transitions: once full, the reservoir drops some, and the priority
     # figure counts only those it stored.
     agent = small_agent(tmp_path, memory_size=100, total_steps=300, learning_starts=100,

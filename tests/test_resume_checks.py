@@ -1,6 +1,6 @@
 """Checkpoints are never stale, never poisoned, never silent: a resume from an older checkpoint
 replaces the steps it reaches again, a state holding NaN or inf is never written, and a resume
-refuses what cannot work (an empty --resume, --test with it, a budget already spent) and says
+refuses what cannot work (an empty --resume, a budget already spent) and says
 what differs from the run that wrote the checkpoint (its best network, its flags).
 
 Every run is `d3qn_agent.main` on CartPole with a tiny network, in this process: each checks the
@@ -191,12 +191,10 @@ def test_a_non_finite_optimizer_state_is_not_written(tmp_path):
 @pytest.mark.parametrize(("flags", "said"), [
     (["--resume", ""], "error: --resume '' names no checkpoint: give a step-* directory, or "
                        "--resume alone for the newest"),
-    (["--test", "--resume"], "error: --test and --resume exclude each other: --test plays a "
-                             "saved network, --resume continues a training run"),
     (["--resume", "--total-steps", "150"], "error: --total-steps 150 is at or below step 150 of "
                                            "checkpoint {step_150}: a resumed run trains on to "
                                            "--total-steps, so give more than 150"),
-], ids=["empty resume", "test and resume", "budget spent"])
+], ids=["empty resume", "budget spent"])
 def test_a_resume_that_cannot_work_is_refused_and_changes_nothing(
         copy_of_trained, capsys, flags, said):
     before = snapshot(copy_of_trained)
@@ -231,28 +229,36 @@ def test_a_corrupt_newest_checkpoint_names_the_newest_intact_one(copy_of_trained
 
 
 # ---- What differs from the run that wrote the checkpoint ------------------------------------
-@pytest.mark.parametrize("best_network", ["replaced", "missing"])
-def test_a_resume_says_when_the_best_network_is_not_the_one_its_run_saved(
-        copy_of_trained, capsys, best_network):
+def test_a_resume_says_when_another_run_replaced_its_best_network(copy_of_trained, capsys):
     best = copy_of_trained / "models" / f"{RUN_NAME}.keras"
     best_before = progress(checkpoints(copy_of_trained)[-1])["progress"]["best_evaluation"]
-    if best_network == "replaced":  # by another run of the same name into the same directory
-        best.write_bytes(b"another run's network")
-    else:
-        best.unlink()
+    best.write_bytes(b"another run's network")  # as a run of the same name into this directory
     code, out, err = run_main(copy_of_trained, capsys, "--total-steps", "160", "--eval-every",
                               "10", "--resume")
     assert code == 0, err
-    why = "another run replaced it" if best_network == "replaced" else "it is missing"
     assert (f"note: {best} is not the network this run saved as its best (mean "
-            f"{best_before:.1f}): {why}; the resumed run saves its next evaluated network there "
-            "and counts its best from it\n") in out
+            f"{best_before:.1f}): another run replaced it; the resumed run saves its next "
+            "evaluated network there and counts its best from it\n") in out
     # Its first evaluation saves the best network; the summary's best is one it made.
     assert re.search(rf"^evaluation at step 160: .*best so far: saved {re.escape(str(best))}$",
                      out, flags=re.MULTILINE), out
     assert best.read_bytes()[:2] == b"PK"  # a .keras file (a zip archive)
     final = re.search(r"final evaluation ([0-9.]+), best ([0-9.]+);", out)
     assert final and final[1] == final[2], out
+
+
+def test_a_resume_says_when_its_best_network_is_missing(copy_of_trained, capsys):
+    best = copy_of_trained / "models" / f"{RUN_NAME}.keras"
+    best_before = progress(checkpoints(copy_of_trained)[-1])["progress"]["best_evaluation"]
+    best.unlink()
+    code, out, err = run_main(copy_of_trained, capsys, "--total-steps", "160", "--resume")
+    assert code == 0, err
+    assert (f"note: {best}, the network this run saved as its best (mean {best_before:.1f}), is "
+            f"missing: the resumed run saves one there when an evaluation reaches "
+            f"{best_before:.1f}\n") in out
+    final = re.search(r"final evaluation ([0-9.]+), best ([0-9.]+);", out)
+    assert final and float(final[2]) == max(best_before, float(final[1])), out
+    assert best.exists() == (float(final[1]) >= best_before)
 
 
 def test_a_resume_with_its_own_best_network_and_flags_says_nothing_more(copy_of_trained, capsys):

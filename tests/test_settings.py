@@ -24,6 +24,7 @@ from d3qn_agent import DQNAgent, main
 from d3qn_utils import games, settings
 
 native_bfloat16 = settings.native_bfloat16  # tests/conftest.py hides the CPU's from the others
+# (the bfloat16 preset's timing: tests/test_bfloat16_timing.py)
 
 
 def resolve(**given):
@@ -136,23 +137,6 @@ def test_native_bfloat16_is_read_from_the_cpus_flags(tmp_path, flags, found):
     expected = found if keras.backend.backend() == "tensorflow" else None  # measured on TF only
     assert native_bfloat16(cpuinfo) == expected
     assert native_bfloat16(tmp_path / "not_linux") is None
-
-
-def test_pong_on_a_cpu_with_bfloat16_gets_bfloat16_unless_told_not_to(monkeypatch):
-    monkeypatch.setattr(settings, "native_bfloat16", lambda: "AVX512_BF16")
-    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
-    config, notes = resolve()
-    assert config.bfloat16
-    assert "bfloat16 True (PongNoFrameskip-v4 on AVX512_BF16 preset)" in notes
-    config, notes = resolve(bfloat16=False)
-    assert not config.bfloat16
-    assert ("bfloat16 False (--no-bfloat16; the PongNoFrameskip-v4 on AVX512_BF16 preset has "
-            "True)") in notes
-    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "ALE/Breakout-v5")  # measured on Pong only
-    assert not resolve()[0].bfloat16
-    monkeypatch.setattr(settings, "native_bfloat16", lambda: None)
-    monkeypatch.setattr(d3qn_agent, "ENV_NAME", "PongNoFrameskip-v4")
-    assert not resolve()[0].bfloat16
 
 
 def test_the_pong_run_announces_its_preset(monkeypatch, tmp_path, capsys):

@@ -1,5 +1,6 @@
 """A study's rendered command repeats its runs: resolved by today's flags and presets, on a CPU
-with bfloat16 units or without one, it gives every setting that the runs' result files recorded."""
+with bfloat16 units (bfloat16 timed faster or slower) or without one, it gives every setting that
+the runs' result files recorded."""
 
 import json
 import shlex
@@ -9,7 +10,7 @@ from conftest import ROOT
 
 import d3qn_agent
 from benchmarks import study
-from d3qn_utils import settings
+from d3qn_utils import bfloat16_timing, settings
 
 
 def settings_of(command: str) -> dict:
@@ -22,10 +23,14 @@ def settings_of(command: str) -> dict:
             for name, value in vars(config).items()}
 
 
-@pytest.mark.parametrize("bfloat16_units", [None, "AVX512_BF16"])
-def test_each_study_row_s_command_resolves_to_the_settings_its_runs_recorded(monkeypatch,
-                                                                           bfloat16_units):
+@pytest.mark.parametrize(("bfloat16_units", "milliseconds"), [
+    (None, None), ("AVX512_BF16", (40.0, 60.0)), ("AVX512_BF16", (60.0, 40.0))],
+    ids=["no-units", "bfloat16-faster", "bfloat16-slower"])
+def test_each_study_row_s_command_resolves_to_the_settings_its_runs_recorded(
+        monkeypatch, tmp_path, bfloat16_units, milliseconds):
     monkeypatch.setattr(settings, "native_bfloat16", lambda: bfloat16_units)
+    monkeypatch.setattr(bfloat16_timing, "time_gradient_steps", lambda *args: milliseconds)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     files = sorted(study.RESULTS.glob("*/*/*/seed*.json"))  # the studies, not screens/
     assert files
     for path in files:

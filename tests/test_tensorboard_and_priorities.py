@@ -168,8 +168,9 @@ def test_priority_history_survives_a_checkpoint_and_format_1_ones_still_load(tra
     # Format 1 kept the history and recent weights in progress.json, the replay statistics in
     # memory.npz (older checkpoints are refused: test_checkpoint.py).
     saved = json.loads((FORMAT_1 / "progress.json").read_text())
-    old = DQNAgent(**{**saved["run"]["flags"], "model_dir": str(tmp_path / "models"),
-                      "plot_dir": str(tmp_path / "plots")})
+    # The run's flags, but its files go under tmp_path.
+    old = small_agent(tmp_path, **{name: value for name, value in saved["run"]["flags"].items()
+                                   if name not in ("model_dir", "plot_dir")})
     assert old.resume(str(FORMAT_1)).startswith(f"resuming from {FORMAT_1} at step 400\n")
     old_figure, memory = old.report.priority_figure, read_arrays(FORMAT_1 / "memory.npz")
     assert old_figure.history == [tuple(point) for point in saved["priority_history"]]

@@ -1,0 +1,227 @@
+"""Tests for the Pong preset's bfloat16 (d3qn_utils/bfloat16_timing.py): on a CPU with bfloat16
+units it is on where a timing of the torso's gradient step finds it faster, the run says so with
+the figures, a choice at the top of d3qn_agent.py or on the command line skips the timing, and a
+timing is cached per machine. The timings here are fakes (tests/conftest.py forbids the real
+one), but for one that runs the real function on a tiny torso to see it work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import small_agent, small_flags
+
+import apex
+import d3qn_agent
+from d3qn_agent import DQNAgent
+from d3qn_utils import bfloat16_timing, games, settings
+
+# tests/conftest.py replaces it for every test; the tiny torso's test calls it
+real_time_gradient_steps = bfloat16_timing.time_gradient_steps
+PONG = "PongNoFrameskip-v4"
+
+
+class FakeTiming:
+    """`time_gradient_steps` giving `milliseconds` (bfloat16, float32), recording its calls."""
+
+    def __init__(self) -> None:
+        self.milliseconds = (40.0, 60.0)
+        self.calls: list[tuple] = []
+
+    def __call__(self, torso, state_shape, state_dtype, actions, batch_size, xla):
+        self.calls.append((torso, tuple(state_shape), np.dtype(state_dtype), actions, batch_size,
+                           xla))
+        return self.milliseconds
+
+
+@pytest.fixture
+def timing(monkeypatch, tmp_path) -> FakeTiming:
+    """A CPU with AVX512_BF16 whose timing is a `FakeTiming`, caching in tmp_path/cache."""
+    fake = FakeTiming()
+    monkeypatch.setattr(bfloat16_timing, "time_gradient_steps", fake)
+    monkeypatch.setattr(settings, "native_bfloat16", lambda: "AVX512_BF16")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return fake
+
+
+def resolve(**given):
+    """d3qn_agent.py's settings for these command-line flags."""
+    return settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets, given)
+
+
+def bfloat16_notes(notes: list[str]) -> list[str]:
+    return [note for note in notes if note.startswith("bfloat16 ")]
+
+
+# --- the decision ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("milliseconds", "on"), [((40.0, 60.0), True), ((56.0, 60.0), True),
+                                                  ((58.0, 60.0), False), ((72.7, 54.1), False)],
+                         ids=["faster", "just-faster", "within-margin", "slower"])
+def test_pong_gets_bfloat16_where_its_gradient_step_times_faster(timing, milliseconds, on):
+    timing.milliseconds = milliseconds
+    config, notes = resolve(env_name=PONG)
+    assert config.bfloat16 is on
+    assert bfloat16_notes(notes) == [
+        f"bfloat16 {on} ({PONG} preset: bfloat16 gradient step {milliseconds[0]:.1f} ms against "
+        f"float32 {milliseconds[1]:.1f} ms on this CPU, measured at start)"]
+    # Pong's torso and states, at the batch size and XLA setting of its presets
+    assert timing.calls == [(games.nature_torso, (84, 84, 4), np.dtype(np.uint8), 6, 32, False)]
+
+
+def test_the_timing_is_of_the_run_s_batch_size_and_xla(timing):
+    resolve(env_name="ALE/Pong-v5", batch_size=64, xla=True)
+    assert [call[4:] for call in timing.calls] == [(64, True)]
+
+
+def test_without_bfloat16_units_nothing_is_timed(timing, monkeypatch):
+    monkeypatch.setattr(settings, "native_bfloat16", lambda: None)
+    config, notes = resolve(env_name=PONG)
+    assert not config.bfloat16
+    assert bfloat16_notes(notes) == []
+    assert timing.calls == []
+
+
+@pytest.mark.parametrize("env_name", ["ALE/Breakout-v5", "MinAtar/Breakout-v1", "CartPole-v1"])
+def test_games_without_the_preset_are_not_timed(timing, env_name):
+    config, notes = resolve(env_name=env_name)
+    assert not config.bfloat16
+    assert bfloat16_notes(notes) == []
+    assert timing.calls == []
+
+
+@pytest.mark.parametrize(("where", "bfloat16", "said"), [
+    ("command line", False, "--no-bfloat16"), ("command line", True, "--bfloat16"),
+    ("top", True, "BFLOAT16 at the top of d3qn_agent.py")])
+def test_a_choice_wins_and_nothing_is_timed(timing, monkeypatch, where, bfloat16, said):
+    timing.milliseconds = (60.0, 40.0) if bfloat16 else (40.0, 60.0)  # a timing would differ
+    if where == "top":
+        monkeypatch.setattr(d3qn_agent, "BFLOAT16", bfloat16)
+        config, notes = resolve(env_name=PONG)
+    else:
+        config, notes = resolve(env_name=PONG, bfloat16=bfloat16)
+    assert config.bfloat16 is bfloat16
+    assert timing.calls == []
+    assert bfloat16_notes(notes) == [f"bfloat16 {bfloat16} ({said}; the {PONG} preset would time "
+                                     "bfloat16 against float32 on this CPU)"]
+
+
+def test_bad_flags_are_refused_before_the_timing(timing):
+    with pytest.raises(ValueError, match="BATCH_SIZE"):
+        resolve(env_name=PONG, batch_size=0)
+    assert timing.calls == []
+
+
+def test_the_pong_agent_takes_the_timed_choice_and_announces_it(timing, monkeypatch, tmp_path,
+                                                                capsys):
+    monkeypatch.setattr(d3qn_agent, "ENV_NAME", PONG)
+    agent = DQNAgent(**small_flags(tmp_path))
+    agent.report.start(agent.step, agent.settings_notes)
+    settings_line = capsys.readouterr().out.splitlines()[1]
+    assert settings_line.startswith("settings: ")
+    assert (f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms against float32 "
+            "60.0 ms on this CPU, measured at start)") in settings_line
+    assert "bfloat16" in {layer.compute_dtype for layer in agent.model.layers}
+
+
+def test_apex_takes_the_atari_preset_and_times_nothing(timing):
+    config, notes = apex.resolve_config({"env_name": PONG})  # apex.py has no BFLOAT16: float32
+    assert "bfloat16" not in vars(config)
+    assert "batch_size 32 (Atari preset)" in notes
+    assert timing.calls == []
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+
+def test_a_timing_is_cached_and_read_back(timing, tmp_path):
+    cache = tmp_path / "cache" / "d3qn" / "bfloat16_timings.json"
+    assert bfloat16_timing.cache_path() == cache
+    first = resolve(env_name=PONG)
+    entries = json.loads(cache.read_text())
+    assert list(entries.values()) == [{"bfloat16_ms": 40.0, "float32_ms": 60.0}]
+    key = next(iter(entries))
+    assert bfloat16_timing.cpu_model() in key and PONG in key
+    timing.milliseconds = (60.0, 40.0)  # a second timing would turn it off
+    config, notes = resolve(env_name=PONG)
+    assert len(timing.calls) == 1
+    assert config.bfloat16 == first[0].bfloat16
+    assert bfloat16_notes(notes) == [
+        f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms against float32 60.0 ms "
+        f"on this CPU, cached in {cache})"]
+
+
+def test_another_cpu_model_or_batch_size_is_timed_again(timing, tmp_path, monkeypatch):
+    cache = tmp_path / "timings.json"
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
+    bfloat16_timing.gradient_step_timing(PONG, 64, False, cache)
+    monkeypatch.setattr(bfloat16_timing, "cpu_model", lambda: "another CPU")
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
+    bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)  # cached by now
+    assert len(timing.calls) == 3
+    assert len(json.loads(cache.read_text())) == 3
+
+
+@pytest.mark.parametrize("content", [
+    "not JSON {", "", "[1, 2]", '{"%s": {"bfloat16_ms": "40", "float32_ms": 60}}',
+    '{"%s": {"bfloat16_ms": NaN, "float32_ms": 60}}',
+    '{"%s": {"bfloat16_ms": -1, "float32_ms": 60}}', '{"%s": [40, 60]}', b"\xff\xfe"],
+    ids=["not-json", "empty", "a-list", "a-string", "nan", "negative", "a-pair", "not-utf8"])
+def test_a_corrupt_cache_is_timed_again_and_rewritten(timing, tmp_path, content):
+    cache = tmp_path / "timings.json"
+    key = bfloat16_timing.timing_key(PONG, games.nature_torso, 32, False)
+    if isinstance(content, bytes):
+        cache.write_bytes(content)
+    else:
+        cache.write_text(content.replace("%s", key))
+    found = bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
+    assert (found.bfloat16_ms, found.float32_ms, found.cache) == (40.0, 60.0, None)
+    assert len(timing.calls) == 1
+    assert json.loads(cache.read_text())[key] == {"bfloat16_ms": 40.0, "float32_ms": 60.0}
+
+
+def test_an_unwritable_cache_is_no_error_and_is_timed_again(timing, tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # d3qn/ cannot be made under a file
+    for _ in range(2):
+        config, notes = resolve(env_name=PONG)
+        assert config.bfloat16
+        assert bfloat16_notes(notes)[0].endswith("measured at start)")
+    assert len(timing.calls) == 2
+    assert blocker.read_text() == ""
+
+
+def test_the_cache_lies_in_the_user_s_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    expected = tmp_path / ".cache" / "d3qn" / "bfloat16_timings.json"
+    assert bfloat16_timing.cache_path() == expected
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the XDG rule: only an absolute path
+    assert bfloat16_timing.cache_path() == expected
+
+
+def test_the_cpu_model_is_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: fpu\n")
+    assert bfloat16_timing.cpu_model(cpuinfo) == "Intel(R) Xeon(R) Processor"
+    assert bfloat16_timing.cpu_model(tmp_path / "missing") == "unknown CPU"
+
+
+# --- the real timing, on a tiny torso -------------------------------------------------------
+
+
+def test_the_timing_runs_both_precisions_and_leaves_the_agent_s_start_alone(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(bfloat16_timing, "ROUNDS", 1)
+    before = small_agent(tmp_path).model.get_weights()
+    milliseconds = real_time_gradient_steps(games.minatar_torso, (10, 10, 4), np.uint8, 3, 4,
+                                            False)
+    assert len(milliseconds) == 2
+    assert all(math.isfinite(value) and value > 0 for value in milliseconds)
+    after = small_agent(tmp_path).model.get_weights()  # seeded as before: the same network
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
