@@ -155,10 +155,10 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
         if not is_integer(step):
             raise ValueError(f"checkpoint file {directory / 'progress.json'} is corrupt: step "
                              f"{step!r}")
-    if config.total_steps <= step:
-        raise ValueError(f"--total-steps {config.total_steps} is at or below step {step} of "
-                         f"checkpoint {directory}: a resumed run trains on to --total-steps, so "
-                         f"give more than {step}")
+    if config.total_steps < step or (config.total_steps == step and evaluated(saved["progress"])):
+        raise ValueError(f"--total-steps {config.total_steps} leaves nothing to do from checkpoint "
+                         f"{directory} at step {step}: a resumed run trains on to --total-steps, "
+                         f"so give more than {step}")
     with naming_an_intact_one(checkpoint_root, directory, config, where == run_files.LATEST):
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             try:
@@ -183,6 +183,14 @@ def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence
     lines += "".join(f"\nnote: {note}" for note in notes if note)
     return Checkpoint(training_run, directory, {"progress": saved["progress"], **arrays},
                       run["flags"], lines)
+
+
+def evaluated(progress: dict[str, Any]) -> bool:
+    """Whether a checkpoint's `progress` holds an evaluation at its step: resumed with that step
+    as its budget, a run has nothing left to do (one stopped during that evaluation does it)."""
+    evaluations = progress.get("evaluations")
+    return bool(isinstance(evaluations, list) and evaluations
+                and isinstance(evaluations[-1], list) and evaluations[-1][:1] == [progress["step"]])
 
 
 def best_model_note(best_model: str, networks: dict[str, str] | None, progress: dict[str, Any],

@@ -191,10 +191,10 @@ def test_a_non_finite_optimizer_state_is_not_written(tmp_path):
 @pytest.mark.parametrize(("flags", "said"), [
     (["--resume", ""], "error: --resume '' names no checkpoint: give a step-* directory, or "
                        "--resume alone for the newest"),
-    (["--resume", "--total-steps", "150"], "error: --total-steps 150 is at or below step 150 of "
-                                           "checkpoint {step_150}: a resumed run trains on to "
-                                           "--total-steps, so give more than 150"),
-], ids=["empty resume", "budget spent"])
+    *((["--resume", "--total-steps", total_steps], f"error: --total-steps {total_steps} leaves "
+       "nothing to do from checkpoint {step_150} at step 150: a resumed run trains on to "
+       "--total-steps, so give more than 150") for total_steps in ("150", "100")),
+], ids=["empty resume", "budget spent and evaluated", "budget below the step"])
 def test_a_resume_that_cannot_work_is_refused_and_changes_nothing(
         copy_of_trained, capsys, flags, said):
     before = snapshot(copy_of_trained)
