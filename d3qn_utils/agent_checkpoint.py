@@ -64,9 +64,9 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
     the optimizer's variables hold NaN or inf; WriteError if a write fails or the disk lacks room
     (checked first: HDF5 can crash the process when the disk fills mid-write)."""
     weights = [network.get_weights() for network in networks]
-    parts = {"the online network's weights": weights[0], "the target network's weights":
-             weights[1], "the optimizer's variables": list(state["optimizer"].values())}
-    if poisoned := [name for name, arrays in parts.items() if not all(map(is_finite, arrays))]:
+    checked = {"the online network's weights": weights[0], "the target network's weights":
+               weights[1], "the optimizer's variables": list(state["optimizer"].values())}
+    if poisoned := [name for name, arrays in checked.items() if not all(map(is_finite, arrays))]:
         this_step = f"{run_files.PREFIX}{step:010d}"
         earlier = [path for path in reversed(run_files.list_checkpoints(
             Path(checkpoint_root) / run.run_id)) if path.name <= this_step]
@@ -132,8 +132,9 @@ def weights_file(path: Path) -> list[np.ndarray]:
 
 class Checkpoint(NamedTuple):
     """A checkpoint `load` read: the run it continues, its directory, the state for
-    `DQNAgent.load_state_dict`, the flags it was made with and the line saying which run it
-    continues (after the agent's "resuming from <checkpoint> at step <N>")."""
+    `DQNAgent.load_state_dict`, the flags it was made with and the lines saying which run it
+    continues and what differs from it (after the agent's "resuming from <checkpoint> at step
+    <N>")."""
 
     run: run_files.TrainingRun
     directory: Path
