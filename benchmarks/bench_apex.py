@@ -20,7 +20,9 @@ projection of those costs to 8, 64 and 360 actors, and CartPole solved against d
    the other as subprocesses (outputs in a temporary directory), each timed from its launch to
    its first greedy evaluation >= 475.
 
-All four go to a results file too (`--results`).
+Throughput and costs are measured in `--rounds` rounds (the four throughput runs in turn within
+a round; each cost's median of its calls once per round); the projection takes the rounds'
+medians. Every round's figures go to a results file too (`--results`).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -45,7 +49,7 @@ import ape_x.connection
 import ape_x.learner
 import ape_x.replay
 import apex
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.timing import median_seconds
 from d3qn_agent import OurModel
 from d3qn_utils import games
@@ -80,8 +84,13 @@ def throughput(num_actors: int, updates_per_step: float, steps: int, directory: 
         learner.stop_actors()
 
 
-def component_costs(directory: str) -> dict[str, float]:
-    """Seconds per operation of each part, with apex.py's CartPole defaults."""
+def component_costs(directory: str, rounds: int) -> dict[str, float | list[float]]:
+    """Seconds per operation of each part in each of `rounds` rounds (a list per part), and the
+    sizes of a block and of the weights, with apex.py's CartPole defaults."""
+
+    def each_round(function: Callable[[], object], repeats: int) -> list[float]:
+        return [median_seconds(function, repeats) for _ in range(rounds)]
+
     # Epsilon 0: every step pays for a forward pass, as nearly all do late in a run.
     config, _ = apex.resolve_config({"num_actors": 1, "epsilon": 0.0, "model_dir": directory,
                                      "plot_dir": directory})
@@ -89,28 +98,29 @@ def component_costs(directory: str) -> dict[str, float]:
     weights = learner.weights()
     actor = ape_x.actor.Actor(0, config)
     actor.set_weights(weights)
-    blocks = []
-    start, steps = time.perf_counter(), actor.steps
-    while actor.steps - steps < 3_000:
-        blocks.append(actor.collect_block())
-    per_step = (time.perf_counter() - start) / (actor.steps - steps)
+    blocks, per_step = [], []
+    for _ in range(rounds):
+        start, steps = time.perf_counter(), actor.steps
+        while actor.steps - steps < 3_000:
+            blocks.append(actor.collect_block())
+        per_step.append((time.perf_counter() - start) / (actor.steps - steps))
     full = max(blocks, key=lambda block: len(block[1]))
     transitions, abs_errors, context, _, _ = full
     replay = ape_x.replay.Replay(config)
     while len(replay.memory) < config.memory_size:  # a full replay, as in a long run
         replay.add_block(0, transitions, abs_errors, context, 0, [])
     batch = replay.memory.n_step_batch(np.arange(len(abs_errors)))
-    td_errors = median_seconds(lambda: actor.abs_td_errors(batch), 50)
+    td_errors = each_round(lambda: actor.abs_td_errors(batch), 50)
     tree_idx, stamps, sample_batch, is_weights, _ = replay.sample(config.batch_size)
     costs = {
         "actor_step": per_step,
         "actor_td_errors_per_block": td_errors,
-        "learner_update": median_seconds(
+        "learner_update": each_round(
             lambda: learner.learn(Batches.dealt(sample_batch, is_weights, 1), 0), 100),
-        "replay_add_block": median_seconds(
+        "replay_add_block": each_round(
             lambda: replay.add_block(0, transitions, abs_errors, context, 0, []), 200),
-        "replay_sample": median_seconds(lambda: replay.sample(config.batch_size), 200),
-        "replay_update": median_seconds(
+        "replay_sample": each_round(lambda: replay.sample(config.batch_size), 200),
+        "replay_update": each_round(
             lambda: replay.update_priorities(tree_idx, stamps, np.abs(np.sin(tree_idx))), 200),
         "block_bytes": float(sum(np.asarray(field).nbytes for field in transitions)
                              + abs_errors.nbytes),
@@ -130,11 +140,16 @@ def component_costs(directory: str) -> dict[str, float]:
 
     peer = Peer.remote()
     ray.get(peer.noop.remote())
-    costs["remote_call"] = median_seconds(lambda: ray.get(peer.noop.remote()), 200)
-    costs["block_transfer"] = median_seconds(
-        lambda: ray.get(peer.noop.remote(transitions)), 200) - costs["remote_call"]
-    costs["weights_publish_and_pull"] = median_seconds(
-        lambda: ray.get(peer.fetch.remote([ray.put(weights)])), 50) - costs["remote_call"]
+    costs["remote_call"] = each_round(lambda: ray.get(peer.noop.remote()), 200)
+    # A transfer's cost is its call's time less that round's round trip.
+    costs["block_transfer"] = [
+        seconds - call for seconds, call in zip(
+            each_round(lambda: ray.get(peer.noop.remote(transitions)), 200),
+            costs["remote_call"], strict=True)]
+    costs["weights_publish_and_pull"] = [
+        seconds - call for seconds, call in zip(
+            each_round(lambda: ray.get(peer.fetch.remote([ray.put(weights)])), 50),
+            costs["remote_call"], strict=True)]
     ray.kill(peer)
     return costs
 
@@ -197,8 +212,10 @@ def main() -> None:
                         help="leave out the CartPole runs against d3qn_agent.py")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="seeds of the CartPole runs")
+    timing.add_rounds_argument(parser)
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores
     config, _ = apex.resolve_config({})
     with tempfile.TemporaryDirectory() as directory:
@@ -208,19 +225,26 @@ def main() -> None:
             print("| actors | pacing | env steps/s collected | learner updates/s | updates per "
                   "env step |")
             print("|---|---|---|---|---|")
-            rates = {}
-            for num_actors in (1, 2):
-                for pacing in (config.updates_per_step, 0.0):
-                    rates[num_actors, pacing] = throughput(num_actors, pacing, args.steps,
-                                                           directory)
+            runs = [(num_actors, pacing) for num_actors in (1, 2)
+                    for pacing in (config.updates_per_step, 0.0)]
+            rounds: dict[tuple, list[tuple]] = {run: [] for run in runs}
+            for _ in range(args.rounds):  # the four runs in turn
+                for num_actors, pacing in runs:
+                    rounds[num_actors, pacing].append(
+                        throughput(num_actors, pacing, args.steps, directory))
                     label = f"{pacing:g} updates/step" if pacing else "none (flat out)"
-                    collected, updates, ratio = rates[num_actors, pacing]
+                    collected, updates, ratio = rounds[num_actors, pacing][-1]
                     print(f"| {num_actors} | {label} | {collected:.0f} | {updates:.0f} | "
                           f"{ratio:.2f} |", flush=True)
-            costs = component_costs(directory)
+            # (env steps/s, updates/s, updates per env step): a list of the rounds' values each
+            rates = {run: tuple(map(list, zip(*found, strict=True)))
+                     for run, found in rounds.items()}
+            cost_rounds = component_costs(directory, args.rounds)
+            costs = {name: statistics.median(value) if isinstance(value, list) else value
+                     for name, value in cost_rounds.items()}
         finally:
             ray.shutdown()
-    print("\ncosts (median; one operation at a time):")
+    print(f"\ncosts (medians of {args.rounds} rounds; one operation at a time):")
     print("| part | cost |")
     print("|---|---|")
     rows = [("actor: env step + action (greedy), per transition", costs["actor_step"], "ms"),
@@ -240,7 +264,7 @@ def main() -> None:
         print(f"| {name} | {seconds * (1e3 if unit == 'ms' else 1e6):.{3 if unit == 'ms' else 1}f}"
               f" {unit} |")
     # One actor alone, unpaced, is the per-actor rate a core of its own would give.
-    actor_rate = rates[1, 0.0][0]
+    actor_rate = statistics.median(rates[1, 0.0][0])
     atari_weights = 2 * 4 * OurModel((84, 84, 4), 6, dueling=True,
                                      image_torso=games.nature_torso).count_params()
     paper_steps = PAPER["frames_per_second"] / PAPER["frames_per_step"]
@@ -253,7 +277,7 @@ def main() -> None:
                         "env_steps_per_second": collected, "updates_per_second": updates,
                         "updates_per_env_step": ratio}
                        for (num_actors, pacing), (collected, updates, ratio) in rates.items()],
-        "costs_seconds": costs, "projections": {}}
+        "rounds": args.rounds, "costs_seconds": cost_rounds, "projections": {}}
     print(f"\nprojection (CartPole costs above; each actor {actor_rate:.0f} env steps/s on a core "
           "of its own, the rate one unpaced actor reached here):")
     for title, rho in ((f"apex.py's pacing, {config.updates_per_step:g} updates per env step",

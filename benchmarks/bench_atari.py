@@ -47,8 +47,11 @@ measured window.
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then, for images, the replay memory's bytes per transition, measured from
 its numpy arrays (frame store + sum tree) after the run, with the load average before and after.
-All of it, "before" and "now", goes to a results file too (`--results`), timed alone
-(`provenance.time_alone`).
+After the warm-up, `--rounds` windows of `--steps` agent steps each are timed one after the
+other, each window a round: every round's figures, "before" and "now", go to a results file too
+(`--results`), timed alone (`provenance.time_alone`). "Before" and "now" run in two processes,
+one after the other, so their rounds do not alternate: the pages draw the ratio only where
+their ranges do not overlap.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ import json
 import os
 import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,7 +76,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.agent_loop import run_steps, skip_end_of_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,8 +143,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bfloat16", action="store_true",
                         help="this checkout's convolutions in bfloat16 (default float32, as the "
                              "commit before the fast path, whatever the preset picks on this CPU)")
+    timing.add_rounds_argument(parser)
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    timing.check_rounds(args.rounds)
     for name in ("steps", "memory_size", "exploration_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -281,20 +287,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         watches = instrument(agent)
         warmup = args.learning_starts + args.warmup_train
         print(f"warm-up: {warmup:,} untimed steps in {run_steps(agent, warmup):.0f} s")
-        watches.reset()
-        first_epsilon = agent.epsilon_at(agent.step)
-        wall = run_steps(agent, args.steps)
-        speed = args.steps / wall
-        print(f"measured: {args.steps:,} agent steps in {wall:.1f} s, epsilon "
-              f"{first_epsilon:.3f} -> {agent.epsilon:.3f}, {agent.episode} episodes finished "
-              f"so far; agent steps/s: {speed:,.1f}")
-        print()
+        measured: dict[str, Any] = {
+            "steps_per_second": [], "steps": args.steps, "wall_seconds": [],
+            "gradient_steps_per_call": per_call,
+            "parts": {part: {"seconds": [], "calls": []} for part in PARTS}}
+        for round_number in range(args.rounds):  # windows one after the other, a round each
+            watches.reset()
+            first_epsilon = agent.epsilon_at(agent.step)
+            wall = run_steps(agent, args.steps)
+            speed = args.steps / wall
+            print(f"round {round_number + 1}: {args.steps:,} agent steps in {wall:.1f} s, "
+                  f"epsilon {first_epsilon:.3f} -> {agent.epsilon:.3f}, {agent.episode} "
+                  f"episodes finished so far; agent steps/s: {speed:,.1f}")
+            measured["steps_per_second"].append(speed)
+            measured["wall_seconds"].append(wall)
+            for part in PARTS:
+                measured["parts"][part]["seconds"].append(watches.seconds[part])
+                measured["parts"][part]["calls"].append(watches.calls[part])
+        print(f"\nthe last round's {args.steps:,} steps, part by part:")
         print_time_table(watches, args.steps, wall)
         print()
-        measured = {"steps_per_second": speed, "steps": args.steps, "wall_seconds": wall,
-                    "gradient_steps_per_call": per_call,
-                    "parts": {part: {"seconds": watches.seconds[part],
-                                     "calls": watches.calls[part]} for part in PARTS}}
         if agent.state_dtype == np.uint8:  # image frames: the frame storage's bytes
             measured["replay_memory"] = print_memory_bytes(agent)
             print()
@@ -337,9 +349,10 @@ def main() -> None:
         print("\n== now: this checkout")
     measured["now"] = measure(args)
     load_after = os.getloadavg()
-    speeds = {variant: found["steps_per_second"] for variant, found in measured.items()}
+    speeds = {variant: statistics.median(found["steps_per_second"])
+              for variant, found in measured.items()}
     print(f"load average after {load_after[0]:.2f} (1 min)")
-    print("agent steps/s: " + ", ".join(f"{variant} {speed:,.1f}"
+    print("agent steps/s (medians of the rounds): " + ", ".join(f"{variant} {speed:,.1f}"
                                         for variant, speed in speeds.items()))
     if "before" in speeds:
         print(f"now / before: {speeds['now'] / speeds['before']:.2f}x")
@@ -347,7 +360,7 @@ def main() -> None:
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
     provenance.write_results(args.results, {
         "env_name": args.env_name, "before_commit": args.before, "bfloat16": args.bfloat16,
-        **measured,
+        "rounds": args.rounds, **measured,
         "peak_resident_mb": peak_mb})
 
 

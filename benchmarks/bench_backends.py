@@ -11,8 +11,9 @@ Huber loss, Adam; in float32, also where the Pong preset takes bfloat16 convolut
 step is timed as `DQNAgent.learn` on random batches sent from the host, |TD errors| returned to
 it, the median of REPEATS calls after a warm-up, divided by the steps per call; a greedy action
 as `DQNAgent.greedy_actions` on one state, back to back and right after a call of gradient steps
-(as in the agent's loop, where acting follows training). Prints the device each backend ran on,
-and writes what it measured to a results file (`--results`). For env steps/s of the whole agent
+(as in the agent's loop, where acting follows training). The backends take turns, a process
+each, for `--rounds` rounds; every round's figure goes to a results file (`--results`), and the
+device each backend ran on is printed. For env steps/s of the whole agent
 loop: `bench_atari.py --before none`.
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.timing import median_seconds
 
 ENV_NAME = "PongNoFrameskip-v4"  # whose preset and network are timed
@@ -99,12 +100,14 @@ def main() -> None:
     parser.add_argument("--env-name", default=ENV_NAME)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    timing.add_rounds_argument(parser)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.env_name, args.repeats)))
         return
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores; its children time under it
     print(f"command: python benchmarks/bench_backends.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
@@ -113,23 +116,39 @@ def main() -> None:
     print("| backend | device | " + " | ".join(f"step, {n} per call" for n in STEPS_PER_CALL)
           + " | greedy action | greedy action after a step |")
     print("|---|---|" + "---|" * (len(STEPS_PER_CALL) + 2))
-    measured: dict = {"env_name": args.env_name, "repeats": args.repeats, "backends": {}}
-    for backend in args.backends:
-        result = subprocess.run(
-            [sys.executable, __file__, "--child", "--env-name", args.env_name, "--repeats",
-             str(args.repeats)], env={**os.environ, "KERAS_BACKEND": backend},
-            capture_output=True, text=True)
-        if result.returncode != 0:
-            error = result.stderr.strip().splitlines()[-1]
-            measured["backends"][backend] = {"failed": error}
-            print(f"| {backend} | failed: {error} |")
-            continue
-        found = json.loads(result.stdout.strip().splitlines()[-1])
-        measured["backends"][backend] = found
-        steps = " | ".join(f"{found['step_ms'][str(n)]:.2f}" for n in STEPS_PER_CALL)
-        print(f"| {backend} | {found['device']} | {steps} | {found['act_ms']:.2f} | "
-              f"{found['act_after_step_ms']:.2f} |")
+    measured: dict = {"env_name": args.env_name, "repeats": args.repeats,
+                      "rounds": args.rounds, "backends": {}}
+    for _ in range(args.rounds):  # the backends take turns, so a drift hits them both
+        for backend in args.backends:
+            if "failed" in measured["backends"].get(backend, {}):
+                continue
+            result = subprocess.run(
+                [sys.executable, __file__, "--child", "--env-name", args.env_name, "--repeats",
+                 str(args.repeats)], env={**os.environ, "KERAS_BACKEND": backend},
+                capture_output=True, text=True)
+            if result.returncode != 0:
+                error = result.stderr.strip().splitlines()[-1]
+                measured["backends"][backend] = {"failed": error}
+                print(f"| {backend} | failed: {error} |")
+                continue
+            found = json.loads(result.stdout.strip().splitlines()[-1])
+            add_round(measured["backends"], backend, found)
+            steps = " | ".join(f"{found['step_ms'][str(n)]:.2f}" for n in STEPS_PER_CALL)
+            print(f"| {backend} | {found['device']} | {steps} | {found['act_ms']:.2f} | "
+                  f"{found['act_after_step_ms']:.2f} |", flush=True)
     provenance.write_results(args.results, measured)
+
+
+def add_round(backends: dict[str, dict], backend: str, found: dict) -> None:
+    """Append one child's figures to `backend`'s rounds: a list per figure."""
+    rounds = backends.setdefault(backend, {
+        "backend": found["backend"], "device": found["device"],
+        "step_ms": {steps: [] for steps in found["step_ms"]}, "act_ms": [],
+        "act_after_step_ms": []})
+    for steps, milliseconds in found["step_ms"].items():
+        rounds["step_ms"][steps].append(milliseconds)
+    rounds["act_ms"].append(found["act_ms"])
+    rounds["act_after_step_ms"].append(found["act_after_step_ms"])
 
 
 if __name__ == "__main__":

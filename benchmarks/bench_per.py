@@ -1,7 +1,7 @@
 """Microseconds per replay-memory operation: PER.py against the tutorial's per-sample loops.
 
     python benchmarks/bench_per.py                 # capacity 2^20, as in the README
-    python benchmarks/bench_per.py --capacity 65536 --repeats 3
+    python benchmarks/bench_per.py --capacity 65536 --rounds 3
 
 Both memories are filled to capacity with CartPole-sized transitions first. The baseline is the
 SumTree/Memory pair the tutorial describes, written here from its description: a Python loop per
@@ -12,7 +12,8 @@ computed as the code the tutorial borrows from does (an O(N) min scan over the l
 `batch_update(n)` gives new priorities to the n slots just sampled, as a training step does: each
 call samples a batch (not timed) and times the update alone, for every memory alike. A batch of
 slots spread over the tree is what training updates, and what is in the cache then is what its
-own sample left there. What it measured goes to a results file too (`--results`).
+own sample left there. Each row is timed in `--rounds` rounds that alternate between the
+memories; every round's figure goes to a results file too (`--results`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from PER import Memory
 
 STATE_SIZE = 4  # CartPole observation
-Timing = Callable[[object, int, int], float]  # (memory, calls, repeats) -> microseconds per call
+Timing = Callable[[object, int], float]  # (memory, calls) -> microseconds per call, one round
 ALPHA, BETA, EPSILON, ABS_ERR_UPPER = 0.6, 0.4, 0.01, 1.0
 
 
@@ -120,42 +121,37 @@ def fill_loop_memory(memory: LoopMemory, rng: np.random.Generator) -> None:
         tree.data[slot] = random_transition(rng)
 
 
-def time_call(call: Callable[[], object], calls: int, repeats: int) -> float:
-    """Median over `repeats` runs of the mean microseconds per call."""
+def time_call(call: Callable[[], object], calls: int) -> float:
+    """The mean microseconds per call of `calls` calls, after one untimed call."""
     call()
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        runs.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(runs)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def time_update(sample: Callable[[], np.ndarray], update: Callable[[np.ndarray], object],
-                calls: int, repeats: int) -> float:
-    """Median over `repeats` runs of the mean microseconds of `update(sample())`, timing the
-    update alone: each call updates the batch just sampled."""
+                calls: int) -> float:
+    """The mean microseconds of `update(sample())` over `calls` calls, timing the update alone:
+    each call updates the batch just sampled."""
     update(sample())
-    runs = []
-    for _ in range(repeats):
-        seconds = 0.0
-        for _ in range(calls):
-            batch = sample()
-            start = time.perf_counter()
-            update(batch)
-            seconds += time.perf_counter() - start
-        runs.append(seconds / calls * 1e6)
-    return statistics.median(runs)
+    seconds = 0.0
+    for _ in range(calls):
+        batch = sample()
+        start = time.perf_counter()
+        update(batch)
+        seconds += time.perf_counter() - start
+    return seconds / calls * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=2**20, help="memory size (default 2^20)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per row (median)")
+    timing.add_rounds_argument(parser, default=5)
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores
     rng = np.random.default_rng(args.seed)
 
@@ -172,46 +168,49 @@ def main() -> None:
     cpprb = make_cpprb(args.capacity, rng)
     transition = random_transition(rng)
     # (operation, its timing on our memory or the loop baseline, its timing on cpprb); each
-    # timing takes (memory, calls, repeats) and returns microseconds per call.
+    # timing takes (memory, calls) and returns microseconds per call in one round.
     rows: list[tuple[str, Timing, Timing]] = [(
         "store",
-        lambda m, calls, repeats: time_call(lambda: m.store(transition), calls, repeats),
-        lambda b, calls, repeats: time_call(lambda: b.add(**cpprb_args(transition)), calls,
-                                            repeats),
+        lambda m, calls: time_call(lambda: m.store(transition), calls),
+        lambda b, calls: time_call(lambda: b.add(**cpprb_args(transition)), calls),
     )]
     for n in (32, 256):
         rows.append((
             f"sample({n})",
-            lambda m, calls, repeats, n=n: time_call(lambda: m.sample(n), calls, repeats),
-            lambda b, calls, repeats, n=n: time_call(lambda: b.sample(n, beta=BETA), calls,
-                                                     repeats),
+            lambda m, calls, n=n: time_call(lambda: m.sample(n), calls),
+            lambda b, calls, n=n: time_call(lambda: b.sample(n, beta=BETA), calls),
         ))
     for n in (32, 256):
         errors = rng.exponential(0.3, n)
         rows.append((
             f"batch_update({n})",
-            lambda m, calls, repeats, n=n, errors=errors: time_update(
-                lambda: m.sample(n)[0], lambda idx: m.batch_update(idx, errors), calls, repeats),
-            lambda b, calls, repeats, n=n, errors=errors: time_update(
+            lambda m, calls, n=n, errors=errors: time_update(
+                lambda: m.sample(n)[0], lambda idx: m.batch_update(idx, errors), calls),
+            lambda b, calls, n=n, errors=errors: time_update(
                 lambda: b.sample(n, beta=BETA)["indexes"],
-                lambda idx: b.update_priorities(idx, errors + EPSILON), calls, repeats),
+                lambda idx: b.update_priorities(idx, errors + EPSILON), calls),
         ))
 
     header = f"{'operation':<18}{'PER.py us':>12}{'loop us':>12}{'speed-up':>10}"
     print(header + (f"{'cpprb us':>12}{'PER.py/cpprb':>14}" if cpprb else ""))
-    measured: dict = {"capacity": args.capacity, "repeats": args.repeats,
+    measured: dict = {"capacity": args.capacity, "rounds": args.rounds,
                       "cpprb": importlib.metadata.version("cpprb") if cpprb else None,
                       "microseconds": {}}
     for name, ours, theirs in rows:
         calls = 2000 if "256" not in name else 500
-        ours_us = ours(memory, calls, args.repeats)
-        loop_us = ours(baseline, max(calls // 20, 10), args.repeats)
+        rounds: dict[str, list[float]] = {"PER.py": [], "tutorial loop": [],
+                                          **({"cpprb": []} if cpprb else {})}
+        for _ in range(args.rounds):  # the memories take turns, so a drift hits them all
+            rounds["PER.py"].append(ours(memory, calls))
+            rounds["tutorial loop"].append(ours(baseline, max(calls // 20, 10)))
+            if cpprb:
+                rounds["cpprb"].append(theirs(cpprb, calls))
+        measured["microseconds"][name] = rounds
+        ours_us, loop_us = (statistics.median(rounds[key]) for key in ("PER.py", "tutorial loop"))
         line = f"{name:<18}{ours_us:>12.1f}{loop_us:>12.1f}{loop_us / ours_us:>9.1f}x"
-        measured["microseconds"][name] = {"PER.py": ours_us, "tutorial loop": loop_us}
         if cpprb:
-            cpprb_us = theirs(cpprb, calls, args.repeats)
+            cpprb_us = statistics.median(rounds["cpprb"])
             line += f"{cpprb_us:>12.1f}{ours_us / cpprb_us:>13.2f}x"
-            measured["microseconds"][name]["cpprb"] = cpprb_us
         print(line, flush=True)
     provenance.write_results(args.results, measured)
 

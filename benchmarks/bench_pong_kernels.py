@@ -12,7 +12,8 @@ loss stay float32) and `PatchConv2D` (patch_conv.py: the strided views of each l
 side by side, times the kernel, one matrix product), each with the gradient step compiled by XLA
 and without. Each agent is d3qn_agent.py's Pong network and gradient step (`DQNAgent.learn` on
 one random batch of 32), built once; then every round times 10 calls of each candidate in turn,
-so a drift of the machine hits them all, and the median of the rounds' medians counts. The rate
+so a drift of the machine hits them all; every round's median is kept, and the median of the
+rounds is printed. The rate
 is the step's arithmetic over its time, also as a share of the rate this CPU multiplies float32
 matrices at (a 2048 x 2048 matmul).
 
@@ -45,7 +46,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.timing import median_seconds
 from d3qn_agent import DQNAgent
 from d3qn_utils import games, tensorflow_backend
@@ -102,13 +103,14 @@ def random_gradient_step(agent: DQNAgent) -> Callable[[], object]:
     return lambda: agent.learn(batches, agent.step)
 
 
-def matmul_speed() -> tuple[float, float]:
-    """(seconds, FLOP/s) of a square float32 matmul of MATMUL_SIZE, median of 10."""
+def matmul_speed(rounds: int) -> list[float]:
+    """FLOP/s of a square float32 matmul of MATMUL_SIZE in each of `rounds` rounds, a round the
+    median of 10 calls."""
     matrix = tf.constant(np.random.default_rng(0).standard_normal(
         (MATMUL_SIZE, MATMUL_SIZE), dtype=np.float32))
     matmul = tf.function(lambda: tf.linalg.matmul(matrix, matrix))
-    seconds = median_seconds(lambda: matmul().numpy(), 10)
-    return seconds, 2 * MATMUL_SIZE**3 / seconds
+    return [2 * MATMUL_SIZE**3 / median_seconds(lambda: matmul().numpy(), 10)
+            for _ in range(rounds)]
 
 
 def build_agent(convolution: type, bfloat16: bool, xla: bool, work_dir: str) -> DQNAgent:
@@ -122,16 +124,18 @@ def build_agent(convolution: type, bfloat16: bool, xla: bool, work_dir: str) -> 
         games.NATURE_CONV = keras.layers.Conv2D
 
 
-def alternating_medians(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Seconds per call of each candidate: median over `rounds` of the median of CALLS calls,
-    the candidates taking turns within each round (each warmed up first)."""
+def alternating_rounds(calls: dict[str, Callable[[], object]], rounds: int
+                       ) -> dict[str, list[float]]:
+    """Seconds per call of each candidate in each of `rounds` rounds (a round's figure the
+    median of CALLS calls), the candidates taking turns within each round (each warmed up
+    first)."""
     for call in calls.values():
         call()
     medians: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             medians[name].append(median_seconds(call, CALLS))
-    return {name: statistics.median(values) for name, values in medians.items()}
+    return medians
 
 
 def greedy_calls(agents: dict[str, DQNAgent]) -> dict[str, Callable[[], object]]:
@@ -161,12 +165,11 @@ def greedy_calls(agents: dict[str, DQNAgent]) -> dict[str, Callable[[], object]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="alternating rounds")
+    timing.add_rounds_argument(parser, default=ROUNDS)
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores
-    if args.rounds < 1:
-        raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
 
     with tempfile.TemporaryDirectory() as work_dir:
         agents = {f"{name}, XLA {'on' if xla else 'off'}":
@@ -176,25 +179,27 @@ def main() -> None:
     step_flops = gradient_step_flops(conv_agent.model, conv_agent.config.batch_size)
     # Acting first: a greedy call after gradient steps runs slower (bench_backends.py times one
     # right after a step), which would blur the gap between its candidates.
-    actions = alternating_medians(greedy_calls(agents), args.rounds)
-    steps = alternating_medians(
+    actions = alternating_rounds(greedy_calls(agents), args.rounds)
+    steps = alternating_rounds(
         {name: random_gradient_step(agent) for name, agent in agents.items()}, args.rounds)
-    _, matmul_rate = matmul_speed()
+    matmul_rates = matmul_speed(args.rounds)
+    matmul_rate = statistics.median(matmul_rates)
 
     print(f"{ENV_NAME} gradient step, batch {conv_agent.config.batch_size}, "
           f"{step_flops / 1e9:.2f} GFLOP; median of {args.rounds} alternating rounds of {CALLS}; "
           f"float32 matmul {matmul_rate / 1e9:.0f} GFLOP/s")
     print(f"{'torso':<32} {'ms':>7} {'GFLOP/s':>8} {'of matmul':>10}")
-    for name, seconds in steps.items():
+    for name, rounds in steps.items():
+        seconds = statistics.median(rounds)
         rate = step_flops / seconds
         print(f"{name:<32} {seconds * 1e3:7.2f} {rate / 1e9:8.0f} {rate / matmul_rate:10.0%}")
     print(f"\ngreedy action for one state (median of {args.rounds} rounds of {CALLS})")
-    for name, seconds in actions.items():
-        print(f"{name:<28} {seconds * 1e3:7.3f} ms")
+    for name, rounds in actions.items():
+        print(f"{name:<28} {statistics.median(rounds) * 1e3:7.3f} ms")
     provenance.write_results(args.results, {
         "env_name": ENV_NAME, "batch_size": conv_agent.config.batch_size, "rounds": args.rounds,
         "calls_per_round": CALLS, "gradient_step_flops": step_flops,
-        "matmul_flops_per_second": matmul_rate, "gradient_step_seconds": steps,
+        "matmul_flops_per_second": matmul_rates, "gradient_step_seconds": steps,
         "greedy_action_seconds": actions})
 
 

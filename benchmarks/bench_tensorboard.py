@@ -6,14 +6,13 @@
 Costs: short CartPole runs with d3qn_agent.py's defaults (TOTAL_STEPS 3,000: 1,000 steps of
 random play, then 2,000 steps with 1,000 gradient steps), without TensorBoard, with it (a write
 every TENSORBOARD_EVERY = 100 gradient steps) and with a write after every gradient step, one
-after the other, the order repeated; each run in a process of its own, so that no run inherits
-what an earlier one left behind (a TensorBoard writer's threads); prints the median seconds per
-env step of the whole `agent.run()`. Then
-`Memory.sample` on a full 50,000-slot memory with and without `priority_figure.PriorityFigure`
-counting each draw (the counters behind the priority figure). `--draw DIR` instead draws the
-scalars of the event files in DIR (e.g. the default run with --tensorboard) to
-plots/tensorboard_<run name>.png. The costs go to a results file too
-(`--results`).
+after the other, the order repeated `--rounds` times; each run in a process of its own, so that
+no run inherits what an earlier one left behind (a TensorBoard writer's threads); prints the
+median seconds per env step of the whole `agent.run()`. Then `Memory.sample` on a full
+50,000-slot memory with and without `priority_figure.PriorityFigure` counting each draw (the
+counters behind the priority figure), the two in turn for as many rounds. `--draw DIR` instead
+draws the scalars of the event files in DIR (e.g. the default run with --tensorboard) to
+plots/tensorboard_<run name>.png. Every round's cost goes to a results file too (`--results`).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import d3qn_agent
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from d3qn_utils.priority_figure import PriorityFigure
 from PER import Memory
 
@@ -119,7 +118,7 @@ def draw(log_dir: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--total-steps", type=int, default=3_000, help="env steps per run")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per variant")
+    timing.add_rounds_argument(parser)
     parser.add_argument("--draw", metavar="DIR", help="draw this run's event files instead")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)  # one run, alone
     provenance.add_results_argument(parser, __file__)
@@ -132,28 +131,32 @@ def main() -> None:
             print(json.dumps(seconds_per_step(VARIANTS[args.child], args.total_steps,
                                               Path(work_dir))))
         return
+    timing.check_rounds(args.rounds)
     provenance.time_alone()  # no other timing shares the cores; its children time under it
     timings: dict[str, list[float]] = {label: [] for label in VARIANTS}
-    for repeat in range(args.repeats):
+    for round_number in range(args.rounds):
         for label in VARIANTS:
             timings[label].append(seconds_per_step_alone(label, args.total_steps))
-            print(f"repeat {repeat + 1}, {label}: {1e3 * timings[label][-1]:.3f} ms per env "
+            print(f"round {round_number + 1}, {label}: {1e3 * timings[label][-1]:.3f} ms per env "
                   "step", file=sys.stderr, flush=True)
     base = statistics.median(timings["no TensorBoard"])
-    print(f"| variant | ms per env step (median of {args.repeats}) | vs no TensorBoard |")
+    print(f"| variant | ms per env step (median of {args.rounds}) | vs no TensorBoard |")
     print("| --- | --- | --- |")
     for label, values in timings.items():
         median = statistics.median(values)
         print(f"| {label} | {1e3 * median:.3f} | {100 * (median / base - 1):+.1f}% |")
-    alone, observed = sample_cost(False), sample_cost(True)
+    samples: dict[str, list[float]] = {"without replay statistics": [],
+                                       "with replay statistics": []}
+    for _ in range(args.rounds):  # the two in turn
+        samples["without replay statistics"].append(sample_cost(False))
+        samples["with replay statistics"].append(sample_cost(True))
+    alone, observed = (statistics.median(rounds) for rounds in samples.values())
     print(f"\nMemory.sample(128), 50,000 slots: {alone:.1f} us without replay statistics, "
           f"{observed:.1f} us with them counting the draw (+{observed - alone:.1f} us per "
           "sample of 128)")
     provenance.write_results(args.results, {
-        "total_steps": args.total_steps, "repeats": args.repeats,
-        "seconds_per_env_step": timings,
-        "sample_128_microseconds": {"without replay statistics": alone,
-                                    "with replay statistics": observed}})
+        "total_steps": args.total_steps, "rounds": args.rounds,
+        "seconds_per_env_step": timings, "sample_128_microseconds": samples})
 
 
 if __name__ == "__main__":

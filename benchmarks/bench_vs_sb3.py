@@ -29,9 +29,10 @@ ours with BFLOAT16 (its convolutions in bfloat16, games.nature_torso: the Pong p
 AVX512_BF16 or AMX where it times faster) as one more agent of each round; SB3 stays in float32,
 as it ships.
 
-`--rounds N` measures the agents N times, alternating (ours, SB3, ours, SB3, ...), and the median
-of each agent's rounds counts: a drift of the machine hits both. SB3 is the optional column:
-without `stable_baselines3` (and torch) installed the script says so and measures ours alone.
+`--rounds N` (default 3) measures the agents N times, alternating (ours, SB3, ours, SB3, ...),
+and the median of each agent's rounds counts: a drift of the machine hits both. SB3 is the
+optional column: without `stable_baselines3` (and torch) installed the script says so and
+measures ours alone.
 The load average is printed with the numbers (the script times alone: `provenance.time_alone`),
 and the ratio is the claim (both measured in this one run). Every round's speeds go to a results
 file (`--results`), with torch's and SB3's versions.
@@ -52,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.agent_loop import run_steps, skip_end_of_run
 from d3qn_agent import DQNAgent
 from d3qn_utils import games
@@ -138,7 +139,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=None,
                         help=f"untimed env steps first (MinAtar {MINATAR['warmup']:,}, Atari "
                              f"{ATARI['warmup']:,})")
-    parser.add_argument("--rounds", type=int, default=1, help="alternating measurements each")
+    timing.add_rounds_argument(parser)
     parser.add_argument("--seed", type=int, default=SEED, help="random seed")
     parser.add_argument("--bfloat16", action="store_true",
                         help="also measure ours with BFLOAT16 (its convolutions in bfloat16)")

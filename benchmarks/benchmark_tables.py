@@ -3,7 +3,10 @@
 Each renderer takes the results root and picks its script's newest file, or the newest whose
 settings match (`newest_results`): bench_atari.py's CartPole or Pong run, bench_backends.py's and
 bench_vs_sb3.py's per game. A table from one file gives its command, machine and commit in a
-line under it (`stamp_line`); a table from several files, in columns.
+line under it (`stamp_line`); a table from several files, in columns. Each timed figure is shown
+as the median of its rounds with their minimum and maximum (`timing.shown`; a file of one value
+per figure is marked "1 round"), and each comparison of two figures holds only where their ranges
+are apart (`timing.ratio`, `timing.change`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks import provenance
+from benchmarks import provenance, timing
 from benchmarks.markdown_table import format_row
+from benchmarks.timing import Spread, spread
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
@@ -83,13 +87,42 @@ def bench_per(results: Path) -> str:
               *(["cpprb µs", "PER.py / cpprb"] if cpprb else [])]
     rows = []
     for operation, times in found["microseconds"].items():
-        ours, loop = times["PER.py"], times["tutorial loop"]
-        rows.append([operation, f"{ours:.1f}", f"{loop:.1f}", f"{loop / ours:.1f}{TIMES}",
-                     *([f"{times['cpprb']:.1f}", f"{ours / times['cpprb']:.2f}{TIMES}"] if cpprb
-                       else [])])
-    facts = [f"capacity {found['capacity']:,}, median of {found['repeats']} timed runs each",
+        ours, loop = spread(times["PER.py"]), spread(times["tutorial loop"])
+        theirs = spread(times["cpprb"]) if cpprb else None
+        rows.append([operation, timed(ours, "{:.1f}"), timed(loop, "{:.1f}"),
+                     timing.ratio(loop, ours, 1),
+                     *([timed(theirs, "{:.1f}"), timing.ratio(ours, theirs)] if theirs else [])])
+    each = (f"{found['rounds']} timed runs each" if "rounds" in found
+            else f"median of {found['repeats']} timed runs each")
+    facts = [f"capacity {found['capacity']:,}, {each}",
              *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
+
+
+def timed(figure: Spread, form: str, unit: str = "") -> str:
+    """A timed figure's cell: `form` (a format string) for its median, minimum and maximum,
+    `unit` after the median."""
+    return timing.shown(figure, form.format, unit)
+
+
+def round_values(values: float | list[float]) -> list[float]:
+    """A figure's rounds: the list a results file holds, or an older file's one value."""
+    return [values] if isinstance(values, int | float) else list(values)
+
+
+def loop_seconds(measured: dict[str, Any], part: str | None = None) -> list[float]:
+    """bench_atari.py's seconds per round of one part of the loop, or of the whole loop
+    ("wall_seconds") where `part` is None."""
+    return round_values(measured["wall_seconds"] if part is None
+                        else measured["parts"][part]["seconds"])
+
+
+def seconds_per_call(part: dict[str, Any]) -> list[float]:
+    """bench_atari.py's seconds per call of one part of the loop in each round (an older file's
+    one round: one count of calls)."""
+    seconds = round_values(part["seconds"])
+    calls = part["calls"] if isinstance(part["calls"], list) else [part["calls"]] * len(seconds)
+    return [value / count for value, count in zip(seconds, calls, strict=True)]
 
 
 def bench_atari(env_name: str, results: Path) -> str:
@@ -100,31 +133,35 @@ def bench_atari(env_name: str, results: Path) -> str:
     commits = {"before": f"{found.get('before_commit')} (before the fast path)",
                "now": provenance.commit_label(run)}
     header = ["part", *(f"µs per agent step, {commits[name]}" for name in variants),
-              f"share of the time, {run['commit']}"]
+              f"share of the time (medians), {run['commit']}"]
     now = found["now"]
     parts = list(now["parts"])
 
-    def per_step(name: str, seconds: float) -> str:
-        return f"{seconds / found[name]['steps'] * 1e6:,.0f}"
+    def per_step(name: str, seconds: list[float]) -> Spread:
+        return spread(seconds).scaled(1e6 / found[name]["steps"])
 
-    def other(name: str) -> float:
-        return found[name]["wall_seconds"] - sum(
-            part["seconds"] for part in found[name]["parts"].values())
+    def other(name: str) -> list[float]:
+        return [wall - sum(in_parts) for wall, *in_parts in zip(
+            loop_seconds(found[name]), *(loop_seconds(found[name], part)
+                                         for part in found[name]["parts"]), strict=True)]
 
-    rows = [[part, *(per_step(name, found[name]["parts"][part]["seconds"]) for name in variants),
-             f"{100 * now['parts'][part]['seconds'] / now['wall_seconds']:.0f}%"]
-            for part in parts]
-    rows.append(["the rest (loop, episode lines)", *(per_step(name, other(name))
-                                                     for name in variants),
-                 f"{100 * other('now') / now['wall_seconds']:.0f}%"])
-    rows.append(["**total**", *(f"**{per_step(name, found[name]['wall_seconds'])}**"
+    def share(seconds: list[float]) -> str:
+        return f"{100 * spread(seconds).median / spread(loop_seconds(now)).median:.0f}%"
+
+    rows = [[part, *(timed(per_step(name, loop_seconds(found[name], part)), "{:,.0f}")
+                     for name in variants), share(loop_seconds(now, part))] for part in parts]
+    rows.append(["the rest (loop, episode lines)",
+                 *(timed(per_step(name, other(name)), "{:,.0f}") for name in variants),
+                 share(other("now"))])
+    rows.append(["**total**", *(f"**{timed(per_step(name, loop_seconds(found[name])), '{:,.0f}')}**"
                                 for name in variants), "100%"])
-    rows.append(["agent steps/s", *(f"{found[name]['steps_per_second']:,.1f}"
+    rows.append(["agent steps/s", *(timing.shown(spread(found[name]["steps_per_second"]), rate)
                                     for name in variants), ""])
-    facts = [f"{GAMES.get(env_name, env_name)}, {now['steps']:,} timed agent steps", load(run)]
+    facts = [f"{GAMES.get(env_name, env_name)}, {now['steps']:,} timed agent steps"
+             + (f" in each of {found['rounds']} rounds" if "rounds" in found else ""), load(run)]
     if "before" in found:
-        ratio = now["steps_per_second"] / found["before"]["steps_per_second"]
-        facts.insert(1, f"now / before {ratio:.2f}{TIMES}")
+        facts.insert(1, "now / before " + timing.ratio(spread(now["steps_per_second"]),
+                                                       spread(found["before"]["steps_per_second"])))
     if "replay_memory" in now:  # an image game's: measured from the memory's own arrays
         if "bfloat16" in found:  # files before the flag: the preset's choice, not recorded
             facts.insert(1, precision(found))
@@ -147,8 +184,10 @@ def bench_backends(games: list[str], results: Path) -> str:
                 continue
             steps_per_call = steps_per_call or sorted(found["step_ms"], key=int)
             rows.append([GAMES.get(game, game), backend, found["device"],
-                         *(f"{found['step_ms'][steps]:.2f}" for steps in steps_per_call),
-                         f"{found['act_ms']:.2f}", f"{found['act_after_step_ms']:.2f}", load(run),
+                         *(timed(spread(found["step_ms"][steps]), "{:.2f}")
+                           for steps in steps_per_call),
+                         timed(spread(found["act_ms"]), "{:.2f}"),
+                         timed(spread(found["act_after_step_ms"]), "{:.2f}"), load(run),
                          *stamp_cells(run)])
     header = ["game", "backend", "device",
               *(f"ms per step, {steps} per call" for steps in steps_per_call or ["1", "16"]),
@@ -157,10 +196,29 @@ def bench_backends(games: list[str], results: Path) -> str:
     return markdown_table(header, rows)
 
 
-def speed_per_call(measured: dict[str, Any], steps: int) -> float:
-    """bench_steps_per_call.py's agent steps/s of one game and backend at `steps` per call: the
-    median of its windows."""
-    return statistics.median(measured["steps_per_second"][str(steps)])
+def bench_backends_ratios(games: list[str], results: Path) -> str:
+    """TensorFlow's time over JAX's for each call bench_backends.py times, per game: above 1
+    JAX is faster, a comparison drawn only where the rounds' ranges are apart."""
+    rows, columns = [], None
+    for game in games:
+        backends = newest_results(results, "bench_backends", env_name=game)["results"]["backends"]
+        tensorflow, jax = backends.get("tensorflow", {}), backends.get("jax", {})
+        if not tensorflow or not jax or "failed" in tensorflow or "failed" in jax:
+            continue
+        columns = columns or sorted(tensorflow["step_ms"], key=int)
+        figures = [*((tensorflow["step_ms"][steps], jax["step_ms"][steps]) for steps in columns),
+                   (tensorflow["act_ms"], jax["act_ms"])]
+        rows.append([GAMES.get(game, game), *(timing.ratio(spread(ours), spread(theirs))
+                                              for ours, theirs in figures)])
+    header = ["game", *(f"gradient step, {steps} per call" for steps in columns or ["1", "16"]),
+              "greedy action"]
+    return markdown_table(header, rows)
+
+
+def speed_per_call(measured: dict[str, Any], steps: int) -> Spread:
+    """bench_steps_per_call.py's agent steps/s of one game and backend at `steps` per call, over
+    its windows."""
+    return spread(measured["steps_per_second"][str(steps)])
 
 
 def precision(found: dict[str, Any]) -> str:
@@ -170,7 +228,7 @@ def precision(found: dict[str, Any]) -> str:
 
 def bench_steps_per_call(results: Path) -> str:
     """Agent steps/s at 1 and at the preset's K gradient steps per call, per game and backend,
-    and whether the gain keeps K in the preset."""
+    and whether the gain keeps K in the preset (a gain holds where the ranges are apart)."""
     run = newest_results(results, "bench_steps_per_call")
     found = run["results"]
     rows = []
@@ -178,13 +236,16 @@ def bench_steps_per_call(results: Path) -> str:
         for backend, measured in backends.items():
             preset = measured["preset"]
             one, several = speed_per_call(measured, 1), speed_per_call(measured, preset)
-            gain = several / one - 1
-            rows.append([GAMES.get(game, game), backend, str(preset), rate(one), rate(several),
-                         f"{gain:+.0%}", "yes" if gain >= found["gain_needed"] else "**no**"])
+            enough = (several.median / one.median - 1 >= found["gain_needed"]
+                      and timing.ranges_apart(one, several))
+            rows.append([GAMES.get(game, game), backend, str(preset), timing.shown(one, rate),
+                         timing.shown(several, rate), timing.change(several, one),
+                         "yes" if enough else "**no**"])
     header = ["game", "backend", "preset's K", "agent steps/s, 1 per call",
-              "agent steps/s, K per call", "gain", f"at least {found['gain_needed']:.0%}"]
-    facts = [f"medians of {found['rounds']} alternating windows of {found['window']:,} agent "
-             "steps each", load(run)]
+              "agent steps/s, K per call", "gain",
+              f"at least {found['gain_needed']:.0%}, ranges apart"]
+    facts = [f"{found['rounds']} alternating windows of {found['window']:,} agent steps each",
+             load(run)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -192,20 +253,34 @@ def bench_pong_kernels(results: Path) -> str:
     """Pong's gradient step per torso and XLA setting, and the greedy action per call."""
     run = newest_results(results, "bench_pong_kernels")
     found = run["results"]
-    flops, matmul = found["gradient_step_flops"], found["matmul_flops_per_second"]
+    flops, matmul = found["gradient_step_flops"], spread(found["matmul_flops_per_second"])
     steps = markdown_table(
-        ["torso", "ms per gradient step", "GFLOP/s", "share of the float32 matmul's rate"],
-        [[name, f"{seconds * 1e3:.2f}", f"{flops / seconds / 1e9:.0f}",
-          f"{flops / seconds / matmul:.0%}"]
+        ["torso", "ms per gradient step", "GFLOP/s (median)",
+         "share of the float32 matmul's rate (medians)"],
+        [[name, timed(spread(seconds).scaled(1e3), "{:.2f}"),
+          f"{flops / spread(seconds).median / 1e9:.0f}",
+          f"{flops / spread(seconds).median / matmul.median:.0%}"]
          for name, seconds in found["gradient_step_seconds"].items()])
     actions = markdown_table(["greedy action, one state", "ms"],
-                             [[name, f"{seconds * 1e3:.3f}"]
+                             [[name, timed(spread(seconds).scaled(1e3), "{:.3f}")]
                               for name, seconds in found["greedy_action_seconds"].items()])
     facts = [f"a gradient step (batch {found['batch_size']}) is {flops / 1e9:.2f} GFLOP",
-             f"float32 matmul {matmul / 1e9:.0f} GFLOP/s",
-             f"median of {found['rounds']} alternating rounds of {found['calls_per_round']} calls",
+             f"float32 matmul {timed(matmul.scaled(1e-9), '{:.0f}', ' GFLOP/s')}",
+             f"each figure over {found['rounds']} alternating rounds, a round's value the median "
+             f"of its {found['calls_per_round']} calls"
+             + ("" if matmul.rounds > 1 else " (the rounds not kept: one median each)"),
              load(run)]
     return steps + "\n" + actions + stamp_line(run, *facts)
+
+
+def pong_xla(results: Path) -> str:
+    """Pong's `Conv2D` gradient step with XLA over without it (bench_pong_kernels.py's rounds),
+    a comparison only where the ranges are apart."""
+    run = newest_results(results, "bench_pong_kernels")
+    seconds = run["results"]["gradient_step_seconds"]
+    on, off = spread(seconds["Conv2D, XLA on"]), spread(seconds["Conv2D, XLA off"])
+    return (f"{timing.ratio(on, off)}: `{run['command']}` on {provenance.machine_label(run)}, "
+            f"commit {provenance.commit_label(run)}, {load(run)}.\n")
 
 
 def rate(per_second: float) -> str:
@@ -217,26 +292,19 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
     """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
     run = newest_results(results, "bench_vs_sb3", env_name=env_name)
     found = run["results"]
-    speeds = found["env_steps_per_second"]
-    medians = {agent: statistics.median(rounds) for agent, rounds in speeds.items()}
-    several = found["rounds"] > 1  # a column of the rounds only where there are several
-    rows = [[agent, rate(medians[agent]),
-             *([", ".join(rate(speed) for speed in speeds[agent])] if several else [])]
-            for agent in medians]
-    sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
+    speeds = {agent: spread(rounds) for agent, rounds in found["env_steps_per_second"].items()}
+    rows = [[agent, timing.shown(speed, rate)] for agent, speed in speeds.items()]
+    sb3 = [speed for agent, speed in speeds.items() if agent.startswith("SB3")]
     if sb3:
-        rows += [[f"**{agent} / SB3's faster**", f"**{speed / max(sb3):.2f}{TIMES}**",
-                  *([""] if several else [])]
-                 for agent, speed in medians.items() if not agent.startswith("SB3")]
+        fastest = max(sb3, key=lambda speed: speed.median)
+        rows += [[f"**{agent} / SB3's faster**", f"**{timing.ratio(speed, fastest)}**"]
+                 for agent, speed in speeds.items() if not agent.startswith("SB3")]
     installed = found["versions"]
     facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
-             f"{found['warmup']:,} untimed", *([f"{found['rounds']} alternating rounds"]
-                                               if several else []), load(run),
+             f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds", load(run),
              *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
                 f"{installed['torch']}"] if sb3 else [])]
-    header = ["agent", "env steps/s (median of the rounds)", "rounds"] if several else [
-        "agent", "env steps/s"]
-    return markdown_table(header, rows) + stamp_line(run, *facts)
+    return markdown_table(["agent", "env steps/s"], rows) + stamp_line(run, *facts)
 
 
 def bench_tensorboard(results: Path) -> str:
@@ -244,17 +312,20 @@ def bench_tensorboard(results: Path) -> str:
     statistics add to a sample."""
     run = newest_results(results, "bench_tensorboard")
     found = run["results"]
-    medians = {label: statistics.median(values)
-               for label, values in found["seconds_per_env_step"].items()}
-    base = medians["no TensorBoard"]
-    rows = [[f"`{label}`" if label.startswith("--") else label, f"{1e3 * median:.3f}",
-             f"{100 * (median / base - 1):+.1f}%"] for label, median in medians.items()]
-    sample = found["sample_128_microseconds"]
+    figures = {label: spread(values) for label, values in found["seconds_per_env_step"].items()}
+    base = figures["no TensorBoard"]
+    rows = [[f"`{label}`" if label.startswith("--") else label,
+             timed(figure.scaled(1e3), "{:.3f}"),
+             "" if figure is base else timing.change(figure, base, 1)]
+            for label, figure in figures.items()]
+    sample = {label: spread(values) for label, values in found["sample_128_microseconds"].items()}
     facts = [f"{found['total_steps']:,}-step CartPole runs",
              "`Memory.sample(128)` on a full 50,000-slot memory "
-             f"{sample['without replay statistics']:.1f} µs without the replay statistics, "
-             f"{sample['with replay statistics']:.1f} µs with them", load(run)]
-    return markdown_table(["variant", f"ms per env step (median of {found['repeats']})",
+             f"{timed(sample['without replay statistics'], '{:.1f}', ' µs')} without the replay "
+             f"statistics, {timed(sample['with replay statistics'], '{:.1f}', ' µs')} with them",
+             load(run)]
+    rounds = found.get("rounds", found.get("repeats"))
+    return markdown_table(["variant", f"ms per env step ({rounds} runs)",
                            "against no TensorBoard"], rows) + stamp_line(run, *facts)
 
 
@@ -285,9 +356,10 @@ def bench_checkpoint(results: Path) -> str:
     rows = [[f"`{name}`", f"{size / 1e6:,.1f}"] for name, size in sizes.items()]
     rows.append(["**total**", f"**{sum(sizes.values()) / 1e6:,.1f}**"])
     facts = [f"{found['env_name']}, {found['transitions']:,} transitions in a "
-             f"{found['memory_size']:,}-slot replay", f"saved in {found['save_seconds']:.1f} s "
+             f"{found['memory_size']:,}-slot replay",
+             f"saved in {timed(spread(found['save_seconds']), '{:.1f}', ' s')} "
              f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
-             f"loaded in {found['load_seconds']:.1f} s", load(run)]
+             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}", load(run)]
     return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
 
 
@@ -312,7 +384,8 @@ def bench_apex_throughput(results: Path) -> str:
     found = run["results"]
     rows = [[str(row["actors"]), f"{row['updates_per_step']:g} updates/step"
              if row["updates_per_step"] else "none (flat out)",
-             f"{row['env_steps_per_second']:,.0f}", f"{row['updates_per_second']:,.0f}"]
+             timed(spread(row["env_steps_per_second"]), "{:,.0f}"),
+             timed(spread(row["updates_per_second"]), "{:,.0f}")]
             for row in found["throughput"]]
     return markdown_table(["actors", "pacing", "env steps/s collected", "learner updates/s"],
                           rows) + stamp_line(run, f"{found['steps']:,} env steps a run", load(run))
@@ -334,9 +407,10 @@ def bench_apex_costs(results: Path) -> str:
               "block_transfer", "µs"),
              (f"Ray: weights published and pulled ({costs['weights_bytes'] / 1e6:.2f} MB)",
               "weights_publish_and_pull", "ms")]
-    rows = [[name, f"{costs[key] * 1e3:.3f} ms" if unit == "ms" else f"{costs[key] * 1e6:.1f} µs"]
+    rows = [[name, timed(spread(costs[key]).scaled(1e3), "{:.3f}", " ms") if unit == "ms"
+             else timed(spread(costs[key]).scaled(1e6), "{:.1f}", " µs")]
             for name, key, unit in parts]
-    return markdown_table(["part", "cost (median)"], rows) + stamp_line(run, load(run))
+    return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run))
 
 
 def bench_apex_projection(results: Path) -> str:
@@ -375,14 +449,14 @@ def one_quantity(results: Path) -> str:
         run = newest_results(results, "bench_atari", env_name=env_name)
         return run, run["results"]["now"]
 
-    def gradient_step_ms(run: dict[str, Any]) -> float:
+    def gradient_step_ms(run: dict[str, Any]) -> Spread:
         now = run["results"]["now"]
         if "gradient_steps_per_call" not in now:
             raise ValueError(f"results file {run['file']} does not say its gradient steps per "
                              f"call: measure it again (python benchmarks/bench_atari.py "
                              f"--env-name {run['results']['env_name']})")
-        train = now["parts"]["train"]
-        return 1e3 * train["seconds"] / (train["calls"] * now["gradient_steps_per_call"])
+        return spread(seconds_per_call(now["parts"]["train"])).scaled(
+            1e3 / now["gradient_steps_per_call"])
 
     def backends(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         run = newest_results(results, "bench_backends", env_name=env_name)
@@ -392,7 +466,7 @@ def one_quantity(results: Path) -> str:
 
     def per_call(game: str) -> tuple[dict[str, Any], str]:
         measured = steps_per_call["results"]["games"][game]["tensorflow"]
-        return steps_per_call, rate(speed_per_call(measured, measured["preset"]))
+        return steps_per_call, timing.shown(speed_per_call(measured, measured["preset"]), rate)
 
     stopwatch = "the loop after an untimed warm-up, ε at the preset's last value, a stopwatch "
     taking_turns = ("the loop, ε at the preset's last value, no stopwatch, taking turns with an "
@@ -401,79 +475,88 @@ def one_quantity(results: Path) -> str:
     default_run = newest_results(results, "default_run")
     cartpole, cartpole_now = loop("CartPole-v1")
     row("CartPole", "agent steps/s", default_run,
-        f"{default_run['results']['training_steps_per_second']:,}",
+        timed(spread(default_run["results"]["training_steps_per_second"]), "{:,.0f}"),
         "the default run less its greedy evaluations: ε falls from 1 (a random action skips the "
         "network), no gradient step before `LEARNING_STARTS`, the first compile")
-    row("CartPole", "agent steps/s", cartpole, rate(cartpole_now["steps_per_second"]),
+    row("CartPole", "agent steps/s", cartpole,
+        timing.shown(spread(cartpole_now["steps_per_second"]), rate),
         stopwatch + "around each part")
     logging = newest_results(results, "bench_tensorboard")
-    seconds = statistics.median(logging["results"]["seconds_per_env_step"]["no TensorBoard"])
-    row("CartPole", "agent steps/s", logging, rate(1 / seconds),
+    per_step = round_values(logging["results"]["seconds_per_env_step"]["no TensorBoard"])
+    row("CartPole", "agent steps/s", logging,
+        timing.shown(spread([1 / seconds for seconds in per_step]), rate),
         f"whole {logging['results']['total_steps']:,}-step `agent.run()`s of the default flags: "
         "the first compile, the closing greedy evaluation and the plots included, ε falling "
         "from 1 throughout")
     row("CartPole", "agent steps/s", *per_call("CartPole-v1"), taking_turns)
     steps = cartpole_now.get("gradient_steps_per_call")
-    row("CartPole", "ms per gradient step", cartpole, f"{gradient_step_ms(cartpole):.2f}",
+    row("CartPole", "ms per gradient step", cartpole, timed(gradient_step_ms(cartpole), "{:.2f}"),
         f"`learn` on the memory's draws, {steps} per call, in the loop")
     run, found = backends("CartPole-v1")
-    row("CartPole", "ms per gradient step", run, f"{found['step_ms'][str(steps)]:.2f}",
+    row("CartPole", "ms per gradient step", run,
+        timed(spread(found["step_ms"][str(steps)]), "{:.2f}"),
         f"`learn` on random batches from the host, {steps} per call, alone")
-    row("CartPole", "ms per gradient step", run, f"{found['step_ms']['1']:.2f}",
+    row("CartPole", "ms per gradient step", run, timed(spread(found["step_ms"]["1"]), "{:.2f}"),
         "the same, 1 per call")
     apex = newest_results(results, "bench_apex")
     costs = apex["results"]["costs_seconds"]
-    row("CartPole", "ms per gradient step", apex, f"{1e3 * costs['learner_update']:.2f}",
+    row("CartPole", "ms per gradient step", apex,
+        timed(spread(costs["learner_update"]).scaled(1e3), "{:.2f}"),
         "`learn` of apex.py's learner, 1 per call, on a batch its replay drew, after an Ape-X "
         "actor's steps in the same process, with a local Ray up beside it")
-    env_and_act = sum(cartpole_now["parts"][part]["seconds"] for part in ("env step", "act"))
+    env_and_act = [step + act for step, act in zip(loop_seconds(cartpole_now, "env step"),
+                                                   loop_seconds(cartpole_now, "act"), strict=True)]
     row("CartPole", "ms per env step and action", cartpole,
-        f"{1e3 * env_and_act / cartpole_now['steps']:.3f}", "`env.step` and `act` in the loop")
-    row("CartPole", "ms per env step and action", apex, f"{1e3 * costs['actor_step']:.3f}",
+        timed(spread(env_and_act).scaled(1e3 / cartpole_now["steps"]), "{:.3f}"),
+        "`env.step` and `act` in the loop")
+    row("CartPole", "ms per env step and action", apex,
+        timed(spread(costs["actor_step"]).scaled(1e3), "{:.3f}"),
         "an Ape-X actor at ε 0, with a local Ray up beside it: also each transition into its "
         "block and a share of the block's TD-error call (a block ends with every episode)")
     sample = logging["results"]["sample_128_microseconds"]["without replay statistics"]
-    row("CartPole", "µs per draw of 128", logging, f"{sample:.1f}",
+    row("CartPole", "µs per draw of 128", logging, timed(spread(sample), "{:.1f}"),
         "`Memory.sample(128)`, full 50,000-slot memory, one-step transitions of equal priority")
-    row("CartPole", "µs per draw of 128", apex, f"{1e6 * costs['replay_sample']:.1f}",
+    row("CartPole", "µs per draw of 128", apex,
+        timed(spread(costs["replay_sample"]).scaled(1e6), "{:.1f}"),
         "apex.py's replay, with a local Ray up beside it: a full memory of its blocks, n-step "
         "returns put together per draw")
     # MinAtar
     minatar, minatar_now = loop("MinAtar/Breakout-v1")
-    row("MinAtar Breakout", "agent steps/s", minatar, rate(minatar_now["steps_per_second"]),
+    row("MinAtar Breakout", "agent steps/s", minatar,
+        timing.shown(spread(minatar_now["steps_per_second"]), rate),
         stopwatch + "around each part")
     sb3 = newest_results(results, "bench_vs_sb3", env_name="MinAtar/Breakout-v1")
-    ours = statistics.median(sb3["results"]["env_steps_per_second"]["ours, float32"])
-    row("MinAtar Breakout", "agent steps/s", sb3, rate(ours),
+    ours = spread(sb3["results"]["env_steps_per_second"]["ours, float32"])
+    row("MinAtar Breakout", "agent steps/s", sb3, timing.shown(ours, rate),
         "the loop, ε at the preset's last value, no stopwatch, between Stable-Baselines3's runs")
     row("MinAtar Breakout", "agent steps/s", *per_call("MinAtar/Breakout-v1"), taking_turns)
     # Pong
     pong, pong_now = loop("PongNoFrameskip-v4")
-    row("Pong", "agent steps/s", pong, rate(pong_now["steps_per_second"]),
+    row("Pong", "agent steps/s", pong, timing.shown(spread(pong_now["steps_per_second"]), rate),
         stopwatch + f"around each part, {precision(pong['results'])}")
     sb3 = newest_results(results, "bench_vs_sb3", env_name="PongNoFrameskip-v4")
-    ours = statistics.median(sb3["results"]["env_steps_per_second"]["ours, float32"])
-    row("Pong", "agent steps/s", sb3, rate(ours),
+    ours = spread(sb3["results"]["env_steps_per_second"]["ours, float32"])
+    row("Pong", "agent steps/s", sb3, timing.shown(ours, rate),
         "the same loop and settings, float32, no stopwatch, between Stable-Baselines3's runs")
-    row("Pong", "ms per gradient step", pong, f"{gradient_step_ms(pong):.2f}",
+    row("Pong", "ms per gradient step", pong, timed(gradient_step_ms(pong), "{:.2f}"),
         f"`learn` on the memory's draws, {precision(pong['results'])}, in the loop")
     run, found = backends("PongNoFrameskip-v4")
-    row("Pong", "ms per gradient step", run, f"{found['step_ms']['1']:.2f}",
+    row("Pong", "ms per gradient step", run, timed(spread(found["step_ms"]["1"]), "{:.2f}"),
         "`learn` on random batches from the host, float32, alone")
     kernels = newest_results(results, "bench_pong_kernels")
     seconds = kernels["results"]["gradient_step_seconds"]["Conv2D, XLA off"]
-    row("Pong", "ms per gradient step", kernels, f"{1e3 * seconds:.2f}",
+    row("Pong", "ms per gradient step", kernels, timed(spread(seconds).scaled(1e3), "{:.2f}"),
         "the same step, float32, in rounds that alternate with other networks' steps")
-    act = pong_now["parts"]["act"]
-    row("Pong", "ms per greedy action", pong, f"{1e3 * act['seconds'] / act['calls']:.2f}",
+    row("Pong", "ms per greedy action", pong,
+        timed(spread(seconds_per_call(pong_now["parts"]["act"])).scaled(1e3), "{:.2f}"),
         "`act` in the loop: ε-greedy at 0.01, so nearly every call runs the network; one call "
         "in `TRAIN_FREQUENCY` right after a gradient step")
-    row("Pong", "ms per greedy action", run, f"{found['act_ms']:.2f}",
+    row("Pong", "ms per greedy action", run, timed(spread(found["act_ms"]), "{:.2f}"),
         "`greedy_actions`, back to back")
-    row("Pong", "ms per greedy action", run, f"{found['act_after_step_ms']:.2f}",
+    row("Pong", "ms per greedy action", run, timed(spread(found["act_after_step_ms"]), "{:.2f}"),
         "`greedy_actions` right after a call of gradient steps")
     seconds = kernels["results"]["greedy_action_seconds"]["compiled by XLA (acting's)"]
-    row("Pong", "ms per greedy action", kernels, f"{1e3 * seconds:.2f}",
+    row("Pong", "ms per greedy action", kernels, timed(spread(seconds).scaled(1e3), "{:.2f}"),
         "the same call, float32, in rounds that alternate with other networks' calls")
     header = ["game", "quantity", "script", "figure", "how its run differs", "load", "commit"]
     if len(set(machines)) == 1:

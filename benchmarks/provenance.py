@@ -8,8 +8,9 @@ load from these fields, so none of them is typed by hand.
 A script that times calls `time_alone()` first: it holds one machine-wide lock until it exits, so
 two timings never share the cores, waits for the load a finished timing leaves in the 1-minute
 load average to fade, and its results file records the load average as it began and as it wrote
-its results. A timing that began on a machine busier than its core count is refused by the
-pages (`load_label`).
+its results. A timing that began above the quiet line (it waited QUIET_WITHIN seconds) is marked
+so in the pages, and one that began on a machine busier than its core count is refused
+(`load_label`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ MEASURING_LOCK = Path(tempfile.gettempdir()) / "d3qn_measuring.lock"
 # timing's load by a minute or more), or after QUIET_WITHIN seconds with the load it has then.
 QUIET_LOAD_PER_CORE = 0.5
 QUIET_WITHIN = 300.0
+ABOVE_QUIET = "began at load {load}, above the quiet line of {line}"  # a timing's mark in a page
 # This process's hold on MEASURING_LOCK and the load average as it took it (`time_alone`).
 timed_alone: dict[str, Any] = {}
 
@@ -154,7 +156,7 @@ def time_alone(lock_path: Path = MEASURING_LOCK, quiet_within: float = QUIET_WIT
 def wait_for_quiet(within: float, poll_seconds: float = 5.0) -> None:
     """Wait up to `within` seconds for the 1-minute load average to fall to QUIET_LOAD_PER_CORE
     per core, checking every `poll_seconds`."""
-    quiet = QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
+    quiet = quiet_load(os.cpu_count() or 1)
     deadline = time.monotonic() + within
     load = os.getloadavg()[0]
     if load > quiet and within > 0:
@@ -254,7 +256,32 @@ def load_label(result: dict[str, Any], source: str = "a results file") -> str:
     if before > cores:
         raise ValueError(f"{source} was timed with a load average of {before:.2f} on {cores} "
                          "cores as it began: measure it again with the machine otherwise idle")
-    return f"load average {before:.1f} before, {after:.1f} after, {cores} cores"
+    label = f"load average {before:.1f} before, {after:.1f} after, {cores} cores"
+    if before > quiet_load(cores):
+        label += f" ({above_quiet_line(before, cores)})"
+    return label
+
+
+def quiet_load(cores: int) -> float:
+    """The 1-minute load average a timing waits for on `cores` cores (`wait_for_quiet`)."""
+    return QUIET_LOAD_PER_CORE * cores
+
+
+def above_quiet_line(before: float, cores: int) -> str:
+    """How the pages mark a timing that began above the quiet line: it waited QUIET_WITHIN
+    seconds and began anyway."""
+    return ABOVE_QUIET.format(load=f"{before:.2f}", line=f"{quiet_load(cores):.1f}")
+
+
+def quiet_rule() -> str:
+    """The quiet rule in words, from its constants, for the benchmarks page."""
+    return (f"A timing waits for a quiet machine: a 1-minute load average of at most "
+            f"{QUIET_LOAD_PER_CORE:g} per core ({quiet_load(2):.1f} on 2 cores). It waits up to "
+            f"{QUIET_WITHIN:.0f} s for it, then begins anyway; a table marks such a timing "
+            f"\"{ABOVE_QUIET.format(load='L', line='Q')}\" (L the load average it began at, Q "
+            "the line on its cores), beside the load average as it began and ended. A timing "
+            "that began above one load per core (another process had the cores) is not shown: "
+            "`render_docs.py` refuses it.\n")
 
 
 def results_name(path: Path, results: Path = RESULTS) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import benchmark_tables as tables
 from benchmarks import figure_stamps, learning_tables, provenance, study
+from benchmarks.timing import spread
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVALS_FILE = "bootstrap_intervals.json"  # under the results root
@@ -136,15 +137,20 @@ MINATAR_SECOND_SCREENS = [
 
 # Block name -> its text from the results root.
 def default_run(results: Path) -> str:
-    """The default run's table, from the newest file of benchmarks/default_run.py."""
+    """The default run's table, from the newest file of benchmarks/default_run.py (its times over
+    the rounds it ran, whole numbers)."""
     run = tables.newest_results(results, "default_run")
+
+    def timed(values: float | list[float], unit: str = "") -> str:
+        return tables.timed(spread(values), "{:,.0f}", unit)
+
     found = run["results"]
     solved = (f"at step {found['solved_at_step']:,}" if found["solved_at_step"] is not None
               else "not solved")
     rows = [("command", f"`{run['command']}`"),
-            ("time", f"{found['seconds']:,} s in all, {found['evaluation_seconds']:,} s of them "
-                     f"greedy evaluations; {found['training_steps_per_second']:,} training "
-                     "steps per second"),
+            ("time", f"{timed(found['seconds'], ' s')} in all, "
+                     f"{timed(found['evaluation_seconds'], ' s')} of them greedy evaluations; "
+                     f"{timed(found['training_steps_per_second'])} training steps per second"),
             ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),
             ("final evaluation (20 greedy episodes)", f"{found['final_evaluation']:.1f}"),
             ("machine", provenance.machine_label(run)), ("commit", provenance.commit_label(run)),
@@ -155,6 +161,7 @@ def default_run(results: Path) -> str:
 
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "default_run": default_run,
+    "quiet_rule": lambda results: provenance.quiet_rule(),  # from the constants, no file
     "classic_control": partial(study.study_tables, "classic_control"),
     "classic_control_screens": partial(screens_table, CLASSIC_SCREENS, 1),
     "cartpole_jax": partial(study.compare, "cartpole_jax", "classic_control", "CartPole-v1",
@@ -189,7 +196,9 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_atari_minatar": partial(tables.bench_atari, "MinAtar/Breakout-v1"),
     "bench_backends": partial(tables.bench_backends, list(tables.GAMES)),
     "bench_backends_minatar": partial(tables.bench_backends, ["MinAtar/Breakout-v1"]),
+    "bench_backends_ratios": partial(tables.bench_backends_ratios, list(tables.GAMES)),
     "bench_pong_kernels": tables.bench_pong_kernels,
+    "pong_xla": tables.pong_xla,
     "bench_steps_per_call": tables.bench_steps_per_call,
     "bench_vs_sb3_minatar": partial(tables.bench_vs_sb3, "MinAtar/Breakout-v1"),
     "bench_vs_sb3_pong": partial(tables.bench_vs_sb3, "PongNoFrameskip-v4"),

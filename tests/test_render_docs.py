@@ -20,6 +20,7 @@ from benchmarks import (
     provenance,
     render_docs,
     study,
+    timing,
 )
 
 # What a failing check of the committed pages says: a results file newer than the pages (a
@@ -261,6 +262,55 @@ def test_the_pages_show_a_timings_load_and_refuse_one_taken_on_a_busy_machine():
         "load average 1.5 before, 2.5 after (timed before the lock)")
 
 
+def test_a_timing_that_began_above_the_quiet_line_is_marked_so():
+    # On 2 cores the quiet line is QUIET_LOAD_PER_CORE x 2 (1.0): at the line is quiet, above
+    # it the label says the load it began at.
+    quiet = provenance.quiet_load(2)
+    assert quiet == pytest.approx(2 * provenance.QUIET_LOAD_PER_CORE)
+    assert provenance.load_label(timed(quiet, 1.5)) == (
+        f"load average {quiet:.1f} before, 1.5 after, 2 cores")
+    assert provenance.load_label(timed(quiet + 0.37, 1.5)) == (
+        f"load average {quiet + 0.37:.1f} before, 1.5 after, 2 cores (began at load "
+        f"{quiet + 0.37:.2f}, above the quiet line of {quiet:.1f})")
+
+
+def test_the_quiet_rule_on_the_benchmarks_page_is_rendered_from_its_constants(monkeypatch):
+    rule = render_docs.RENDERERS["quiet_rule"](Path("unused"))
+    assert f"at most {provenance.QUIET_LOAD_PER_CORE:g} per core" in rule
+    assert f"up to {provenance.QUIET_WITHIN:.0f} s" in rule
+    monkeypatch.setattr(provenance, "QUIET_WITHIN", 120.0)
+    monkeypatch.setattr(provenance, "QUIET_LOAD_PER_CORE", 0.25)
+    changed = render_docs.RENDERERS["quiet_rule"](Path("unused"))
+    assert "at most 0.25 per core" in changed and "up to 120 s" in changed
+    assert '"began at load L, above the quiet line of Q"' in changed
+
+
+def test_rounds_give_their_median_minimum_and_maximum():
+    assert timing.spread([3.0, 1.0, 2.0]) == timing.Spread(2.0, 1.0, 3.0, 3)
+    assert timing.spread([4.0, 1.0, 2.0, 3.0]) == timing.Spread(2.5, 1.0, 4.0, 4)
+    assert timing.spread(5.0) == timing.Spread(5.0, 5.0, 5.0, 1)  # an older file's one value
+    assert timing.spread([2.0, 4.0]).scaled(10) == timing.Spread(30.0, 20.0, 40.0, 2)
+    with pytest.raises(ValueError, match="no rounds"):
+        timing.spread([])
+    assert timing.shown(timing.spread([1.25, 1.0, 2.0]), "{:.2f}".format) == (
+        f"1.25 (1.00{DASH}2.00)")
+    assert timing.shown(timing.spread(1.25), "{:.2f}".format) == "1.25 (1 round)"
+
+
+def test_a_comparison_is_drawn_only_where_the_ranges_are_apart():
+    slow, fast = timing.spread([1.0, 2.0, 2.5]), timing.spread([3.0, 4.0, 5.0])
+    assert timing.ranges_apart(fast, slow) and timing.ranges_apart(slow, fast)
+    assert timing.ratio(fast, slow) == f"2.00{X} (ranges apart)"
+    assert timing.change(fast, slow) == "+100% (ranges apart)"
+    overlapping = timing.spread([2.4, 4.0, 5.0])
+    assert not timing.ranges_apart(overlapping, slow)
+    assert timing.ratio(overlapping, slow) == (
+        f"no clear difference (ranges overlap; medians 2.00{X})")
+    touching = timing.spread([2.5, 4.0, 5.0])  # its slowest round is the other's fastest
+    assert timing.ratio(touching, slow).startswith("no clear difference")
+    assert timing.ratio(timing.spread(4.0), slow) == f"2.00{X} (1 round: no range to compare)"
+
+
 def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path):
     runs = [(2, 6, "uniform", [10, 20]), (2, 6, "oracle", [5, 5]),
             (3, 14, "uniform", [40, None]), (3, 14, "oracle", [7, 9])]
@@ -379,6 +429,7 @@ def test_the_pong_logs_render_a_row_per_run_and_a_column_per_run(tmp_path):
         "| 100,000 | \N{MINUS SIGN}18.0 / \N{MINUS SIGN}17.1 | \N{MINUS SIGN}18.0 / "
         "\N{MINUS SIGN}17.1 |\n| 600,000 | — / — | — / — |\n")
 X = benchmark_tables.TIMES
+DASH = timing.DASH
 MACHINE = {"cpu": "Some CPU", "architecture": "x86_64", "cores": 2, "cpu_features": ["AVX2"],
            "gpus": []}
 
@@ -404,25 +455,40 @@ def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_
         "capacity": 1024, "repeats": 5, "cpprb": "11.0.0", "microseconds": {"store": times}},
         commit="old0000")
     write_bench(tmp_path, "bench_per", "20261128T000000Z", {
-        "capacity": 1024, "repeats": 3, "cpprb": "11.0.0",
-        "microseconds": {"store": {**times, "PER.py": 5.0},
-                         "sample(32)": {"PER.py": 40.0, "tutorial loop": 400.0, "cpprb": 20.0}}})
+        "capacity": 1024, "rounds": 3, "cpprb": "11.0.0",
+        "microseconds": {"store": {"PER.py": [5.0, 4.0, 6.0],
+                                   "tutorial loop": [200.0, 190.0, 210.0],
+                                   "cpprb": [20.0, 19.0, 21.0]},
+                         "sample(32)": {"PER.py": [40.0, 30.0, 50.0],
+                                        "tutorial loop": [400.0, 390.0, 410.0],
+                                        "cpprb": [45.0, 20.0, 60.0]}}})
     assert render_docs.RENDERERS["bench_per"](tmp_path) == (
         "| operation | PER.py µs | tutorial loop µs | speed-up | cpprb µs | PER.py / cpprb |\n"
         "|---|---|---|---|---|---|\n"
-        f"| store | 5.0 | 200.0 | 40.0{X} | 20.0 | 0.25{X} |\n"
-        f"| sample(32) | 40.0 | 400.0 | 10.0{X} | 20.0 | 2.00{X} |\n"
-        f"\nCapacity 1,024, median of 3 timed runs each; cpprb 11.0.0; {LOAD}. "
+        f"| store | 5.0 (4.0{DASH}6.0) | 200.0 (190.0{DASH}210.0) | 40.0{X} (ranges apart) "
+        f"| 20.0 (19.0{DASH}21.0) | 0.25{X} (ranges apart) |\n"
+        f"| sample(32) | 40.0 (30.0{DASH}50.0) | 400.0 (390.0{DASH}410.0) | 10.0{X} (ranges apart) "
+        f"| 45.0 (20.0{DASH}60.0) | no clear difference (ranges overlap; medians 0.89{X}) |\n"
+        f"\nCapacity 1,024, 3 timed runs each; cpprb 11.0.0; {LOAD}. "
         "`python benchmarks/bench_per.py` on Some CPU, 2 cores (AVX2), commit abc1234, "
         "2026-11-28.\n")
 
 
+def test_a_file_of_one_value_per_figure_renders_marked_as_one_round(tmp_path):
+    write_bench(tmp_path, "bench_per", "20261127T000000Z", {
+        "capacity": 1024, "repeats": 5, "cpprb": None,
+        "microseconds": {"store": {"PER.py": 10.0, "tutorial loop": 200.0}}})
+    assert render_docs.RENDERERS["bench_per"](tmp_path).splitlines()[2] == (
+        f"| store | 10.0 (1 round) | 200.0 (1 round) | 20.0{X} (1 round: no range to compare) |")
+
+
 def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
-    def bench_atari(seconds: float) -> dict:
-        parts = {"act": {"seconds": seconds, "calls": 1000}, "train": {"seconds": 2 * seconds,
-                                                                       "calls": 500}}
-        return {"steps_per_second": 1000 / (4 * seconds), "steps": 1000,
-                "wall_seconds": 4 * seconds, "parts": parts}
+    def bench_atari(seconds: float) -> dict:  # two rounds, the second twice as slow
+        rounds = [seconds, 2 * seconds]
+        parts = {"act": {"seconds": rounds, "calls": 1000},
+                 "train": {"seconds": [2 * value for value in rounds], "calls": 500}}
+        return {"steps_per_second": [1000 / (4 * value) for value in rounds], "steps": 1000,
+                "wall_seconds": [4 * value for value in rounds], "parts": parts}
 
     write_bench(tmp_path, "bench_atari", "20261128T000000Z", {
         "env_name": "CartPole-v1", "before_commit": "538808e", "before": bench_atari(2.0),
@@ -431,17 +497,21 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
         "env_name": "PongNoFrameskip-v4", "before_commit": "none", "now": bench_atari(9.0)})
     assert render_docs.RENDERERS["bench_atari_cartpole"](tmp_path) == (
         "| part | µs per agent step, 538808e (before the fast path) | µs per agent step, abc1234 "
-        "| share of the time, abc1234 |\n|---|---|---|---|\n"
-        "| act | 2,000 | 1,000 | 25% |\n"
-        "| train | 4,000 | 2,000 | 50% |\n"
-        "| the rest (loop, episode lines) | 2,000 | 1,000 | 25% |\n"
-        "| **total** | **8,000** | **4,000** | 100% |\n"
-        "| agent steps/s | 125.0 | 250.0 |  |\n"
-        f"\nCartPole, 1,000 timed agent steps; now / before 2.00{X}; {LOAD}. "
+        "| share of the time (medians), abc1234 |\n|---|---|---|---|\n"
+        f"| act | 3,000 (2,000{DASH}4,000) | 1,500 (1,000{DASH}2,000) | 25% |\n"
+        f"| train | 6,000 (4,000{DASH}8,000) | 3,000 (2,000{DASH}4,000) | 50% |\n"
+        f"| the rest (loop, episode lines) | 3,000 (2,000{DASH}4,000) "
+        f"| 1,500 (1,000{DASH}2,000) | 25% |\n"
+        f"| **total** | **12,000 (8,000{DASH}16,000)** | **6,000 (4,000{DASH}8,000)** | 100% |\n"
+        f"| agent steps/s | 93.8 (62.5{DASH}125) | 188 (125{DASH}250) |  |\n"
+        # the ranges touch at 125 steps/s: no clear difference
+        "\nCartPole, 1,000 timed agent steps; now / before no clear difference (ranges "
+        f"overlap; medians 2.00{X}); {LOAD}. "
         "`python benchmarks/bench_atari.py --x` on Some CPU, 2 cores (AVX2), commit "
         "abc1234, 2026-11-28.\n")
     pong = benchmark_tables.bench_atari("PongNoFrameskip-v4", tmp_path).splitlines()
-    assert pong[0] == "| part | µs per agent step, abc1234 | share of the time, abc1234 |"
+    assert pong[0] == ("| part | µs per agent step, abc1234 "
+                       "| share of the time (medians), abc1234 |")
     assert pong[-1].startswith(f"Pong, 1,000 timed agent steps; {LOAD}.")
     with pytest.raises(ValueError, match=r"no results of benchmarks/bench_atari\.py with env_name "
                                          "MinAtar/Breakout-v1"):
@@ -451,8 +521,8 @@ def test_a_game_s_table_takes_the_newest_file_of_that_game(tmp_path):
 def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(tmp_path):
     write_bench(tmp_path, "bench_backends", "20261128T000000Z", {
         "env_name": "PongNoFrameskip-v4", "backends": {
-            "tensorflow": {"device": "cpu", "step_ms": {"1": 10.0, "16": 9.0}, "act_ms": 0.5,
-                           "act_after_step_ms": 0.75},
+            "tensorflow": {"device": "cpu", "step_ms": {"1": [10.0, 11.0, 9.0], "16": 9.0},
+                           "act_ms": 0.5, "act_after_step_ms": 0.75},
             "jax": {"failed": "ImportError: no jax"}}})
     write_bench(tmp_path, "bench_backends", "20261128T010000Z", {
         "env_name": "CartPole-v1", "backends": {
@@ -464,11 +534,13 @@ def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(
         "| game | backend | device | ms per step, 1 per call | ms per step, 16 per call "
         "| ms per greedy action | … right after a step | load | command | machine | commit |",
         "|---" * 11 + "|",
-        f"| Pong | tensorflow | cpu | 10.00 | 9.00 | 0.50 | 0.75 | {LOAD} | "
+        f"| Pong | tensorflow | cpu | 10.00 (9.00{DASH}11.00) | 9.00 (1 round) | 0.50 (1 round) "
+        f"| 0.75 (1 round) | {LOAD} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
         f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        f"| CartPole | tensorflow | cpu | 1.00 | 0.50 | 0.01 | 0.02 | {LOAD} | "
+        "| CartPole | tensorflow | cpu | 1.00 (1 round) | 0.50 (1 round) | 0.01 (1 round) "
+        f"| 0.02 (1 round) | {LOAD} | "
         "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
         "| Some CPU, 2 cores (AVX2) | def5678 |"]
 
@@ -476,15 +548,17 @@ def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(
 def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_path):
     write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
         "env_name": "MinAtar/Breakout-v1", "steps": 100, "warmup": 50, "rounds": 3,
-        "env_steps_per_second": {"ours, float32": [300.0, 100.0, 200.0],
+        "env_steps_per_second": {"ours, float32": [300.0, 85.0, 200.0],
                                  "SB3 DQN, 1 thread": [50.0, 50.0, 50.0],
                                  "SB3 DQN, 2 threads": [80.0, 90.0, 70.0]},
         "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
     rows = render_docs.RENDERERS["bench_vs_sb3_minatar"](tmp_path).splitlines()
-    assert rows[2:6] == ["| ours, float32 | 200 | 300, 100, 200 |",
-                         "| SB3 DQN, 1 thread | 50.0 | 50.0, 50.0, 50.0 |",
-                         "| SB3 DQN, 2 threads | 80.0 | 80.0, 90.0, 70.0 |",
-                         f"| **ours, float32 / SB3's faster** | **2.50{X}** |  |"]
+    assert rows[2:6] == [f"| ours, float32 | 200 (85.0{DASH}300) |",
+                         f"| SB3 DQN, 1 thread | 50.0 (50.0{DASH}50.0) |",
+                         f"| SB3 DQN, 2 threads | 80.0 (70.0{DASH}90.0) |",
+                         # ours' slowest round overlaps SB3's fastest: no speed-up claimed
+                         "| **ours, float32 / SB3's faster** | **no clear difference (ranges "
+                         f"overlap; medians 2.50{X})** |"]
     assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
                               f"3 alternating rounds; {LOAD}; "
                               "Stable-Baselines3 2.9.2 on torch 2.14.1. "
@@ -497,12 +571,59 @@ def test_steps_per_call_shows_each_game_s_gain_and_whether_it_clears_the_bar(tmp
             "tensorflow": {"preset": 16, "steps_per_second": {"1": [100.0, 90.0, 110.0],
                                                                "16": [150.0, 160.0, 140.0]}},
             "jax": {"preset": 16, "steps_per_second": {"1": [100.0, 100.0, 100.0],
-                                                        "16": [110.0, 114.0, 120.0]}}}}})
+                                                        "16": [110.0, 114.0, 120.0]}}},
+            "Acrobot-v1": {"tensorflow": {"preset": 16, "steps_per_second": {
+                "1": [100.0, 90.0, 130.0], "16": [125.0, 150.0, 140.0]}}}}})
     rows = render_docs.RENDERERS["bench_steps_per_call"](tmp_path).splitlines()
-    assert rows[2:4] == ["| CartPole | tensorflow | 16 | 100 | 150 | +50% | yes |",
-                         "| CartPole | jax | 16 | 100 | 114 | +14% | **no** |"]
-    assert rows[5].startswith(f"Medians of 3 alternating windows of 4,096 agent steps each; "
+    assert rows[2:5] == [f"| CartPole | tensorflow | 16 | 100 (90.0{DASH}110) "
+                         f"| 150 (140{DASH}160) | +50% (ranges apart) | yes |",
+                         f"| CartPole | jax | 16 | 100 (100{DASH}100) | 114 (110{DASH}120) "
+                         "| +14% (ranges apart) | **no** |",
+                         # +40% at the medians, but the slowest K round is below 1's fastest
+                         f"| Acrobot-v1 | tensorflow | 16 | 100 (90.0{DASH}130) "
+                         f"| 140 (125{DASH}150) | no clear difference (ranges overlap; medians "
+                         "+40%) | **no** |"]
+    assert rows[6].startswith(f"3 alternating windows of 4,096 agent steps each; "
                               f"{LOAD}. `python benchmarks/bench_steps_per_call.py`")
+
+
+def test_the_backends_ratios_are_tensorflow_over_jax_drawn_only_where_apart(tmp_path):
+    def backend(step_1: list[float], step_16: list[float], act: float) -> dict:
+        return {"device": "cpu", "step_ms": {"1": step_1, "16": step_16}, "act_ms": act,
+                "act_after_step_ms": act}
+
+    write_bench(tmp_path, "bench_backends", "20261128T000000Z", {
+        "env_name": "CartPole-v1", "backends": {
+            "tensorflow": backend([2.0, 2.1, 1.9], [1.0, 1.2, 0.9], 0.5),
+            "jax": backend([1.0, 1.1, 0.9], [1.0, 0.8, 1.1], 0.25)}})
+    write_bench(tmp_path, "bench_backends", "20261128T010000Z", {  # no JAX: no row
+        "env_name": "PongNoFrameskip-v4", "backends": {
+            "tensorflow": backend([9.0], [8.0], 1.0), "jax": {"failed": "ImportError: no jax"}}})
+    table = benchmark_tables.bench_backends_ratios(["PongNoFrameskip-v4", "CartPole-v1"],
+                                                   tmp_path)
+    assert table.splitlines() == [
+        "| game | gradient step, 1 per call | gradient step, 16 per call | greedy action |",
+        "|---|---|---|---|",
+        f"| CartPole | 2.00{X} (ranges apart) | no clear difference (ranges overlap; medians "
+        f"1.00{X}) | 2.00{X} (1 round: no range to compare) |"]
+
+
+def test_pong_s_xla_ratio_is_drawn_only_where_the_ranges_are_apart(tmp_path):
+    write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {"gradient_step_seconds": {
+        "Conv2D, XLA off": [0.020, 0.021, 0.022], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
+    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(f"1.24{X} (ranges apart): ")
+    write_bench(tmp_path, "bench_pong_kernels", "20261128T010000Z", {"gradient_step_seconds": {
+        "Conv2D, XLA off": [0.020, 0.021, 0.026], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
+    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(
+        f"no clear difference (ranges overlap; medians 1.24{X}): ")
+
+
+def test_a_bad_rounds_count_is_one_error_line(capsys):
+    timing.check_rounds(1)
+    with pytest.raises(SystemExit) as exit_info:
+        timing.check_rounds(0)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: --rounds must be at least 1, got 0\n"
 
 
 @pytest.mark.parametrize("name", [name for name in render_docs.RENDERERS
@@ -547,24 +668,32 @@ def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(t
     figures = [tuple(row.split(" | ")[i] for i in (0, 1, 3)) for row in
                render_docs.RENDERERS["one_quantity"](tmp_path).splitlines()[2:-2]]
     # A gradient step in the loop: the train part's seconds over calls x steps per call.
+    # One value per figure is one round; the fake files' lists give ranges.
     assert figures == [
-        ("| CartPole", "agent steps/s", "450"), ("| CartPole", "agent steps/s", "500"),
-        ("| CartPole", "agent steps/s", "250"), ("| CartPole", "agent steps/s", "400"),
-        ("| CartPole", "ms per gradient step", "1.50"),
-        ("| CartPole", "ms per gradient step", "1.50"),
-        ("| CartPole", "ms per gradient step", "2.00"),
-        ("| CartPole", "ms per gradient step", "2.00"),
-        ("| CartPole", "ms per env step and action", "0.600"),
-        ("| CartPole", "ms per env step and action", "0.300"),
-        ("| CartPole", "µs per draw of 128", "30.0"), ("| CartPole", "µs per draw of 128", "100.0"),
-        ("| MinAtar Breakout", "agent steps/s", "500"),
-        ("| MinAtar Breakout", "agent steps/s", "65.0"),
-        ("| MinAtar Breakout", "agent steps/s", "400"),
-        ("| Pong", "agent steps/s", "500"), ("| Pong", "agent steps/s", "65.0"),
-        ("| Pong", "ms per gradient step", "24.00"), ("| Pong", "ms per gradient step", "2.00"),
-        ("| Pong", "ms per gradient step", "25.00"), ("| Pong", "ms per greedy action", "0.50"),
-        ("| Pong", "ms per greedy action", "0.50"), ("| Pong", "ms per greedy action", "1.00"),
-        ("| Pong", "ms per greedy action", "0.80")]
+        ("| CartPole", "agent steps/s", "450 (1 round)"),
+        ("| CartPole", "agent steps/s", "500 (1 round)"),
+        ("| CartPole", "agent steps/s", f"250 (200{DASH}500)"),
+        ("| CartPole", "agent steps/s", f"400 (300{DASH}600)"),
+        ("| CartPole", "ms per gradient step", "1.50 (1 round)"),
+        ("| CartPole", "ms per gradient step", "1.50 (1 round)"),
+        ("| CartPole", "ms per gradient step", "2.00 (1 round)"),
+        ("| CartPole", "ms per gradient step", "2.00 (1 round)"),
+        ("| CartPole", "ms per env step and action", "0.600 (1 round)"),
+        ("| CartPole", "ms per env step and action", "0.300 (1 round)"),
+        ("| CartPole", "µs per draw of 128", "30.0 (1 round)"),
+        ("| CartPole", "µs per draw of 128", "100.0 (1 round)"),
+        ("| MinAtar Breakout", "agent steps/s", "500 (1 round)"),
+        ("| MinAtar Breakout", "agent steps/s", f"65.0 (60.0{DASH}70.0)"),
+        ("| MinAtar Breakout", "agent steps/s", f"400 (300{DASH}600)"),
+        ("| Pong", "agent steps/s", "500 (1 round)"),
+        ("| Pong", "agent steps/s", f"65.0 (60.0{DASH}70.0)"),
+        ("| Pong", "ms per gradient step", "24.00 (1 round)"),
+        ("| Pong", "ms per gradient step", "2.00 (1 round)"),
+        ("| Pong", "ms per gradient step", "25.00 (1 round)"),
+        ("| Pong", "ms per greedy action", "0.50 (1 round)"),
+        ("| Pong", "ms per greedy action", "0.50 (1 round)"),
+        ("| Pong", "ms per greedy action", "1.00 (1 round)"),
+        ("| Pong", "ms per greedy action", "0.80 (1 round)")]
     write_bench(tmp_path, "bench_atari", "20261128T000009Z",
                 {"env_name": "CartPole-v1", "before_commit": "none", "now": loop(None)})
     with pytest.raises(ValueError, match=r"bench_atari/20261128T000009Z\.json does not say its "
