@@ -381,6 +381,7 @@ class DQNAgent:
     def save(self, name: str) -> None:
         """Save the online network as a `.keras` file (architecture + weights), atomically."""
         save_model(self.model, name)
+        self.training_run.wrote(name)  # its digest: a resume checks the file is still this one
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
         """Record an episode's score; return the average of the last AVERAGE_WINDOW (50)."""
@@ -552,7 +553,7 @@ class DQNAgent:
     def resume(self, where: str = run_files.LATEST) -> str:
         """Continue the run of checkpoint `where` (LATEST or a `step-*` directory); what to say."""
         checkpoint = agent_checkpoint.load(self.checkpoint_root, where, self.config,
-                                           (self.model, self.target_model))
+                                           (self.model, self.target_model), self.Model_name)
         with agent_checkpoint.restoring(checkpoint.directory):
             self.load_state_dict(checkpoint.state)
         budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them

@@ -3,7 +3,7 @@ with the flags allowed to change) and the error for a `.keras` file that will no
 
 A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holding
 
-    progress.json        {"format": FORMAT, "run": {id, started, flags},
+    progress.json        {"format": FORMAT, "run": {id, started, flags, networks},
                           "progress": {counters, ...}}
     memory.npz           the replay memory's own `state_dict`
     priority_figure.npz  the priority figure's `state_dict`
@@ -11,7 +11,9 @@ A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holdi
     online.weights.h5, target.weights.h5   the two networks (Keras)
 
 The agent gives what goes in (`DQNAgent.state_dict`) and takes back what `load` returns
-(`load_state_dict`, inside `restoring`).
+(`load_state_dict`, inside `restoring`). A state holding NaN or inf is never written; the run's
+`networks` (the digests of the network files it saved) let a resume tell whether its best network
+on disk is still the one it saved.
 
 A checkpoint of an older format is read through `MIGRATIONS`, one step per format, in order (1 to
 2, 2 to 3, ...); a newer or unknown format is refused. A format that only adds a field is a step
@@ -26,19 +28,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import zipfile
 from argparse import Namespace
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import h5py
 import numpy as np
 
 from d3qn_utils import run_files
-from d3qn_utils.atomic_files import read_arrays, write_arrays
+from d3qn_utils.atomic_files import atomic_file, read_arrays, write_arrays
+from d3qn_utils.checks import is_integer
 from d3qn_utils.priority_figure import PriorityFigure
-from d3qn_utils.training_session import NonFiniteError, is_finite
+from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
 
 FORMAT = 2
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
@@ -55,14 +60,26 @@ CHECKPOINT_HEADROOM_BYTES = 1 << 20
 def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, step: int,
          state: dict[str, Any], networks: Sequence[Any]) -> str:
     """Write `state` (`DQNAgent.state_dict`) and the weights of `networks` (online, target) to
-    checkpoint `step` of `run`; its path. WriteError if a write fails or the disk lacks room
+    checkpoint `step` of `run`; its path. PoisonedStateError, nothing written, if the weights or
+    the optimizer's variables hold NaN or inf; WriteError if a write fails or the disk lacks room
     (checked first: HDF5 can crash the process when the disk fills mid-write)."""
-    run_record = {"id": run.run_id, "started": run.started, "flags": vars(config)}
+    weights = [network.get_weights() for network in networks]
+    checked = {"the online network's weights": weights[0], "the target network's weights":
+               weights[1], "the optimizer's variables": list(state["optimizer"].values())}
+    if poisoned := [name for name, arrays in checked.items() if not all(map(is_finite, arrays))]:
+        this_step = f"{run_files.PREFIX}{step:010d}"
+        earlier = [path for path in reversed(run_files.list_checkpoints(
+            Path(checkpoint_root) / run.run_id)) if path.name <= this_step]
+        raise PoisonedStateError(
+            f"the state at step {step} holds NaN or inf ({', '.join(poisoned)}), so it was not "
+            f"saved; {newest_intact(earlier, config, 'of this run')}")
+    run_record = {"id": run.run_id, "started": run.started, "flags": vars(config),
+                  "networks": run.networks}
     progress = json.dumps({"format": FORMAT, "run": run_record, "progress": state["progress"]},
                           indent=1)
     parts = {name: part for name, part in state.items() if name != "progress"}  # <name>.npz
     arrays = [*(value for part in parts.values() for value in part.values()),
-              *(weight for network in networks for weight in network.get_weights())]
+              *(array for network_weights in weights for array in network_weights)]
     size = sum(array.nbytes for array in arrays) + len(progress) + CHECKPOINT_HEADROOM_BYTES
 
     def write(directory: Path) -> None:
@@ -72,13 +89,52 @@ def save(checkpoint_root: str, run: run_files.TrainingRun, config: Namespace, st
         for network, file in zip(networks, NETWORK_FILES, strict=True):
             network.save_weights(directory / file)
 
-    return str(run_files.write_checkpoint(checkpoint_root, run, step, write, size=size))
+    def update(directory: Path) -> None:  # the networks saved since (a final evaluation's)
+        saved = json.loads((directory / "progress.json").read_text())
+        saved["run"]["networks"] = run.networks
+        with atomic_file(directory / "progress.json") as temporary:
+            temporary.write_text(json.dumps(saved, indent=1))
+
+    return str(run_files.write_checkpoint(checkpoint_root, run, step, write, size=size,
+                                          update_files=update))
+
+
+def newest_intact(candidates: Iterable[Path], config: Namespace, where: str) -> str:
+    """What to resume from instead: the first of `candidates` (newest first) that is intact
+    (`is_intact`), with the --resume that takes it, or that none `where` ("of this run") is."""
+    for directory in candidates:
+        if is_intact(directory, config):
+            return (f"the newest intact checkpoint {where} is {directory} (--resume {directory} "
+                    "continues from it)")
+    return f"there is no intact checkpoint {where} to resume from"
+
+
+def is_intact(directory: Path, config: Namespace) -> bool:
+    """Whether the checkpoint in `directory` reads whole, was made with flags that `config` may
+    resume, and holds finite weights and optimizer variables."""
+    try:
+        saved, arrays = read_state(directory)
+        values = [*arrays["optimizer"].values(),
+                  *(array for file in NETWORK_FILES for array in weights_file(directory / file))]
+    except (OSError, KeyError, ValueError):  # h5py: OSError for a damaged file
+        return False
+    return not flag_changes(saved["run"]["flags"], config)[0] and all(map(is_finite, values))
+
+
+def weights_file(path: Path) -> list[np.ndarray]:
+    """Every array of the Keras `.weights.h5` file at `path` (read with h5py, no network)."""
+    arrays: list[np.ndarray] = []
+    with h5py.File(path, "r") as file:
+        file.visititems(lambda _, item: arrays.append(item[()])
+                        if isinstance(item, h5py.Dataset) else None)
+    return arrays
 
 
 class Checkpoint(NamedTuple):
     """A checkpoint `load` read: the run it continues, its directory, the state for
-    `DQNAgent.load_state_dict`, the flags it was made with and the line saying which run it
-    continues (after the agent's "resuming from <checkpoint> at step <N>")."""
+    `DQNAgent.load_state_dict`, the flags it was made with and the lines saying which run it
+    continues and what differs from it (after the agent's "resuming from <checkpoint> at step
+    <N>")."""
 
     run: run_files.TrainingRun
     directory: Path
@@ -87,24 +143,108 @@ class Checkpoint(NamedTuple):
     lines: str
 
 
-def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any]
-         ) -> Checkpoint:
+def load(checkpoint_root: str, where: str, config: Namespace, networks: Sequence[Any],
+         best_model: str) -> Checkpoint:
     """Read the checkpoint `where` (a `step-*` directory, or LATEST: `choose_checkpoint`): the
-    weights into `networks` (online, target), the rest a `Checkpoint`. ValueError if unusable."""
+    weights into `networks` (online, target), the rest a `Checkpoint`, its lines saying what
+    differs from the run that wrote it (flags, its best network at `best_model`, its checkpoints
+    of later steps). ValueError if unusable, a corrupt LATEST naming the newest intact one."""
     directory = choose_checkpoint(checkpoint_root, where, config)
-    saved, arrays = read_state(directory)
+    with naming_an_intact_one(checkpoint_root, directory, config, where == run_files.LATEST):
+        saved, arrays = read_state(directory)
+        step = saved["progress"].get("step")
+        if not is_integer(step):
+            raise ValueError(f"checkpoint file {directory / 'progress.json'} is corrupt: step "
+                             f"{step!r}")
+    if config.total_steps < step or (config.total_steps == step and evaluated(saved["progress"])):
+        raise ValueError(f"--total-steps {config.total_steps} leaves nothing to do from checkpoint "
+                         f"{directory} at step {step}: a resumed run trains on to --total-steps, "
+                         f"so give more than {step}")
+    with naming_an_intact_one(checkpoint_root, directory, config, where == run_files.LATEST):
+        for network, file in zip(networks, NETWORK_FILES, strict=True):
+            try:
+                network.load_weights(directory / file)
+            except Exception as error:  # Keras raises several types for a bad weights file
+                raise ValueError(f"checkpoint file {directory / file} is missing or does not "
+                                 f"fit the network: {error}") from error
     run = saved["run"]
-    changed = flag_changes(run["flags"], config)[1]
-    for network, file in zip(networks, NETWORK_FILES, strict=True):
-        try:
-            network.load_weights(directory / file)
-        except Exception as error:  # Keras raises several types for a bad weights file
-            raise ValueError(f"checkpoint file {directory / file} is missing or does not "
-                             f"fit the network: {error}") from error
+    training_run = run_files.TrainingRun(run["id"], run["started"], networks=run.get("networks"))
+    _, changed, unrecorded = flag_changes(run["flags"], config)
     lines = (f"continuing {run['id']}, started {run['started']}; changed flags: "
              + (", ".join(changed) or "none"))
-    return Checkpoint(run_files.TrainingRun(run["id"], run["started"]), directory,
-                      {"progress": saved["progress"], **arrays}, run["flags"], lines)
+    if unrecorded:
+        lines += ("; flags the checkpoint does not record (made before they were), at this run's "
+                  "value: " + ", ".join(unrecorded))
+    later = run_files.later_checkpoints(directory)
+    notes = [best_model_note(best_model, training_run.networks, saved["progress"], later)]
+    if later:
+        notes.append(f"{directory.parent} holds checkpoints after step {step} "
+                     f"({', '.join(path.name for path in later)}), of the branch this resume "
+                     "leaves: this run's next checkpoint replaces them")
+    lines += "".join(f"\nnote: {note}" for note in notes if note)
+    return Checkpoint(training_run, directory, {"progress": saved["progress"], **arrays},
+                      run["flags"], lines)
+
+
+def evaluated(progress: dict[str, Any]) -> bool:
+    """Whether a checkpoint's `progress` holds an evaluation at its step: resumed with that step
+    as its budget, a run has nothing left to do (one stopped during that evaluation does it)."""
+    evaluations = progress.get("evaluations")
+    return bool(isinstance(evaluations, list) and evaluations
+                and isinstance(evaluations[-1], list) and evaluations[-1][:1] == [progress["step"]])
+
+
+def best_model_note(best_model: str, networks: dict[str, str] | None, progress: dict[str, Any],
+                    later: Sequence[Path]) -> str | None:
+    """The note for a resumed run whose best network, `best_model`, is not the one it saved (by
+    the digests `networks`; None: not recorded; the run's `later` checkpoints tell whether its
+    branch left replaced it). One that another network replaced counts its best afresh, so that
+    it names no network it did not make as its best: progress's best evaluation becomes -inf and
+    the file leaves `networks`. None if it is the run's, or if the run saved none."""
+    best = progress.get("best_evaluation")
+    if not (isinstance(best, (int, float)) and math.isfinite(best)):
+        return None  # no evaluation yet, no best network saved
+    if networks is None:
+        return (f"{best_model} is not checked: the checkpoint records no digest of the networks "
+                "its run saved (it was written before checkpoints did)")
+    name, on_disk = os.path.basename(best_model), run_files.file_digest(best_model)
+    if on_disk is None:
+        return (f"{best_model}, the network this run saved as its best (mean {best:.1f}), is "
+                f"missing: the resumed run saves one there when an evaluation reaches {best:.1f}")
+    if networks.get(name) == on_disk:
+        return None
+    replaced_by = ("the branch this resume leaves" if on_disk in later_digests(later, name)
+                   else "another run")
+    networks.pop(name, None)
+    progress["best_evaluation"] = -math.inf
+    return (f"{best_model} is not the network this run saved as its best (mean {best:.1f}): "
+            f"{replaced_by} replaced it; the resumed run saves its next evaluated network there "
+            "and counts its best from it")
+
+
+def later_digests(later: Sequence[Path], name: str) -> set[str]:
+    """The digests of the network file `name` that the checkpoints `later` record (none from one
+    that does not read)."""
+    digests = set()
+    for directory in later:
+        with contextlib.suppress(ValueError):
+            digests.add((read_progress(directory)["run"].get("networks") or {}).get(name))
+    return digests - {None}
+
+
+@contextlib.contextmanager
+def naming_an_intact_one(checkpoint_root: str, directory: Path, config: Namespace,
+                         latest: bool) -> Iterator[None]:
+    """A ValueError reading `directory`, the checkpoint --resume chose itself if `latest`, with
+    the newest intact checkpoint under `checkpoint_root` named (`newest_intact`)."""
+    try:
+        yield
+    except ValueError as error:
+        if not latest:
+            raise
+        others = [path for path in run_files.checkpoints_newest_first(checkpoint_root)
+                  if path != directory]
+        raise ValueError(f"{error}; {newest_intact(others, config, 'here')}") from error
 
 
 @contextlib.contextmanager
@@ -154,6 +294,7 @@ def read_progress(directory: Path) -> dict[str, Any]:
     run = progress.get("run")
     if not (isinstance(run, dict) and run_files.is_run_id(run.get("id"))
             and isinstance(run.get("started"), str) and isinstance(run.get("flags"), dict)
+            and isinstance(run.get("networks"), dict | None)
             and (version == 1 or isinstance(progress.get("progress"), dict))):
         raise ValueError(f"checkpoint file {path} has no valid run record or counters (corrupt, "
                          "or older than format 1)")
@@ -185,7 +326,8 @@ def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Pa
         raise ValueError(f"no checkpoint to resume from in {checkpoint_root}")
     refusals = []
     for directory in candidates:
-        run = read_progress(directory)["run"]
+        with naming_an_intact_one(checkpoint_root, directory, config, where == run_files.LATEST):
+            run = read_progress(directory)["run"]
         refused = flag_changes(run["flags"], config)[0]
         if not refused:
             return directory
@@ -198,16 +340,20 @@ def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Pa
     raise ValueError(closest + (others if len(candidates) > 1 else ""))
 
 
-def flag_changes(saved: dict[str, Any], config: Namespace) -> tuple[list[str], list[str]]:
+def flag_changes(saved: dict[str, Any], config: Namespace
+                 ) -> tuple[list[str], list[str], list[str]]:
     """The flags of `config` that differ from `saved` (a checkpoint's) as "name saved -> new":
-    (those that may not change on resume, those that may)."""
+    (those that may not change on resume, those that may), and those `saved` lacks (flags newer
+    than the checkpoint) as "name value"."""
     current = json.loads(json.dumps(vars(config)))  # as a checkpoint holds them: tuples as lists
-    refused, changed = [], []
+    refused, changed, unrecorded = [], [], []
     for name, value in current.items():
-        if name in saved and saved[name] != value:
+        if name not in saved:
+            unrecorded.append(f"{name} {value!r}")
+        elif saved[name] != value:
             entry = f"{name} {saved[name]!r} -> {value!r}"
             (changed if name in MAY_CHANGE_ON_RESUME else refused).append(entry)
-    return refused, changed
+    return refused, changed, unrecorded
 
 
 def state_digest(state: np.ndarray | None) -> str | None:

@@ -2,7 +2,8 @@
 
 `atomic_file(path)` gives a temporary path beside `path`, renamed into place once written and
 flushed: a process killed at any moment leaves the old file or the new one, never half of one
-(`save_model` writes a Keras model so).
+(`save_model` writes a Keras model so); `replace_directory` puts a directory whole in place of
+another.
 A write that fails (disk full) removes what it wrote and raises `WriteError`; `being_written` tells
 a live writer's temporary file from a killed one's. `read_arrays` never unpickles, and a missing
 or damaged `.npz` file is one ValueError naming it.
@@ -14,6 +15,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,3 +114,17 @@ def fsync_directory(directory: Path) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def replace_directory(source: Path, destination: Path) -> None:
+    """Rename the directory `source` to `destination`, replacing one there whole: the old one is
+    renamed aside (a temporary name), the new one into place, then the old one removed. At every
+    moment `destination` is the old directory, the new one, or (a kill between the two renames,
+    the aside one then removed as a leftover) absent; never a mix of the two."""
+    if destination.exists():
+        aside = temporary_path(destination.with_name("replaced-" + destination.name))
+        os.replace(destination, aside)
+        os.replace(source, destination)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(source, destination)

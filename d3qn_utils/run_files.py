@@ -6,7 +6,9 @@ plot directory is refused, naming the first. Before it takes them, each director
 writable (`check_writable`); its first lines name what it replaces of earlier runs and of the
 files that came with the repository (`earlier_runs`, `shipped_note`). Its id is its start time
 (`run-20250101-120000`); its checkpoints, `models/<name>.checkpoints/<run id>/step-<N>`, the
-last two kept, are written as `.tmp-<pid>-step-<N>` and renamed into place once on disk.
+last two kept, are written as `.tmp-<pid>-step-<N>` and renamed into place once on disk. A run
+resumed from an older checkpoint branches off: its checkpoint of a step already on disk replaces
+that one, and those of later steps (the branch it left) go once it is written.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -22,7 +25,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from d3qn_utils import atomic_files
@@ -110,6 +113,17 @@ class TrainingRun:
     run_id: str  # the directory of its checkpoints under the checkpoint root: run-20250101-120000
     started: str  # local time of its fresh start: 2025-01-01 12:00:00
     lock: RunLocks | None = None  # held while it trains
+    # SHA-256 of each network file the run saved, by file name (a resume may name another
+    # --model-dir), for a resume to check that the file is still the run's; None: not recorded
+    # (a checkpoint written before they were).
+    networks: dict[str, str] | None = field(default_factory=dict)
+    # The checkpoint steps this process wrote (`write_checkpoint` writes none of them again).
+    steps_written: set[int] = field(default_factory=set)
+
+    def wrote(self, path: str) -> None:
+        """Record the digest of the network file `path` that the run has just saved."""
+        if self.networks is not None:
+            self.networks[os.path.basename(path)] = file_digest(path)
 
     def hold(self, lock: RunLocks) -> None:
         """Hold `lock`, the lock of the run's files, until the run ends (`__exit__`)."""
@@ -122,6 +136,14 @@ class TrainingRun:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def file_digest(path: str | Path) -> str | None:
+    """SHA-256 of the file at `path`; None if there is none."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def is_run_id(text: object) -> bool:
@@ -277,18 +299,23 @@ def remove_leftovers(outputs: Sequence[str], checkpoint_root: str | None) -> Non
 
 
 def write_checkpoint(checkpoint_root: str, run: TrainingRun, step: int,
-                     write_files: Callable[[Path], None], size: int) -> Path:
+                     write_files: Callable[[Path], None], size: int,
+                     update_files: Callable[[Path], None]) -> Path:
     """Write checkpoint `step` of `run` under `checkpoint_root` atomically (`write_files` fills a
-    temporary directory, renamed into place once on disk), keeping the run's newest two; one of
-    this step stays as it was. WriteError if the disk has under `size` bytes free or a write
-    fails, nothing of it left."""
+    temporary directory, renamed into place once on disk), replacing one of this step that this
+    process did not write (`atomic_files.replace_directory`), then removing the run's checkpoints
+    of later steps (a branch this run left) and all but its newest two. One this process wrote
+    at this step holds the same state (a stop right after a checkpoint): `update_files` brings
+    what may have changed since up to date in it. WriteError if the disk has under `size` bytes
+    free or a write fails, nothing of it left."""
     root = Path(checkpoint_root) / run.run_id
     final = root / f"{PREFIX}{step:010d}"
     temporary = atomic_files.temporary_path(final)
+    if step in run.steps_written and final.exists():
+        update_files(final)
+        return final
     try:
         root.mkdir(parents=True, exist_ok=True)
-        if final.exists():  # saved already at this step (e.g. Ctrl-C right after a checkpoint)
-            return final
         free = shutil.disk_usage(root).free
         if size > free:
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (it needs about "
@@ -297,16 +324,23 @@ def write_checkpoint(checkpoint_root: str, run: TrainingRun, step: int,
         write_files(temporary)
         for path in temporary.iterdir():
             atomic_files.fsync_file(path)
-        os.replace(temporary, final)
+        atomic_files.replace_directory(temporary, final)
     except OSError as error:
         shutil.rmtree(temporary, ignore_errors=True)
         outcome = ("nothing of it was kept, and the checkpoints before it are intact (--resume "
                    "continues from the newest)")
         raise atomic_files.WriteError(final, error, outcome) from error
     atomic_files.fsync_directory(root)
-    for old in list_checkpoints(root)[:-2]:
+    run.steps_written.add(step)
+    kept = [path for path in list_checkpoints(root) if path.name <= final.name]
+    for old in [*kept[:-2], *later_checkpoints(final)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def later_checkpoints(checkpoint: Path) -> list[Path]:
+    """The checkpoints of `checkpoint`'s run at later steps than it, oldest first."""
+    return [path for path in list_checkpoints(checkpoint.parent) if path.name > checkpoint.name]
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:
@@ -319,3 +353,9 @@ def newest_checkpoints(root: str | Path) -> list[Path]:
     newest = [checkpoints[-1] for run in sorted(Path(root).glob(RUN_PREFIX + "*"))
               if (checkpoints := list_checkpoints(run))]
     return sorted(newest, key=lambda path: path.stat().st_mtime_ns, reverse=True)
+
+
+def checkpoints_newest_first(root: str | Path) -> list[Path]:
+    """Every checkpoint of every run under the checkpoint root `root`, the newest written first."""
+    every = [path for run in Path(root).glob(RUN_PREFIX + "*") for path in list_checkpoints(run)]
+    return sorted(every, key=lambda path: path.stat().st_mtime_ns, reverse=True)

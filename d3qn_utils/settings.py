@@ -378,10 +378,13 @@ def d3qn_parser(script: ModuleType) -> argparse.ArgumentParser:
 
 def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str | None]:
     """Take d3qn_agent.py's modes out of `flags`: (test, resume, model, record); ValueError for
-    --model or --record without --test, --resume with it, or a --record path that cannot be
-    written."""
+    --model or --record without --test, --resume with it, an empty --resume, or a --record path
+    that cannot be written."""
     test, resume, model, record = (flags.pop(mode, None)
                                    for mode in ("test", "resume", "model", "record"))
+    if resume == "":
+        raise ValueError("--resume '' names no checkpoint: give a step-* directory, or --resume "
+                         "alone for the newest")
     for flag, value in (("--model", model), ("--record", record)):
         if value is not None and not test:
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "

@@ -25,6 +25,11 @@ class NonFiniteError(RuntimeError):
     """NaN or inf from a training step or the environment: the run stops, last good state saved."""
 
 
+class PoisonedStateError(NonFiniteError):
+    """The state to checkpoint holds NaN or inf: nothing was written, and the message names the
+    newest intact checkpoint to resume from instead."""
+
+
 class StopRequest:
     """Set by a stop signal: `requested` is True and `signal_name` says which ("SIGTERM")."""
 
@@ -50,11 +55,19 @@ def stop_requests(handler: Callable[[int, Any], None] | None = None) -> Iterator
 @contextlib.contextmanager
 def saved_on(error_type: type[Exception], save: Callable[[], str]) -> Iterator[None]:
     """If the block raises `error_type`, call `save()` (which writes the last good state and
-    returns where) and raise the error again with that path added to its message."""
+    returns where) and raise the error again with that path added to its message; if that state
+    is not finite (`PoisonedStateError`, from `save()` or the block), with what its error says
+    instead."""
     try:
         yield
+    except PoisonedStateError:
+        raise
     except error_type as error:
-        raise error_type(f"{error}. Last good state saved to {save()}") from error
+        try:
+            saved = f". Last good state saved to {save()}"
+        except PoisonedStateError as poisoned:
+            saved = f"; {poisoned}"
+        raise error_type(f"{error}{saved}") from error
 
 
 def exit_code(run: Callable[[], None]) -> int:

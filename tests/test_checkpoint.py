@@ -392,14 +392,14 @@ def test_runs_into_one_directory_keep_their_own_checkpoints_and_resume_says_whic
     assert snapshot(a_run) == run_a_files
 
     # --resume continues the run whose flags match, newest first, and says which it is.
-    code, out, err = run_main(tmp_path, capsys, "--total-steps", "100", "--learning-rate",
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "110", "--learning-rate",
                               "1e-4", "--resume")
     assert code == 0, err
     b_started = json.loads((b_run / "step-0000000100" / "progress.json").read_text())["run"]
     assert out.startswith(f"resuming from {b_run / 'step-0000000100'} at step 100\n"
                           f"continuing {b_run.name}, started {b_started['started']}; changed "
-                          "flags: checkpoint_every 25 -> 0\n")
-    code, out, err = run_main(tmp_path, capsys, "--total-steps", "200", "--resume")
+                          "flags: total_steps 100 -> 110, checkpoint_every 25 -> 0\n")
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "210", "--resume")
     assert code == 0, err
     assert out.startswith(f"resuming from {a_run / 'step-0000000200'} at step 200\n"
                           f"continuing {a_run.name}, started ")
