@@ -60,6 +60,7 @@ EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, si
 # The largest value of an integer flag (all are counts or sizes): the schedules and plots compute
 # in float64, exact for integers up to 2**53; no run takes that many steps.
 LARGEST_INTEGER = 2**53
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 
 # d3qn_agent.py's flag block as shipped.
 D3QN_FLAGS: dict[str, Flag] = {
@@ -247,9 +248,11 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
     description, test = {
         bool: ("True or False", lambda value: isinstance(value, bool)),
         int: ("an integer", is_integer),
-        # NaN and inf: no flag means them, and they would surface late, as NaN weights or rewards
-        float: ("a finite number", lambda value: isinstance(value, numbers.Real)
-                and not isinstance(value, bool) and math.isfinite(value)),
+        # NaN and inf: no flag means them, and they would surface late, as NaN weights or rewards;
+        # nor a value beyond float32's range (1e308), which the networks' float32 turns into inf
+        float: ("a finite number within float32's range", lambda value: isinstance(
+                value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+                and abs(value) <= FLOAT32_MAX),
         str: ("a string", lambda value: isinstance(value, str)),
     }[kind]
     if flag.shipped is not None:

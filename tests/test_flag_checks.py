@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from d3qn_utils.training_session import StopRequest
 
 GiB = 2**30
 
+
+FINITE = "a finite number within float32's range"  # what a float flag must be
 
 def b_command(directory) -> list[str]:
     """The short run the adversarial runs started from (`B`), writing under `directory`/D."""
@@ -51,18 +54,20 @@ def exit_code(program, argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--adam-epsilon", "inf"], "ADAM_EPSILON (--adam-epsilon) must be a finite number, got inf"),
+    (["--adam-epsilon", "inf"], f"ADAM_EPSILON (--adam-epsilon) must be {FINITE}, got inf"),
     (["--epsilon-decay", "inf"],
-     "EPSILON_DECAY (--epsilon-decay) must be a finite number, got inf"),
+     f"EPSILON_DECAY (--epsilon-decay) must be {FINITE}, got inf"),
     (["--failure-reward", "nan"],
-     "FAILURE_REWARD (--failure-reward) must be a finite number or None, got nan"),
+     f"FAILURE_REWARD (--failure-reward) must be {FINITE} or None, got nan"),
     (["--failure-reward=-inf"],  # with "=": argparse reads a lone "-inf" as a flag
-     "FAILURE_REWARD (--failure-reward) must be a finite number or None, got -inf"),
+     f"FAILURE_REWARD (--failure-reward) must be {FINITE} or None, got -inf"),
     (["--learning-rate", "inf"],
-     "LEARNING_RATE (--learning-rate) must be a finite number, got inf"),
-    (["--grad-clip", "inf"], "GRAD_CLIP (--grad-clip) must be a finite number, got inf"),
+     f"LEARNING_RATE (--learning-rate) must be {FINITE}, got inf"),
+    (["--grad-clip", "inf"], f"GRAD_CLIP (--grad-clip) must be {FINITE}, got inf"),
+    (["--learning-rate", "1e308"],
+     f"LEARNING_RATE (--learning-rate) must be {FINITE}, got 1e+308"),
     (["--learning-rate", "fast"],
-     "LEARNING_RATE (--learning-rate) must be a finite number, got 'fast'"),
+     f"LEARNING_RATE (--learning-rate) must be {FINITE}, got 'fast'"),
     (["--n-step", "1000000"], "N_STEP (1000000) must not exceed MEMORY_SIZE (50000)"),
     (["--target-update", "1e22"],
      "TARGET_UPDATE (--target-update) must be an integer, got '1e22'"),
@@ -140,15 +145,15 @@ TABLES = {"d3qn_agent.py": settings.D3QN_FLAGS, "apex.py": apex.APEX_FLAGS}
 
 
 @pytest.mark.parametrize("script", TABLES)
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
-def test_every_float_flag_refuses_nan_and_inf(script, value):
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308])
+def test_every_float_flag_refuses_nan_inf_and_what_float32_cannot_hold(script, value):
     table = TABLES[script]
     names = flags_of(table, float)
     assert "adam_epsilon" in names and "learning_rate" in names  # the table's float flags
     for name in names:
         values = {key: flag.shipped for key, flag in table.items()}
         with pytest.raises(ValueError, match=rf"^{name.upper()} \(--[a-z-]+\) must be a finite "
-                                             rf"number.*, got {value}$"):
+                                             rf"number.*, got {re.escape(str(value))}$"):
             settings.check({**values, name: value}, table)
 
 
@@ -169,13 +174,13 @@ def test_an_edit_at_the_top_to_inf_names_the_constant(monkeypatch, tmp_path, cap
     monkeypatch.setattr(d3qn_agent, "ADAM_EPSILON", math.inf)
     assert main(b_command(tmp_path)) == 2
     assert one_error_line(capsys) == (
-        "error: ADAM_EPSILON (--adam-epsilon) must be a finite number, got inf")
+        f"error: ADAM_EPSILON (--adam-epsilon) must be {FINITE}, got inf")
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--updates-per-step", "inf"],
-     "UPDATES_PER_STEP (--updates-per-step) must be a finite number, got inf"),
-    (["--log-every", "nan"], "LOG_EVERY (--log-every) must be a finite number, got nan"),
+     f"UPDATES_PER_STEP (--updates-per-step) must be {FINITE}, got inf"),
+    (["--log-every", "nan"], f"LOG_EVERY (--log-every) must be {FINITE}, got nan"),
     (["--seed", "-1"], "SEED (--seed) must be in [0, 2**32 - 1], got -1"),
     (["--tensorboard", ""],
      "TENSORBOARD (--tensorboard) must be a directory name, not empty, got ''"),
