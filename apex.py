@@ -36,7 +36,7 @@ import signal
 import sys
 from typing import Any
 
-from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+from d3qn_utils import quiet_startup  # isort: skip -- first: before TensorFlow
 import keras
 import ray
 
@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     `error:` line and return 2 (before any actor starts), Ctrl-C before the run one `stopped:`
     line and 130; otherwise the run's own exit code (`run_until_stopped`), the run holding the
     lock of its files (run_files.py) throughout."""
+    quiet_startup.main_started()  # Ctrl-C from here is a KeyboardInterrupt, a stop
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = settings.build_parser(

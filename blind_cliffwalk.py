@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+from d3qn_utils import quiet_startup  # isort: skip -- first: before TensorFlow
 import numpy as np
 
 from benchmarks import provenance
@@ -538,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     file); with --replot, draw the plot again from a results file alone. Returns the exit code:
     2 after one `error:` line for bad input (before any run), 1 after one for a write that
     failed, 130 after Ctrl-C."""
+    quiet_startup.main_started()  # Ctrl-C from here is a KeyboardInterrupt, a stop
     written: list[str] = []  # what this run wrote, to say after Ctrl-C
     try:
         args = parse_args(argv)

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, ClassVar
 
-from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+from d3qn_utils import quiet_startup  # isort: skip -- first: before TensorFlow
 import gymnasium as gym
 import keras
 import numpy as np
@@ -583,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: train, or play a saved network with --test. Returns the exit code: 2
     after one `error:` line for bad input, 130 after one line for Ctrl-C before training (or
     during --test), `training_session.exit_code`'s for a training run."""
+    quiet_startup.main_started()  # Ctrl-C from here is a KeyboardInterrupt, a stop
     flags = settings.explicit_flags(sys.argv[1:] if argv is None else argv,
                                     settings.d3qn_parser(sys.modules[__name__]))
     stage = "during --test" if flags.get("test") else "before training started"

@@ -6,12 +6,14 @@ descriptor 2, where TF_CPP_MIN_LOG_LEVEL does not reach them. In a script of thi
 (not pytest, Ray workers, notebooks) descriptor 2 goes through a forwarding process (this file
 run as a script) that drops them and passes the rest on at once; a process, so that what a crash
 writes last still gets out. Before that, a KERAS_BACKEND that `import keras` would fail on is one
-`error:` line (exit 2), and Ctrl-C while the script imports is one `stopped:` line, not a
-traceback.
+`error:` line (exit 2), and Ctrl-C while the script imports is one `stopped:` line and exit 130
+at once (`stop_at_once`), not a traceback; the script's `main` then takes Ctrl-C back
+(`main_started`).
 """
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import contextlib
 import importlib.util
@@ -25,6 +27,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 # The prefix absl puts on a log line: severity and date (0000 before absl is initialised),
 # time (seconds since the epoch before), thread id, then the source file and line.
@@ -153,6 +156,32 @@ def ctrl_c_in_one_line(kind: type[BaseException], value: BaseException,
         sys.__excepthook__(kind, value, traceback)
 
 
+def stop_at_once(signal_number: int, frame: Any) -> None:
+    """A script's SIGINT handler while it imports: one line, exit 130 at once. Nothing is
+    written before its `main` runs, and a KeyboardInterrupt raised there could land in native
+    code (TensorFlow's, JAX's), which aborts the process or swallows it."""
+    os.write(2, b"stopped: Ctrl-C\n")
+    os._exit(130)
+
+
+def main_started() -> None:
+    """A script's `main` calls this first: from here Ctrl-C raises KeyboardInterrupt, which
+    `main` turns into a stop, and one that a callback swallowed (JAX's garbage-collection
+    callback) is raised again in the main thread. Nothing outside a script (pytest, notebooks)."""
+    if signal.getsignal(signal.SIGINT) is stop_at_once:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = raise_lost_ctrl_c_again
+
+
+def raise_lost_ctrl_c_again(unraisable: Any) -> None:
+    """`sys.unraisablehook`: a KeyboardInterrupt a callback could not raise is raised again in
+    the main thread; anything else as Python reports it."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        _thread.interrupt_main()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 if __name__ == "__main__":  # the forwarding process that `install` starts
     forward(sys.stdin.fileno(), sys.stdout.fileno())
 elif is_repository_script():
@@ -160,4 +189,5 @@ elif is_repository_script():
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     sys.excepthook = ctrl_c_in_one_line
+    signal.signal(signal.SIGINT, stop_at_once)
     install()

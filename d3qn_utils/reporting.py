@@ -302,7 +302,11 @@ class TrainingReport:
         elapsed, steps = time.perf_counter() - self._start[0], step - self._start[1]
         solved = "not solved" if steps_to_solve is None else f"solved at step {steps_to_solve}"
         training = elapsed - self.evaluation_seconds
+        # A resumed run whose best network's file was gone (its first note said so) keeps that
+        # best without the file, unless it evaluates a better network
+        model = (f"model {model_path}" if os.path.exists(model_path)
+                 else f"no model at {model_path} (the best network's file was missing)")
         print(f"done: {steps:,} steps in {elapsed:.0f} s, {self.evaluation_seconds:.0f} s of "
               f"them in evaluations ({steps / max(training, 1e-9):.0f} training steps/s); "
               f"final evaluation {final_evaluation:.1f}, best {best_evaluation:.1f}; {solved}; "
-              f"model {model_path}, {plots}", flush=True)
+              f"{model}, {plots}", flush=True)

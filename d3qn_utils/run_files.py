@@ -256,17 +256,18 @@ def earlier_runs(model_path: str, checkpoint_root: str | None = None,
     directory holds no best network, they are another's) and those that came with the
     repository."""
     notes = []
+    found, by_git = shipped(plots)
+    others = [path for path in plots if os.path.isfile(path) and path not in found]
     if os.path.exists(model_path):
         saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(model_path)))
+        plotted = f" ({' and '.join(others)}: its plots, replaced too)" if others else ""
         notes.append(f"{model_path} holds the best network of an earlier run (saved "
-                     f"{saved}); this new run replaces it at its first evaluation (another "
-                     "--model-dir keeps it)")
+                     f"{saved}){plotted}; this new run replaces it at its first evaluation "
+                     "(another --model-dir keeps it)")
     if checkpoint_root is not None and (earlier := newest_checkpoints(checkpoint_root)):
         runs = "1 earlier run" if len(earlier) == 1 else f"{len(earlier)} earlier runs"
         notes.append(f"{checkpoint_root} holds the checkpoints of {runs}, which this run "
                      "leaves alone (--resume continues one)")
-    found, by_git = shipped(plots)
-    others = [path for path in plots if os.path.isfile(path) and path not in found]
     if others and not os.path.exists(model_path):
         saved = time.strftime("%Y-%m-%d %H:%M",
                               time.localtime(max(map(os.path.getmtime, others))))

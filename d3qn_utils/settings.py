@@ -393,8 +393,9 @@ def pop_modes(flags: dict[str, Any]) -> tuple[bool, str | None, str | None, str 
             raise ValueError(f"{flag} {value!r} needs --test (it plays a saved network; "
                              "training saves to --model-dir)")
     if test and resume is not None:
-        raise ValueError(f"--resume {resume!r} continues a training, which --test does not "
-                         "start (it plays a saved network, --model picks which): give one")
+        given = "--resume" if resume == LATEST else f"--resume {resume}"
+        raise ValueError(f"--test and {given} exclude each other: --test plays a saved network "
+                         "(--model picks which), --resume continues a training; give one of them")
     if record is not None:
         recording.check_gif_path(record)
     return bool(test), resume, model, record

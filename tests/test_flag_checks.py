@@ -82,8 +82,8 @@ def exit_code(program, argv: list[str]) -> int:
      "TENSORBOARD (--tensorboard) must be a directory name, not empty, got ''"),
     (["--seed", "-1"], "SEED (--seed) must be in [0, 2**32 - 1], got -1"),
     (["--seed", str(2**32)], f"SEED (--seed) must be in [0, 2**32 - 1], got {2**32}"),
-    (["--test", "--resume"], "--resume 'latest' continues a training, which --test does not "
-     "start (it plays a saved network, --model picks which): give one"),
+    (["--test", "--resume"], "--test and --resume exclude each other: --test plays a saved "
+     "network (--model picks which), --resume continues a training; give one of them"),
     (["--env-name", "Blackjack-v1"], "Blackjack-v1 has observation space Tuple(Discrete(32), "
      "Discrete(11), Discrete(2)); this agent needs Box observations (an array of numbers)"),
     (["--env-name", "Taxi-v4"], "Taxi-v4 has observation space Discrete(500); this agent needs "

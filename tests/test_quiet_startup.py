@@ -5,9 +5,12 @@ through: the filter fed by hand (no TensorFlow), the forwarding process on a rea
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import types
 
+import pytest
 from conftest import ROOT
 
 from d3qn_utils import quiet_startup
@@ -90,3 +93,40 @@ def test_the_first_line_of_a_training_run_is_the_programs(cartpole_command_line_
     assert lines[-1].startswith("done: 200 steps")
     for known in ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit"):
         assert known not in done.output
+
+
+def test_ctrl_c_while_a_script_imports_is_one_line_and_exit_130_at_once():
+    # The handler a script has until its main starts: no KeyboardInterrupt to land in native code.
+    program = ("import os, signal\n"
+               "from d3qn_utils import quiet_startup\n"
+               "signal.signal(signal.SIGINT, quiet_startup.stop_at_once)\n"
+               "os.kill(os.getpid(), signal.SIGINT)\n"
+               "while True:\n"
+               "    pass\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "stopped: Ctrl-C\n")
+
+
+def test_main_takes_ctrl_c_back_and_a_swallowed_one_is_raised_again(monkeypatch):
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
+    before = signal.signal(signal.SIGINT, quiet_startup.stop_at_once)
+    try:
+        quiet_startup.main_started()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert sys.unraisablehook is quiet_startup.raise_lost_ctrl_c_again
+    finally:
+        signal.signal(signal.SIGINT, before)
+    # A KeyboardInterrupt that a callback could not raise comes back in the main thread.
+    swallowed = types.SimpleNamespace(exc_type=KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        quiet_startup.raise_lost_ctrl_c_again(swallowed)
+        for _ in range(10**6):  # the interrupt is raised between two bytecodes
+            pass
+
+
+def test_main_started_changes_nothing_outside_a_script(monkeypatch):
+    hook = sys.unraisablehook
+    handler = signal.getsignal(signal.SIGINT)
+    quiet_startup.main_started()  # pytest's handler is not stop_at_once
+    assert (sys.unraisablehook, signal.getsignal(signal.SIGINT)) == (hook, handler)

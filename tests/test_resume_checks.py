@@ -259,6 +259,10 @@ def test_a_resume_says_when_its_best_network_is_missing(copy_of_trained, capsys)
     final = re.search(r"final evaluation ([0-9.]+), best ([0-9.]+);", out)
     assert final and float(final[2]) == max(best_before, float(final[1])), out
     assert best.exists() == (float(final[1]) >= best_before)
+    # The summary names the model file only where one is.
+    assert (f"; model {best}, " in out) == best.exists(), out
+    assert (f"; no model at {best} (the best network's file was missing), " in out) == (
+        not best.exists()), out
 
 
 def test_a_resume_with_its_own_best_network_and_flags_says_nothing_more(copy_of_trained, capsys):

@@ -218,9 +218,12 @@ def test_apex_holds_a_run_lock_and_names_the_best_network_it_replaces(
     assert f"pid {os.getpid()} on " in error
 
     Path(outputs[0]).write_bytes(b"the first run's best network")
+    Path(outputs[2]).parent.mkdir(exist_ok=True)
+    Path(outputs[2]).write_bytes(b"the first run's plot")
     code, out, err = apex_main(capsys, tmp_path, monkeypatch)
     assert code == 0, err
-    assert out.splitlines()[0].startswith(
-        f"note: {outputs[0]} holds the best network of an earlier run (saved ")
+    note = out.splitlines()[0]
+    assert note.startswith(f"note: {outputs[0]} holds the best network of an earlier run (saved ")
+    assert f"({outputs[2]}: its plots, replaced too); this new run replaces it" in note
     assert Path(outputs[0]).read_bytes() == b"the first run's best network"  # the stub's run
     assert not list(tmp_path.rglob("*.lock"))  # let go when the run ended
