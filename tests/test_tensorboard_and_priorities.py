@@ -158,7 +158,7 @@ def test_priority_history_survives_a_checkpoint_and_format_1_ones_still_load(tra
     agent, _ = trained
     agent.checkpoint_root = str(tmp_path / "checkpoints")
     directory = Path(agent.save_checkpoint())
-    restored = tiny_agent(tmp_path)
+    restored = tiny_agent(tmp_path, total_steps=700)  # a resume must have steps left to train
     restored.resume(str(directory))
     figure, restored_figure = agent.report.priority_figure, restored.report.priority_figure
     assert restored_figure.history == figure.history
