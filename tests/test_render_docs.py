@@ -83,9 +83,10 @@ def test_an_unknown_or_unterminated_block_is_an_error_naming_it(tmp_path, capsys
     assert "without its `<!-- end rendered -->`" in capsys.readouterr().err
 
 
-def write_screen_run(results: Path, seed: int, score: float, **fields) -> None:
+def write_screen_run(results: Path, seed: int, score: float, screen: str = "handmade",
+                     **fields) -> None:
     """A screen's result file with made-up numbers: training episodes at half its score."""
-    path = study.Run("screens/handmade", "Game-v0", "per", seed).result_path(results)
+    path = study.Run(f"screens/{screen}", "Game-v0", "per", seed).result_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "game": "Game-v0", "variant": "per", "seed": seed,
@@ -123,6 +124,36 @@ def test_a_block_renders_from_hand_made_results_with_command_machine_and_commit(
         "| abc1234 (with uncommitted changes) (seeds 100); def5678 (seeds 101) |\n"
         "<!-- end rendered -->\n\nAfter.\n")
     assert render_docs.render_text(text, tmp_path, "page.md") == (text, [])
+
+
+def test_a_defaults_screen_sets_each_change_against_the_defaults_on_its_seeds(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(study, "BOOTSTRAP_REPS", 200)  # the intervals' width is not checked
+    for seed, solved in ((10, 3000), (11, 5000), (12, None)):
+        write_screen_run(tmp_path, seed, 500.0, "defaults", steps_to_solve=solved)
+        write_screen_run(tmp_path, seed, 100.0 * (seed - 9), "changed", steps_to_solve=None)
+    table = render_docs.defaults_screen_table(
+        [render_docs.Screen("defaults", "Game-v0", "**none: the defaults**"),
+         render_docs.Screen("changed", "Game-v0", "`--flag`")], tmp_path)
+    header, rule, *rows = table.splitlines()
+    assert rule == "|---" * len(header.split(" | ")) + "|" and len(rows) == 2
+    header_cells = header.removeprefix("| ").removesuffix(" |").split(" | ")
+    assert header_cells[8:10] == ["P(defaults run beats this run): last networks",
+                                  "last 100 training episodes"]
+    defaults, changed = (dict(zip(header_cells, row.removeprefix("| ").removesuffix(" |")
+                                  .split(" | "), strict=True)) for row in rows)
+    assert defaults["setting"] == "**none: the defaults**"
+    assert defaults["seeds"] == "10, 11, 12" and defaults["last network"] == "500.0, 500.0, 500.0"
+    assert defaults["IQM, last networks [95% CI]"] == "500.0 [500.0, 500.0]"
+    # two of three seeds solved: the median is the later of the two; none solved: never
+    assert defaults["median steps to solve"] == "5,000"
+    assert defaults["P(defaults run beats this run): last networks"] == "n/a"
+    assert changed["last network"] == "100.0, 200.0, 300.0" and changed["mean"] == "200.0"
+    assert changed["median steps to solve"] == "not solved by 2,000"
+    # every defaults run scores above every changed run, by both scores
+    assert changed["P(defaults run beats this run): last networks"] == "1.00 [1.00, 1.00]"
+    assert changed["last 100 training episodes"] == "1.00 [1.00, 1.00]"
+    assert changed["command"] == "`python d3qn_agent.py --env-name Game-v0 --seed N --flag`"
 
 
 def test_a_machine_named_by_a_log_and_a_span_of_seeds_render_as_such():
