@@ -5,9 +5,10 @@ Proportional prioritization, in the paper's notation: transition i has priority
 p_i = |delta_i| + epsilon (here, as in the tutorial, capped at `abs_err_upper` = 1; epsilon = 0.01
 and the cap are the tutorial's values, the paper gives neither), is drawn with probability
 P(i) = p_i^alpha / sum_k p_k^alpha, and its loss is scaled by the importance-sampling weight
-w_i = (N * P(i))^-beta / max_j w_j, which undoes the bias of drawing it more (or less) often than
-uniform replay would. The sum tree holds the numerators p_i^alpha, so drawing by P(i) is one walk
-down it. Below, as in the tutorial's code, "priority" names such a leaf value, p_i^alpha:
+w_i = (N * P(i))^-beta / max_j w_j (j over every stored transition: the one of smallest priority),
+which undoes the bias of drawing it more (or less) often than uniform replay would. The sum tree
+holds the numerators p_i^alpha, so drawing by P(i) is one walk down it. Below, as in the
+tutorial's code, "priority" names such a leaf value, p_i^alpha:
 `SumTree`'s priorities, its `min_priority` and `Memory.max_priority` are p^alpha, and the paper's
 p_i appears only in `Memory.leaf_priorities`.
 
@@ -20,8 +21,9 @@ time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a
 (d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
 the slot's leaf (`leaf_index`) its priority with `update`.
 
-The walks up and down the tree are the tutorial's loops, fixed and compiled by numba
-(`_update_leaf`, `_get_leaves`): what you read is what runs, a whole batch per call.
+The walks up and down the tree are the tutorial's loops, fixed and compiled by numba (a
+just-in-time compiler of Python loops to machine code: `_update_leaf`, `_get_leaves`): what you
+read is what runs, a whole batch per call.
 """
 
 from __future__ import annotations
@@ -265,7 +267,8 @@ class Memory(ReplayMemory):
         tree_idx, abs_errors = check_indices(tree_idx, abs_errors, self.tree.leaves)
         priorities = self.leaf_priorities(abs_errors)
         if len(self.storage) < self.capacity:  # in a full memory every slot holds a transition
-            # A slot overwritten since it was drawn holds no transition: its leaf stays at 0.
+            # A slot overwritten since it was drawn (Ape-X's actors store while its learner
+            # trains; d3qn_agent.py stores nothing in between) holds no transition: leaf at 0.
             priorities *= self.storage.holds(self.tree.slot(tree_idx))
         self.write_priorities(tree_idx, priorities)
 

@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         # The lock of the run's files: no second run writes them meanwhile.
         lock = run_files.take_lock((learner.model_path, learner.last_model_path, plot_path))
         with lock.released_on_error():
-            for note in run_files.earlier_runs(learner.model_path, plots=[plot_path]):
+            for note in run_files.earlier_runs(learner.model_path,
+                                               outputs=[learner.last_model_path, plot_path]):
                 print(f"note: {note}", flush=True)
             connect_ray(config, address)
     except ValueError as error:

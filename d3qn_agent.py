@@ -76,13 +76,13 @@ ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling
 LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
-TRAIN_FREQUENCY = 2  # environment steps per gradient step (half a gradient step per env step)
+TRAIN_FREQUENCY = 2  # environment steps per gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
-# its cost (priorities up to 15 steps old): docs/benchmarks.md, "Several gradient steps per call"
-XLA = True  # compile replay()'s gradient steps with XLA, fusing their small ops (JAX always does)
+# its cost (priorities up to K - 1 steps old): docs/benchmarks.md, "Several gradient steps per call"
+XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
-MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (500); the tutorial used 4000
+MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (CartPole: 500); the tutorial 4000
 FAILURE_REWARD = None  # None keeps the env's reward; the tutorial replaced it by -100 on failure
 EVAL_EVERY = 1_000  # environment steps between greedy evaluations (they pick the saved model)
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
@@ -200,8 +200,8 @@ class DQNAgent:
     `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags, the flags above in lower
     case, win over them. All state of a run lives on the object, so a checkpoint can hold it."""
 
-    # Counters added to `state_dict`'s progress since checkpoint format 2, with the value that
-    # means what a checkpoint written before each did (d3qn_utils/agent_checkpoint.py).
+    # Keys a later checkpoint format adds to `state_dict`'s progress, each with the value that
+    # means what an older checkpoint did (none yet: d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, env_name: str | None = None, **flags: Any) -> None:
@@ -225,7 +225,7 @@ class DQNAgent:
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
         memory_class.check_fits(config.memory_size, storage, self.state_shape, self.state_dtype,
-                                TrainingReport.BYTES_PER_SLOT)
+                                TrainingReport.BYTES_PER_SLOT)  # + the priority figure's counters
         replay_options = dict(
             storage=storage(config.memory_size),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
@@ -384,7 +384,7 @@ class DQNAgent:
         self.training_run.wrote(name)  # its digest: a resume checks the file is still this one
 
     def PlotModel(self, score: float) -> float:  # the tutorial's name
-        """Record an episode's score; return the average of the last AVERAGE_WINDOW (50)."""
+        """Record an episode's score; return the average of the last AVERAGE_WINDOW scores."""
         self.scores.append(score)
         window = self.scores[-AVERAGE_WINDOW:]
         self.average.append(sum(window) / len(window))
@@ -405,7 +405,7 @@ class DQNAgent:
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
             if self.step and self.step % config.eval_every == 0 and self.unevaluated():
-                self.evaluate_and_keep_best(stop)  # resumed: the one a stop signal cut short
+                self.evaluate_and_keep_best(stop)  # resumed: redo the evaluation a stop cut short
             while self.step < config.total_steps and not stop.requested:
                 action = self.act(self.state)
                 next_state, reward, terminated, truncated, info = self.env.step(action)
@@ -556,11 +556,11 @@ class DQNAgent:
                                            (self.model, self.target_model), self.Model_name)
         with agent_checkpoint.restoring(checkpoint.directory):
             self.load_state_dict(checkpoint.state)
-        budget = ("total_steps", "gradient_steps_per_call")  # a resumed run may change them
+        budget = ("total_steps", "gradient_steps_per_call")  # they set the draws left: beta's step
         if any(checkpoint.flags.get(flag) != getattr(self.config, flag) for flag in budget):
             self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.training_run = checkpoint.run
-        self.greedy_actions.weights_changed()
+        self.greedy_actions.weights_changed()  # acting reads a copy of the restored weights
         return f"resuming from {checkpoint.directory} at step {self.step}\n{checkpoint.lines}"
 
     def begin(self, resume: str | None = None) -> None:
@@ -574,7 +574,7 @@ class DQNAgent:
                 print(self.resume(resume), flush=True)
             else:
                 for note in run_files.earlier_runs(self.Model_name, self.checkpoint_root,
-                                                   (self.Plot_name, self.Priority_plot_name)):
+                                                   outputs[1:]):
                     print(f"note: {note}", flush=True)
         self.training_run.hold(lock)
 

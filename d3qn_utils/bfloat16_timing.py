@@ -3,8 +3,9 @@ BFLOAT16): chosen by timing the game's gradient step in both precisions, since b
 not make every CPU faster (Pong on an Intel Xeon with AVX512_BF16 and no AMX ran at 0.77x).
 
 The timing takes a few seconds and is kept in a small JSON file in the user's cache directory
-($XDG_CACHE_HOME or ~/.cache, then d3qn/), one entry per CPU model, TensorFlow version and what
-was timed, so a machine pays it once; a file that cannot be read or written is timed again.
+($XDG_CACHE_HOME or ~/.cache, then d3qn/), one entry per CPU model and core count, TensorFlow
+version, game, torso, batch size and XLA setting (`timing_key`), so a machine pays it once; a file
+that cannot be read or written is timed again.
 """
 
 from __future__ import annotations

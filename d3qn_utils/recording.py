@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
+from d3qn_utils import run_files
 from d3qn_utils.atomic_files import atomic_file
 
 GIF_MAX_FPS = 25  # keep at most this many screens per second of game time, played in real time
@@ -96,8 +97,11 @@ class GifRecorder:
             every *= 2
 
     def finish(self, path: str | Path) -> None:
-        """Write the GIF to `path` atomically and say so in one line."""
+        """Write the GIF to `path` atomically and say so in one line, after a note where it
+        replaces a file that came with the repository (the README's GIF)."""
         data, frames = self.encode()
+        if note := run_files.shipped_note(*run_files.shipped([str(path)])):
+            print(f"note: {note}", flush=True)
         with atomic_file(path) as temporary:
             temporary.write_bytes(data)
         print(f"recorded episode 1 to {path}: {frames} frames, {len(data) / 1e6:.2f} MB",

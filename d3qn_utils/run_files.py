@@ -250,19 +250,19 @@ def shipped_note(found: Sequence[str], by_git: bool) -> str | None:
 
 
 def earlier_runs(model_path: str, checkpoint_root: str | None = None,
-                 plots: Sequence[str] = ()) -> list[str]:
-    """What a new run finds of earlier ones: the best network it will replace, their
-    checkpoints, which it leaves alone, another run's `plots` it will replace (when this
-    directory holds no best network, they are another's) and those that came with the
-    repository."""
+                 outputs: Sequence[str] = ()) -> list[str]:
+    """What a new run finds of earlier ones: the best network it will replace, with the run's
+    other `outputs` (its last network, plots) found beside it; their checkpoints, which it leaves
+    alone; another run's outputs it will replace (when this directory holds no best network,
+    they are another's); and those that came with the repository."""
     notes = []
-    found, by_git = shipped(plots)
-    others = [path for path in plots if os.path.isfile(path) and path not in found]
+    found, by_git = shipped(outputs)
+    others = [path for path in outputs if os.path.isfile(path) and path not in found]
     if os.path.exists(model_path):
         saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(model_path)))
-        plotted = f" ({' and '.join(others)}: its plots, replaced too)" if others else ""
+        beside = f" (with {' and '.join(others)}, replaced too)" if others else ""
         notes.append(f"{model_path} holds the best network of an earlier run (saved "
-                     f"{saved}){plotted}; this new run replaces it at its first evaluation "
+                     f"{saved}){beside}; this new run replaces it at its first evaluation "
                      "(another --model-dir keeps it)")
     if checkpoint_root is not None and (earlier := newest_checkpoints(checkpoint_root)):
         runs = "1 earlier run" if len(earlier) == 1 else f"{len(earlier)} earlier runs"
@@ -271,10 +271,10 @@ def earlier_runs(model_path: str, checkpoint_root: str | None = None,
     if others and not os.path.exists(model_path):
         saved = time.strftime("%Y-%m-%d %H:%M",
                               time.localtime(max(map(os.path.getmtime, others))))
-        holds, them = (("holds the plot", "it") if len(others) == 1
-                       else ("hold the plots", "them"))
+        holds, them = (("holds a file", "it") if len(others) == 1
+                       else ("hold the files", "them"))
         notes.append(f"{' and '.join(others)} {holds} of another run (saved {saved}); this new "
-                     f"run replaces {them} (another --plot-dir keeps {them})")
+                     f"run replaces {them} (another --model-dir or --plot-dir keeps {them})")
     if note := shipped_note(found, by_git):
         notes.append(note)
     return notes

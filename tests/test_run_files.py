@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT, command_line, small_agent, small_flags
 
@@ -119,9 +120,10 @@ def test_a_run_into_another_model_directory_names_the_plots_it_replaces(tmp_path
     agent.begin()
     agent.training_run.lock.release()
     [note] = capsys.readouterr().out.splitlines()
-    assert note.startswith(f"note: {plots / PLOTS[0]} and {plots / PLOTS[1]} hold the plots of "
+    assert note.startswith(f"note: {plots / PLOTS[0]} and {plots / PLOTS[1]} hold the files of "
                            "another run (saved ")
-    assert note.endswith("this new run replaces them (another --plot-dir keeps them)")
+    assert note.endswith("this new run replaces them (another --model-dir or --plot-dir keeps "
+                         "them)")
     assert all((plots / name).read_bytes() == b"run A's plot" for name in PLOTS)
 
 
@@ -224,6 +226,22 @@ def test_apex_holds_a_run_lock_and_names_the_best_network_it_replaces(
     assert code == 0, err
     note = out.splitlines()[0]
     assert note.startswith(f"note: {outputs[0]} holds the best network of an earlier run (saved ")
-    assert f"({outputs[2]}: its plots, replaced too); this new run replaces it" in note
+    assert f"(with {outputs[2]}, replaced too); this new run replaces it" in note
     assert Path(outputs[0]).read_bytes() == b"the first run's best network"  # the stub's run
     assert not list(tmp_path.rglob("*.lock"))  # let go when the run ended
+
+
+@needs_git
+def test_a_recording_names_the_committed_gif_it_replaces(tmp_path, capsys):
+    from d3qn_utils.recording import GifRecorder
+
+    [gif] = committed(tmp_path, "plots/film.gif")
+    recorder = GifRecorder(30.0)
+    recorder.add(0, np.zeros((8, 8, 3), np.uint8))
+    recorder.finish(gif)
+    note, recorded = capsys.readouterr().out.splitlines()
+    assert note == (f"note: replaces {gif} (committed in git; `git checkout {gif}` brings it "
+                    "back)")
+    assert recorded.startswith(f"recorded episode 1 to {gif}: 1 frames")
+    recorder.finish(tmp_path / "elsewhere.gif")  # not in git: no note
+    assert capsys.readouterr().out.startswith("recorded episode 1 to ")
