@@ -77,14 +77,6 @@ class RunLock:
             os.unlink(self.path)
         os.close(self.descriptor)
 
-    @contextlib.contextmanager
-    def released_on_error(self) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            self.release()
-            raise
-
 
 class RunLocks:
     """The locks of a run's files, one in each directory they lie in (`take_lock`)."""

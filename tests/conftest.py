@@ -81,6 +81,28 @@ def command_line(flags: dict[str, Any]) -> list[str]:
     return words
 
 
+def unwritable_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in (root can write anywhere but /sys)."""
+    directory = tmp_path / "read-only"
+    directory.mkdir()
+    directory.chmod(0o555)
+    for candidate in (directory, Path("/sys")):
+        try:
+            with open(candidate / "probe", "wb"):
+                pass
+            (candidate / "probe").unlink()
+        except OSError:
+            return candidate
+    pytest.skip("no unwritable directory on this machine")
+
+
+def the_error_line(stderr: str) -> str:
+    """The one `error:` line of `stderr` (a failing assertion unless there is exactly one)."""
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, stderr
+    return error_lines[0]
+
+
 @pytest.fixture(autouse=True)
 def cpu_without_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
     """No bfloat16 units, and no real timing of them: a test that times says what it measured

@@ -5,10 +5,10 @@ import json
 import shutil
 import subprocess
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import unwritable_directory
 
 import blind_cliffwalk as bc
 
@@ -141,21 +141,6 @@ def run_main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     code = bc.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def unwritable_directory(tmp_path: Path) -> Path:
-    """A directory this process cannot create files in (root can write anywhere but /sys)."""
-    directory = tmp_path / "read-only"
-    directory.mkdir()
-    directory.chmod(0o555)
-    for candidate in (directory, Path("/sys")):
-        try:
-            with open(candidate / "probe", "wb"):
-                pass
-            (candidate / "probe").unlink()
-        except OSError:
-            return candidate
-    pytest.skip("no unwritable directory on this machine")
 
 
 @pytest.mark.parametrize(("argv", "message"), [

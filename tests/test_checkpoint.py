@@ -25,7 +25,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import KILL_WHILE_CHECKPOINTING, ROOT, command_line, small_agent, small_flags
+from conftest import (
+    KILL_WHILE_CHECKPOINTING,
+    ROOT,
+    command_line,
+    small_agent,
+    small_flags,
+    the_error_line,
+)
 
 from d3qn_utils import agent_checkpoint, atomic_files, run_files, training_session
 
@@ -325,12 +332,6 @@ def run_main(directory: Path, capsys: pytest.CaptureFixture, *flags: str) -> tup
     code = d3qn_agent.main(agent_command(directory, *flags)[2:])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def the_error_line(stderr: str) -> str:
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1, stderr
-    return error_lines[0]
 
 
 def test_the_lock_names_its_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import ROOT, small_agent
+from conftest import ROOT, small_agent, unwritable_directory
 from PIL import Image
 
 import atari_wrappers
@@ -203,21 +203,6 @@ def test_recorder_refuses_a_frame_that_is_not_rgb():
         recorder.add(0, None)
     with pytest.raises(ValueError, match="no RGB frame"):
         recorder.add(0, np.zeros((84, 84), np.uint8))
-
-
-def unwritable_directory(tmp_path: Path) -> Path:
-    """A directory this process cannot create files in (root can write anywhere but /sys)."""
-    directory = tmp_path / "read-only"
-    directory.mkdir()
-    directory.chmod(0o555)
-    for candidate in (directory, Path("/sys")):
-        try:
-            with open(candidate / "probe", "wb"):
-                pass
-            (candidate / "probe").unlink()
-        except OSError:
-            return candidate
-    pytest.skip("no unwritable directory on this machine")
 
 
 @pytest.mark.parametrize(

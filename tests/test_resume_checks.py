@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import command_line, small_agent, small_flags
+from conftest import command_line, small_agent, small_flags, the_error_line
 
 from d3qn_utils import atomic_files, run_files, training_session
 
@@ -41,13 +41,6 @@ def run_main(directory: Path, capsys: pytest.CaptureFixture, *flags: str) -> tup
                             "--plot-dir", str(directory / "plots"), *flags])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def the_error_line(stderr: str) -> str:
-    """The one `error:` line of `stderr` (a failing assertion unless there is exactly one)."""
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1, stderr
-    return error_lines[0]
 
 
 def checkpoints(directory: Path) -> list[Path]:

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, command_line, small_agent, small_flags
+from conftest import (
+    ROOT,
+    command_line,
+    small_agent,
+    small_flags,
+    the_error_line,
+    unwritable_directory,
+)
 
 from d3qn_utils import atomic_files, run_files
 
@@ -34,21 +41,6 @@ def committed(repository: Path, *names: str) -> list[Path]:
     return paths
 
 
-def unwritable_directory(tmp_path: Path) -> Path:
-    """A directory this process cannot create files in (root can write anywhere but /sys)."""
-    directory = tmp_path / "read-only"
-    directory.mkdir()
-    directory.chmod(0o555)
-    for candidate in (directory, Path("/sys")):
-        try:
-            with open(candidate / "probe", "wb"):
-                pass
-            (candidate / "probe").unlink()
-        except OSError:
-            return candidate
-    pytest.skip("no unwritable directory on this machine")
-
-
 def agent_main(capsys: pytest.CaptureFixture, model_dir: Path, plot_dir: Path,
                *flags: str) -> tuple[int, str, str]:
     """`python d3qn_agent.py` with small flags, in-process: (exit code, stdout, stderr)."""
@@ -59,12 +51,6 @@ def agent_main(capsys: pytest.CaptureFixture, model_dir: Path, plot_dir: Path,
                             "--plot-dir", str(plot_dir), *flags])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def the_error_line(stderr: str) -> str:
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1, stderr
-    return error_lines[0]
 
 
 def test_the_default_runs_plots_are_found_committed_by_their_relative_paths(monkeypatch):
