@@ -123,7 +123,7 @@ class Measured:
 
 # The games' own presets live with their families' records (d3qn_utils/games.py). On a CPU with
 # bfloat16 instructions a game of the family's `bfloat16_games` also gets this one: bfloat16
-# where its gradient step times faster than float32's on this machine (timed once per CPU model
+# where its gradient step takes less time than float32's on this machine (timed once per CPU model
 # and core count, TensorFlow version, game, torso, batch size and XLA setting, then cached:
 # d3qn_utils/bfloat16_timing.py), so every run on one machine does the same sums.
 NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": Measured(
