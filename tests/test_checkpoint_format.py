@@ -71,6 +71,12 @@ def state_in_files(version: int) -> dict[str, Any]:
         arrays["priority_figure"] = figure
         saved = {"progress": {key: value for key, value in saved.items()
                               if key not in ("run", "fingerprint")}}
+    if version <= 2:  # one episode in progress, numbered by the episodes finished before it
+        counters = saved["progress"]
+        counters["open_episodes"] = [{
+            "number": counters["episode"], "actions": counters.pop("episode_actions"),
+            "score": counters.pop("episode_score"), "state_sha256": counters.pop("state_sha256")}]
+        counters["episodes_started"] = counters["episode"] + 1
     owners = {"progress": DQNAgent, "priority_figure": PriorityFigure,  # the optimizer's: Keras'
               "memory": REPLAY_MEMORIES[arrays["memory"]["kind"].item()]}
     state = {"progress": saved["progress"], **arrays}
