@@ -125,9 +125,10 @@ RESUMED_RUN = {"n_envs": 3, "total_steps": 120, "checkpoint_every": 70, "eval_ev
 LINE_STEP = re.compile(r"(?:episode: \d+, step: |evaluation at step )(\d+)")
 
 
-def lines_after(step: int, output: str) -> list[str]:
-    """The episode and evaluation lines of a log after env step `step`, timings left out."""
-    return [line for line in without_timings(output)
+def lines_after(step: int, output: str, directory: Path) -> list[str]:
+    """The episode and evaluation lines of a log after env step `step`, timings left out and
+    the run's `directory` (in the paths it names) as DIR."""
+    return [line.replace(str(directory), "DIR") for line in without_timings(output)
             if (match := LINE_STEP.match(line)) and int(match[1]) > step]
 
 
@@ -163,8 +164,8 @@ def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stop
     for got, expected in zip(resumed.model.get_weights(), straight.model.get_weights(),
                              strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
-    assert lines_after(72, capsys.readouterr().out) == lines_after(72, log)
-    assert lines_after(72, log)  # episodes ended and an evaluation after the checkpoint
+    assert lines_after(72, capsys.readouterr().out, tmp_path) == lines_after(72, log, directory)
+    assert lines_after(72, log, directory)  # episodes ended and an evaluation after the checkpoint
 
 
 def test_a_resume_with_another_n_envs_is_one_error_line_naming_both(straight_run, tmp_path,
