@@ -407,9 +407,10 @@ class DQNAgent:
         return self.average[-1]
 
     def run(self) -> None:
-        """Train until TOTAL_STEPS environment steps, printing one line per episode. Greedy
-        evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
-        SIGTERM and NaN stop with a checkpoint to --resume from (training_session.py)."""
+        """Train until TOTAL_STEPS environment steps, the N_ENVS environments' together, printing
+        one line per episode. Greedy evaluations every EVAL_EVERY steps pick the network saved to
+        `Model_name`; Ctrl-C, SIGTERM and NaN stop with a checkpoint to --resume from
+        (training_session.py)."""
         config = self.config
         if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
