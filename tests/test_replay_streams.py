@@ -187,12 +187,14 @@ def test_sampling_follows_p_i_over_all_streams_at_once(kind, storage_name):
 
 def test_eight_streams_store_each_frame_once_as_one_does():
     # Many short episodes (1..6 steps, each adding a stack's frames before its first) in 8
-    # streams of one storage take as many bytes per transition as in one stream.
+    # streams of one storage take as many bytes per transition as in one stream, within 5%
+    # (measured: 2%, from the few slots at each ring's write pointer that hold no whole
+    # transition, and the episodes' lengths; 1,000-slot segments keep that small).
     bytes_per_transition = {}
     for streams in (1, 8):
-        storage = FrameStackStorage(8 * 400, streams=streams)
+        storage = FrameStackStorage(8 * 1000, streams=streams)
         environments = [Environment(index, frames=True) for index in range(streams)]
-        for _ in range(8 * 800 // streams):  # every segment wraps
+        for _ in range(8 * 2000 // streams):  # every segment wraps
             for index, environment in enumerate(environments):
                 storage.add(environment.step()[0], index)
         bytes_per_transition[streams] = array_bytes(storage) / len(storage)
