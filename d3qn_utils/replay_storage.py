@@ -244,7 +244,7 @@ def stream_values(values: np.ndarray) -> np.ndarray:
 def saved_stream_values(arrays: dict[str, np.ndarray], key: str, streams: int) -> np.ndarray:
     """The saved per-stream `key` (`stream_values`) as an int64 array of `streams` values;
     ValueError for another count."""
-    values = np.asarray(arrays[key], dtype=np.int64).reshape(-1)
+    values = np.array(arrays[key], dtype=np.int64).reshape(-1)  # a copy: shares nothing
     if values.size != streams:
         raise ValueError(f"saved {key} has {values.size} values for {streams} streams")
     return values
@@ -429,9 +429,9 @@ class FrameStackStorage(StreamRings):
         self.state_shape: tuple[int, ...] | None = None
         self.stack_size = 0  # frames per stacked state
         # Per stream: the slot of its last next_state's newest frame (-1: none) and a copy of
-        # that next_state, to compare.
+        # that next_state, to compare (allocated with the frames).
         self._pending_slots = np.full(self.streams, -1, dtype=np.int64)
-        self._pending_stacks: list[np.ndarray | None] = [None] * self.streams
+        self._pending_stacks: np.ndarray | None = None  # (streams, *state_shape) uint8
         self._count = 0  # slots that hold a transition, kept so len() is O(1)
 
     def __len__(self) -> int:
@@ -460,8 +460,8 @@ class FrameStackStorage(StreamRings):
         state, next_state = np.asarray(state), np.asarray(next_state)
         self._check_frames(state, next_state)
         newest = self._frames(next_state)[-1]
-        pending = self._pending_stacks[stream]
-        if pending is not None and np.array_equal(pending, state):
+        if (self._pending_slots[stream] >= 0
+                and np.array_equal(self._pending_stacks[stream], state)):
             slot = int(self._pending_slots[stream])  # same episode: its frames are in the ring
             freed = self._write([newest], stream)
         else:
@@ -474,7 +474,7 @@ class FrameStackStorage(StreamRings):
         self.holds_transition[slot] = True
         self._count += 1
         self._pending_slots[stream] = self.segments.shift(slot, 1, stream)
-        self._pending_stacks[stream] = next_state.copy()
+        self._pending_stacks[stream] = next_state
         return slot, freed[freed != slot]
 
     def add_block(self, columns: Sequence[np.ndarray], stream: int = 0
@@ -548,15 +548,15 @@ class FrameStackStorage(StreamRings):
             raise ValueError(f"saved stack_axis {saved_axis} is neither [-1] nor [] (none)")
         self.segments.load_state_dict(arrays, "written", "next_slot")
         self.stack_axis = -1 if saved_axis else None
-        self.frames, self.state_shape = None, None
+        self.frames, self.state_shape, self._pending_stacks = None, None, None
         if shape:
             self._allocate(shape)
             self.frames[self.written_slots()] = frames
+            pending = pending_slots >= 0
+            self._pending_stacks[pending] = self._stacks(pending_slots[pending])
         self._pending_slots = pending_slots
         for name in SLOT_ARRAYS:
             getattr(self, name)[:] = arrays[name]
-        self._pending_stacks = [self._stacks(np.array([slot]))[0] if slot >= 0 else None
-                                for slot in pending_slots.tolist()]
         self._count = int(self.holds_transition.sum())
 
     def _check_frames(self, state: np.ndarray, next_state: np.ndarray) -> None:
@@ -585,10 +585,12 @@ class FrameStackStorage(StreamRings):
             self._allocate(shape)
 
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
-        """Allocate the frame ring (np.zeros: untouched pages take no memory)."""
+        """Allocate the frame ring (np.zeros: untouched pages take no memory) and the streams'
+        last next states."""
         self.state_shape = tuple(state_shape)
         frame_shape = state_shape if self.stack_axis is None else state_shape[:-1]
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self._pending_stacks = np.zeros((self.streams, *state_shape), dtype=np.uint8)
         self.stack_size = 1 if self.stack_axis is None else state_shape[-1]
 
     def _frames(self, stacks: np.ndarray) -> list[np.ndarray]:
