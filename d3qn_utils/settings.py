@@ -358,7 +358,7 @@ def game_presets() -> list[Preset]:
             presets.append((f"{' and '.join(family.bfloat16_games)} on a CPU with AVX512_BF16 "
                             "or AMX, where a timing finds their gradient step at least "
                             f"{bfloat16_timing.MARGIN:.0%} faster in bfloat16, its rounds' ranges "
-                            "apart (once per CPU model and TensorFlow version, then cached)",
+                            "apart (timed once per CPU, TensorFlow version and batch, then cached)",
                             {"bfloat16": True}))
     return presets
 
