@@ -231,15 +231,15 @@ class Memory(ReplayMemory):
         # leaves, which falls when the largest is lowered. Before any error: min(1, clip)^alpha.
         self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
-    def store(self, experience: tuple) -> int:
-        """Add one (state, action, reward, next_state, done) with the maximum priority; return
-        its slot. O(log N).
+    def store(self, experience: tuple, stream: int = 0) -> int:
+        """Add one (state, action, reward, next_state, done) with the maximum priority, in
+        environment `stream`'s stream; return its slot. O(log N).
 
         A transition `check_transition` refuses (NaN or inf in a state or the reward, an action
         that is not an integer >= 0, ...) raises ValueError naming the field and its value,
         before anything is written: a full memory keeps its oldest transition.
         """
-        slot, freed = self.storage.add(check_transition(experience))
+        slot, freed = self.storage.add(check_transition(experience), stream)
         if freed.size:  # a frame store overwrote the first frame of these transitions
             self.tree.update_batch(self.tree.leaf_index(freed), 0.0)
         self.tree.update(self.tree.leaf_index(slot), self.max_priority)
@@ -330,21 +330,24 @@ class UniformMemory(ReplayMemory):
     alpha = 0.0  # P(i) = p_i^0 / sum_k p_k^0 = 1 / N: uniform, as with alpha = 0
     beta = 0.0  # every importance-sampling weight is 1, as with beta = 0
 
-    def store(self, experience: tuple) -> int:
-        """Add one (state, action, reward, next_state, done); return its slot. O(1). ValueError
-        naming the field, and nothing written, for a transition `check_transition` refuses."""
-        slot, _ = self.storage.add(check_transition(experience))
+    def store(self, experience: tuple, stream: int = 0) -> int:
+        """Add one (state, action, reward, next_state, done) to `stream`; return its slot. O(1).
+        ValueError naming the field, and nothing written, for a transition `check_transition`
+        refuses."""
+        slot, _ = self.storage.add(check_transition(experience), stream)
         return slot
 
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """n transitions drawn uniformly with replacement: (slots, batch, ones), the slots where
         `Memory` returns tree indices (there is no tree here). O(n)."""
         self.check_sample_size(n)
-        slots = self.rng.integers(0, self.storage.written, size=n)
+        # The written slots, numbered 0 .. written - 1 (stream after stream: `written_slots`).
+        slots = self.storage.written_slots(self.rng.integers(0, self.storage.written, size=n))
         # A storage may have written slots without a transition (frame stacks): draw those again.
         empty = ~self.storage.holds(slots)
         while empty.any():
-            slots[empty] = self.rng.integers(0, self.storage.written, size=int(empty.sum()))
+            slots[empty] = self.storage.written_slots(
+                self.rng.integers(0, self.storage.written, size=int(empty.sum())))
             empty = ~self.storage.holds(slots)
         return slots, self.n_step_batch(slots), np.ones(n, dtype=np.float32)
 

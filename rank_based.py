@@ -58,11 +58,11 @@ class RankBasedMemory(ReplayMemory):
         # Cumulative unnormalised probabilities of ranks 1..capacity: sum_{r <= j} r^-alpha.
         self._rank_cdf = np.cumsum(np.arange(1, self.capacity + 1, dtype=np.float64) ** -self.alpha)
 
-    def store(self, experience: tuple) -> int:
-        """Add one (state, action, reward, next_state, done), ranked first; return its slot.
-        ValueError naming the field, and nothing written, for a transition that
+    def store(self, experience: tuple, stream: int = 0) -> int:
+        """Add one (state, action, reward, next_state, done) to `stream`, ranked first; return
+        its slot. ValueError naming the field, and nothing written, for a transition that
         `check_transition` refuses."""
-        slot, freed = self.storage.add(check_transition(experience))
+        slot, freed = self.storage.add(check_transition(experience), stream)
         self.abs_errors[freed] = -np.inf
         self.abs_errors[slot] = np.inf
         self.mark_stale(np.append(freed, slot))

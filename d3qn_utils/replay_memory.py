@@ -25,7 +25,12 @@ from d3qn_utils.checks import (
     require,
     with_added_keys,
 )
-from d3qn_utils.replay_storage import ReplayStorage, StorageSpec, TransitionStorage
+from d3qn_utils.replay_storage import (
+    ReplayStorage,
+    StorageSpec,
+    TransitionStorage,
+    check_saved_streams,
+)
 
 # The replay variant (a memory's `kind`, its key in d3qn_agent.REPLAY_MEMORIES) that each pair of
 # flags (USE_PER, PER_RANK_BASED) picks: the agent's memory, the rank-based preset (settings.py)
@@ -81,7 +86,8 @@ class ReplayMemory(metaclass=ReplayMemoryType):
     # Keys added to `state_dict` since checkpoint format 2, with the value that means what a
     # checkpoint written before each did (d3qn_utils/agent_checkpoint.py); a subclass's own
     # ADDED_KEYS add to these (checks.added_keys).
-    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {}
+    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {
+        "storage.streams": np.array(1)}  # one stream: a memory saved before streams
     # What the agent and the priority figure read of every memory, set by its `__init__` or its
     # class: the exponents of P(i) = p_i^alpha / sum_k p_k^alpha and of the IS weights.
     ATTRIBUTES: ClassVar[tuple[str, ...]] = ("alpha", "beta")
@@ -93,7 +99,9 @@ class ReplayMemory(metaclass=ReplayMemoryType):
                  gamma: float = 0.99) -> None:
         """An empty memory of `capacity` slots in `storage` (default a new `TransitionStorage`),
         drawing with `rng` (or its seed); its batches hold `n_step` returns discounted by
-        `gamma` (`n_step_batch`). ValueError naming an argument out of range."""
+        `gamma` (`n_step_batch`). It keeps the storage's `streams`: one per environment, each
+        transition stored in its own (`store`'s `stream`). ValueError naming an argument out of
+        range."""
         self.capacity = check_integer("capacity", capacity, 1)
         self.n_step = check_integer("n_step", n_step, 1)
         self.gamma = check_range("gamma", gamma, 0.0, 1.0)
@@ -101,6 +109,7 @@ class ReplayMemory(metaclass=ReplayMemoryType):
         if self.storage.capacity != self.capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} differs from memory "
                              f"capacity {self.capacity}")
+        self.streams = self.storage.streams
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
     def __len__(self) -> int:
@@ -114,16 +123,18 @@ class ReplayMemory(metaclass=ReplayMemoryType):
 
     @classmethod
     def check_fits(cls, size: int, storage: StorageSpec, state_shape: tuple[int, ...],
-                   state_dtype: Any, other_bytes_per_slot: int = 0) -> None:
+                   state_dtype: Any, other_bytes_per_slot: int = 0, streams: int = 1) -> None:
         """ValueError, before allocating, if `size` slots of this class in `storage` cannot hold
-        a transition of these states or, with the caller's `other_bytes_per_slot`, would not fit
-        in this machine's memory (numpy's zeroed arrays take memory only as they fill: a run
-        would fail late)."""
-        minimum = storage.min_capacity(state_shape)
+        a transition of these states in each of `streams` streams (N_ENVS) or, with the caller's
+        `other_bytes_per_slot`, would not fit in this machine's memory (numpy's zeroed arrays
+        take memory only as they fill: a run would fail late)."""
+        minimum = storage.min_capacity(state_shape, streams)
         if size < minimum:
+            per_stream = (f" with N_ENVS (--n-envs) {streams} (each environment's stream needs "
+                          f"{minimum // streams} of them)" if streams > 1 else "")
             raise ValueError(f"MEMORY_SIZE (--memory-size) must be at least {minimum} for "
                              f"{tuple(state_shape)} states in a "
-                             f"{storage.storage_class.__name__}, got {size}")
+                             f"{storage.storage_class.__name__}{per_stream}, got {size}")
         per_slot = cls.bytes_per_slot(storage, state_shape, state_dtype) + other_bytes_per_slot
         machine = machine_memory_bytes()
         if machine and size * per_slot > machine:
@@ -134,11 +145,11 @@ class ReplayMemory(metaclass=ReplayMemoryType):
                              f"{machine / 2**30:,.1f} GiB")
 
     @abc.abstractmethod
-    def store(self, experience: tuple) -> int | None:
-        """Keep one (state, action, reward, next_state, done): the slot written, or None when
-        the memory drops the transition (a reservoir may); the agent's report ignores None.
-        ValueError naming the field, and nothing written, for a transition `check_transition`
-        refuses."""
+    def store(self, experience: tuple, stream: int = 0) -> int | None:
+        """Keep one (state, action, reward, next_state, done) of environment `stream`'s stream:
+        the slot written, or None when the memory drops the transition (a reservoir may); the
+        agent's report ignores None. ValueError naming the field, and nothing written, for a
+        transition `check_transition` refuses, or naming a stream the memory lacks."""
 
     @abc.abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
@@ -204,11 +215,14 @@ class ReplayMemory(metaclass=ReplayMemoryType):
                 "rng": np.array(json.dumps(self.rng.bit_generator.state))}
 
     def check_state(self, arrays: dict[str, np.ndarray], keys: Sequence[str] = ()) -> None:
-        """ValueError unless `arrays` is a `state_dict` of this kind and capacity, with `keys`."""
+        """ValueError unless `arrays` is a `state_dict` of this kind, capacity and number of
+        streams, with `keys`."""
+        arrays = with_added_keys(arrays, added_keys(type(self)))
         require(arrays, ("kind",), "replay memory")
         check_saved_value(arrays, "kind", self.kind)
         require(arrays, ("rng", "storage.capacity", *keys), f"{self.kind} memory")
         check_saved_value({"capacity": arrays["storage.capacity"]}, "capacity", self.capacity)
+        check_saved_streams({"streams": arrays["storage.streams"]}, self.streams)
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit."""
@@ -223,14 +237,16 @@ class ReplayMemory(metaclass=ReplayMemoryType):
 
     def block(self) -> tuple[np.ndarray, ...]:
         """The stored transitions as the five columns `BlockMemory.store_block` (Ape-X) takes, in
-        slot order: the order they came in until the ring wraps (slot i holds the i-th)."""
+        slot order: the order they came in until the ring wraps (slot i holds the i-th), stream
+        after stream."""
         return self.storage.get(self.storage.held_slots())
 
     def n_step_batch(self, slots: np.ndarray) -> tuple[np.ndarray, ...]:
         """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,
         next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
         transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
-        chain stops at a termination, a truncation, the newest transition. O(n_step * n)."""
+        chain follows its stream's ring and stops at a termination, a truncation, the stream's
+        newest transition. O(n_step * n)."""
         if self.n_step == 1:  # the stored transitions as they are: no chain to follow
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),
@@ -245,7 +261,7 @@ class ReplayMemory(metaclass=ReplayMemoryType):
             ongoing[ongoing] = self.storage.next_in_episode(last[ongoing])
             if not ongoing.any():
                 break
-            last[ongoing] = (last[ongoing] + 1) % self.capacity
+            last[ongoing] = self.storage.successor(last[ongoing])
             step_rewards, step_dones = self.storage.rewards_and_dones(last[ongoing])
             returns[ongoing] += self.gamma**k * step_rewards
             dones[ongoing] = step_dones

@@ -6,7 +6,9 @@ and shift. `TransitionStorage` keeps one row per transition (vector states) and 
 the transition of a chosen slot (`SlotStorage`, for a memory that decides where a transition
 goes); `FrameStackStorage` keeps each uint8 frame once (Atari: one 84x84 frame a slot, not two
 stacks of four; `bytes_per_slot` counts it), written in order only, since neighbouring slots
-share frames. `StorageSpec` is a storage class with its options before any storage exists: what
+share frames. Each keeps `streams` rings in one (`Segments`: one contiguous segment per
+environment), so that a chain of transitions or a stack of frames never joins two environments.
+`StorageSpec` is a storage class with its options before any storage exists: what
 a game family gives, sized (`ReplayMemory.check_fits`) before a run allocates one.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, require
+from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackStorage's per slot
@@ -29,10 +31,12 @@ SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackS
 class ReplayStorage(Protocol):
     """A ring of `capacity` slots that replay memories keep their transitions in: what a memory
     may ask of it. A transition is (state, action, reward, next_state, done); slots are numbered
-    0 .. capacity - 1 and the first `written` of them were written at least once."""
+    0 .. capacity - 1, and `written` of them were written at least once. The ring is `streams`
+    rings, one per environment, each a contiguous segment of slots (`Segments`)."""
 
     capacity: int
     written: int
+    streams: int
 
     def __len__(self) -> int:
         """The transitions held. O(1)."""
@@ -44,15 +48,27 @@ class ReplayStorage(Protocol):
 
     @staticmethod
     def min_capacity(state_shape: tuple[int, ...], **options: Any) -> int:
-        """The fewest slots that can hold a transition of these states, with these `options`."""
+        """The fewest slots that can hold a transition of these states, with these `options`:
+        a stream's (`StorageSpec.min_capacity` counts the streams)."""
 
-    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one transition at the ring's next slot: (its slot, the slots that stopped
-        holding a transition because of it)."""
+    def add(self, experience: tuple, stream: int = 0) -> tuple[int, np.ndarray]:
+        """Store one transition at the next slot of `stream`'s ring: (its slot, the slots that
+        stopped holding a transition because of it)."""
 
-    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def add_block(self, columns: Sequence[np.ndarray], stream: int = 0
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Store k transitions (five columns of length k) as `add` would one by one, yielding
         (slots written, slots freed) as they go."""
+
+    def segment(self, stream: int) -> range:
+        """The slots `stream` owns; ValueError naming a stream it does not have."""
+
+    def successor(self, slots: np.ndarray) -> np.ndarray:
+        """The slot after each slot in its stream's ring (where the next transition went)."""
+
+    def written_slots(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """The slots written at least once numbered `indices` (0 .. written - 1; all of them,
+        ascending, by default): slot i itself for one stream."""
 
     def holds(self, slots: np.ndarray) -> np.ndarray:
         """Whether each slot holds a transition (bool array). O(k)."""
@@ -69,7 +85,8 @@ class ReplayStorage(Protocol):
         """The rewards and dones of `slots`. O(k)."""
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Whether slot + 1 holds the transition that followed slot's in its episode."""
+        """Whether each slot's `successor` holds the transition that followed slot's in its
+        episode."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The storage as plain arrays."""
@@ -87,14 +104,168 @@ class SlotStorage(ReplayStorage, Protocol):
         """Replace the transition of `slot`, a slot written before. O(state size)."""
 
 
-class TransitionStorage:
-    """One row per transition in five numpy arrays, typed by the first `add`; a ring."""
+class Segments:
+    """The streams of a storage's ring of `capacity` slots: stream i (one environment's
+    transitions) owns the contiguous slots [i*C//N, (i+1)*C//N) of C slots and N streams, a ring
+    of its own, so that an n-step chain or a frame stack, which follow a stream's slots, never
+    joins two environments. One stream is the whole ring. `min_size`: the fewest slots a stream
+    may have (ValueError naming the capacity and the streams for fewer)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, streams: int, min_size: int) -> None:
+        self.streams = check_integer("streams", streams, 1)
+        if capacity // self.streams < min_size:
+            raise ValueError(f"capacity {capacity} cannot hold {self.streams} streams of at "
+                             f"least {min_size} slots each (it gives each "
+                             f"{capacity // self.streams})")
+        bounds = np.arange(self.streams + 1) * capacity // self.streams
+        self.starts, self.sizes = bounds[:-1], np.diff(bounds)
+        self.next = self.starts.copy()  # each stream's next slot to write
+        self.written = np.zeros(self.streams, dtype=np.int64)  # of each, slots written once
+        self.total_written = 0  # their sum, kept so that a storage's len() is O(1)
+
+    def check(self, stream: Any) -> int:
+        """`stream` as an int, or ValueError naming it unless it is one of the streams."""
+        if not is_integer(stream) or not 0 <= stream < self.streams:
+            raise ValueError(f"stream must be an integer in 0..{self.streams - 1} (one per "
+                             f"environment), got {stream!r}")
+        return int(stream)
+
+    def segment(self, stream: int) -> range:
+        """The slots `stream` owns; ValueError naming another stream."""
+        start = int(self.starts[self.check(stream)])
+        return range(start, start + int(self.sizes[stream]))
+
+    def stream_of(self, slots: np.ndarray | int) -> np.ndarray:
+        """The stream that owns each slot. O(k log N)."""
+        return np.searchsorted(self.starts, slots, side="right") - 1
+
+    def shift(self, slots: np.ndarray | int, offsets: np.ndarray | int,
+              streams: np.ndarray | int | None = None) -> np.ndarray:
+        """The slots `offsets` after `slots` (before, for negative ones) in their streams'
+        rings; `streams`: theirs, when known. One stream: (slots + offsets) % capacity."""
+        if streams is None:
+            streams = self.stream_of(slots)
+        starts = self.starts[streams]
+        return starts + (slots - starts + offsets) % self.sizes[streams]
+
+    def ahead(self, stream: int, count: int) -> np.ndarray:
+        """The `count` slots of `stream`'s ring from its next slot on, in write order."""
+        return self.shift(self.next[stream], np.arange(count), stream)
+
+    def advance(self, stream: int, count: int) -> int:
+        """Move `stream`'s next slot `count` slots on, counting them written; the slot it was."""
+        slot = int(self.next[stream])
+        self.next[stream] = self.shift(slot, count, stream)
+        written = min(int(self.written[stream]) + count, int(self.sizes[stream]))
+        self.total_written += written - int(self.written[stream])
+        self.written[stream] = written
+        return slot
+
+    def was_written(self, slot: int) -> bool:
+        """Whether `slot`, a slot of the ring, was written at least once."""
+        stream = int(self.stream_of(slot))
+        return slot - int(self.starts[stream]) < int(self.written[stream])
+
+    def written_slots(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """The slots written at least once numbered `indices` (0 .. total_written - 1, each
+        stream's from its start, stream after stream; all of them, ascending, by default). One
+        stream: the indices themselves. O(k log N)."""
+        if indices is None:
+            indices = np.arange(self.total_written)
+        ends = np.cumsum(self.written)
+        streams = np.searchsorted(ends, indices, side="right")
+        return self.starts[streams] + indices - (ends - self.written)[streams]
+
+    def written_rows(self, array: np.ndarray) -> np.ndarray:
+        """The rows of `array` (one per slot) of the written slots, in `written_slots`' order: a
+        view while those are the first slots (one stream, or each stream before the last written
+        one full), else a copy. A checkpoint of a large frame ring makes no copy of it."""
+        partly = np.flatnonzero(self.written < self.sizes)  # streams not full
+        if not partly.size or not self.written[partly[0] + 1:].any():
+            return array[: self.total_written]
+        return np.concatenate([array[start:start + count] for start, count
+                               in zip(self.starts.tolist(), self.written.tolist(), strict=True)])
+
+    def state_dict(self, written_key: str, next_key: str) -> dict[str, np.ndarray]:
+        """The number of streams and each stream's slots written and next slot, under these
+        keys; one stream's as scalars (`stream_values`)."""
+        return {"streams": np.array(self.streams), written_key: stream_values(self.written),
+                next_key: stream_values(self.next)}
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray], written_key: str,
+                        next_key: str) -> None:
+        """Take back what `state_dict` gave; ValueError, nothing changed, for another number of
+        streams or a count of written slots outside a stream's size."""
+        check_saved_streams(arrays, self.streams)
+        written = saved_stream_values(arrays, written_key, self.streams)
+        next_slots = saved_stream_values(arrays, next_key, self.streams)
+        if ((written < 0) | (written > self.sizes)).any():
+            raise ValueError(f"saved {written_key}={stream_values(written)} is outside "
+                             f"0..{stream_values(self.sizes)} (slots per stream)")
+        self.written, self.total_written = written, int(written.sum())
+        self.next = self.shift(next_slots, 0, np.arange(self.streams))
+
+
+class StreamRings:
+    """What a storage answers from its `Segments` (`segments`): its streams, the slots written,
+    a stream's slots and a slot's successor."""
+
+    segments: Segments
+
+    @property
+    def streams(self) -> int:
+        """The streams (environments) whose transitions this storage keeps apart."""
+        return self.segments.streams
+
+    @property
+    def written(self) -> int:
+        """Slots written at least once. O(1)."""
+        return self.segments.total_written
+
+    def segment(self, stream: int) -> range:
+        """The slots `stream` owns; ValueError naming a stream this storage does not have."""
+        return self.segments.segment(stream)
+
+    def successor(self, slots: np.ndarray) -> np.ndarray:
+        """The slot after each of `slots` in its stream's ring. O(k log N)."""
+        return self.segments.shift(slots, 1)
+
+    def written_slots(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """`Segments.written_slots`: slot i itself for one stream."""
+        return self.segments.written_slots(indices)
+
+
+def stream_values(values: np.ndarray) -> np.ndarray:
+    """Per-stream `values` as a state_dict saves them: one stream's as a scalar (the keys and
+    shapes of a memory saved before it had streams), else one value per stream."""
+    return np.array(values[0]) if len(values) == 1 else np.array(values)
+
+
+def saved_stream_values(arrays: dict[str, np.ndarray], key: str, streams: int) -> np.ndarray:
+    """The saved per-stream `key` (`stream_values`) as an int64 array of `streams` values;
+    ValueError for another count."""
+    values = np.array(arrays[key], dtype=np.int64).reshape(-1)  # a copy: shares nothing
+    if values.size != streams:
+        raise ValueError(f"saved {key} has {values.size} values for {streams} streams")
+    return values
+
+
+def check_saved_streams(arrays: dict[str, np.ndarray], streams: int) -> None:
+    """ValueError naming both unless the saved "streams" is `streams`."""
+    saved = int(np.asarray(arrays["streams"]))
+    if saved != streams:
+        raise ValueError(f"the saved replay memory was made for N_ENVS {saved} (one stream per "
+                         f"environment), this one for {streams}")
+
+
+class TransitionStorage(StreamRings):
+    """One row per transition in five numpy arrays, typed by the first `add`; `streams` rings
+    (`Segments`), one by default."""
+
+    def __init__(self, capacity: int, streams: int = 1) -> None:
         self.capacity = check_integer("capacity", capacity, 1)
+        self.segments = Segments(self.capacity, streams, self.min_capacity(()))
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
-        self.written = 0  # slots written at least once
-        self.write_pointer = 0
         self.fields: tuple[np.ndarray, ...] | None = None
 
     def __len__(self) -> int:
@@ -112,37 +283,42 @@ class TransitionStorage:
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """The five fields of the written rows, in slot order: a block as `add_block` takes it."""
-        return tuple(field[: self.written] for field in self.fields)
+        return tuple(self.segments.written_rows(field) for field in self.fields)
 
-    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one (state, action, reward, next_state, done); return its slot, none freed."""
+    def add(self, experience: tuple, stream: int = 0) -> tuple[int, np.ndarray]:
+        """Store one (state, action, reward, next_state, done) in `stream`; return its slot, none
+        freed. ValueError, nothing stored, for a bad shape or stream."""
+        stream = self.segments.check(stream)
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
-        return self._put(self.write_pointer, experience, 1), NO_SLOTS
+        return self._put(int(self.segments.next[stream]), experience, stream, 1), NO_SLOTS
 
-    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def add_block(self, columns: Sequence[np.ndarray], stream: int = 0
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Store k transitions, five columns of length k, as `add` would one by one, in one write;
-        yield (their slots, none freed) once. O(k). ValueError, nothing stored, for a bad shape."""
+        yield (their slots, none freed) once. O(k). ValueError, nothing stored, for a bad shape
+        or stream."""
+        stream = self.segments.check(stream)
         self._check_shapes([(column.shape[1:], column.dtype) for column in columns])
         k = len(columns[0])
-        yield self._put((self.write_pointer + np.arange(k)) % self.capacity, columns, k), NO_SLOTS
+        yield self._put(self.segments.ahead(stream, k), columns, stream, k), NO_SLOTS
 
     def put(self, slot: int, experience: tuple) -> None:
         """Replace the transition of `slot`, one written before; the ring's next slot stays.
         ValueError, nothing written, for another slot or a bad shape."""
-        if not 0 <= slot < self.written:
+        if not (0 <= slot < self.capacity and self.segments.was_written(slot)):
             raise ValueError(f"slot {slot} was never written (written: {self.written})")
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         for field, value in zip(self.fields, experience, strict=True):
             field[slot] = value
 
-    def _put(self, slots: int | np.ndarray, values: Sequence[Any], count: int) -> int | np.ndarray:
-        """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones;
-        return `slots`."""
+    def _put(self, slots: int | np.ndarray, values: Sequence[Any], stream: int, count: int
+             ) -> int | np.ndarray:
+        """Write the `count` transitions `values` (a row, or columns) to `slots`, the next ones
+        of `stream`; return `slots`."""
         for field, value in zip(self.fields, values, strict=True):
             field[slots] = value
         self.holds_transition[slots] = True
-        self.write_pointer = (self.write_pointer + count) % self.capacity
-        self.written = min(self.written + count, self.capacity)
+        self.segments.advance(stream, count)
         return slots
 
     def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
@@ -173,40 +349,48 @@ class TransitionStorage:
         return self.fields[2][slots], self.fields[4][slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """Whether slot+1 holds the transition after slot's, in its episode. O(n * state size)."""
-        following = (slots + 1) % self.capacity
+        """Whether the slot after each in its stream holds the transition after slot's, in its
+        episode: it holds one, not yet overwritten by the stream's newest, whose state is slot's
+        next_state. O(n * state size)."""
+        streams = self.segments.stream_of(slots)
+        following = self.segments.shift(slots, 1, streams)
         same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
         same = same.all(axis=tuple(range(1, same.ndim)))
-        return same & self.holds_transition[following] & (following != self.write_pointer)
+        return (same & self.holds_transition[following]
+                & (following != self.segments.next[streams]))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """This storage as plain arrays (the written rows only)."""
-        return {"capacity": np.array(self.capacity), "written": np.array(self.written),
-                "write_pointer": np.array(self.write_pointer),
+        """This storage as plain arrays (the written rows only, stream after stream)."""
+        return {"capacity": np.array(self.capacity),
+                **self.segments.state_dict("written", "write_pointer"),
                 **dict(zip(FIELDS, self.columns() if self.fields else (), strict=False))}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what `state_dict` returned. ValueError if it does not fit this storage."""
-        require(arrays, ("capacity", "written", "write_pointer"), "transition storage")
+        """Restore what `state_dict` returned. ValueError if it does not fit this storage (its
+        capacity, its streams), checked before anything changes."""
+        require(arrays, ("capacity", "streams", "written", "write_pointer"),
+                "transition storage")
         check_saved_value(arrays, "capacity", self.capacity)
-        written = int(arrays["written"])
-        if not 0 <= written <= self.capacity:
-            raise ValueError(f"saved written={written} is outside 0..{self.capacity}")
-        self.fields = None
+        check_saved_streams(arrays, self.streams)
+        written = int(saved_stream_values(arrays, "written", self.streams).sum())
+        rows = []
         if written:
             require(arrays, FIELDS, "transition storage")
             rows = [np.asarray(arrays[name]) for name in FIELDS]
             if any(len(row) != written for row in rows):
                 raise ValueError(f"saved fields do not all have {written} rows")
+        self.segments.load_state_dict(arrays, "written", "write_pointer")
+        self.fields = None
+        if rows:
             self._check_shapes([(row.shape[1:], row.dtype) for row in rows])  # allocates
+            slots = self.written_slots()
             for field, row in zip(self.fields, rows, strict=True):
-                field[:written] = row
-        self.written = written
-        self.write_pointer = int(arrays["write_pointer"]) % self.capacity
-        self.holds_transition[:] = np.arange(self.capacity) < written
+                field[slots] = row
+        self.holds_transition[:] = False
+        self.holds_transition[self.written_slots()] = True
 
 
-class FrameStackStorage:
+class FrameStackStorage(StreamRings):
     """Replay storage for stacked frames that keeps every frame once, as uint8.
 
     A ring of `capacity` slots. Each slot holds one frame (the newest frame of some observation)
@@ -225,16 +409,18 @@ class FrameStackStorage:
     next_state writes one slot, any other S+1, so padding at episode starts comes back exactly
     and no earlier episode's frame leaks into a stack. Writing slot w breaks the transitions of
     slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
-    the last axis; None, MinAtar's single frames (S = 1).
+    the last axis; None, MinAtar's single frames (S = 1). With `streams` (`Segments`), each
+    stream is such a ring in its own segment, "mod capacity" being within the segment, with its
+    own previous next_state: each environment's frames are stored once, as with one.
     """
 
-    def __init__(self, capacity: int, stack_axis: int | None = -1) -> None:
+    def __init__(self, capacity: int, stack_axis: int | None = -1, streams: int = 1) -> None:
         self.capacity = check_integer("capacity", capacity, 2)
         if stack_axis is not None and stack_axis != -1:
             raise ValueError(f"stack_axis must be -1 (the last axis) or None, got {stack_axis!r}")
         self.stack_axis = None if stack_axis is None else -1
+        self.segments = Segments(self.capacity, streams, 2)  # the shape's minimum: first add
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
-        self.written = 0
         self.actions = np.zeros(self.capacity, dtype=np.int64)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.dones = np.zeros(self.capacity, dtype=bool)
@@ -242,9 +428,10 @@ class FrameStackStorage:
         self.frames: np.ndarray | None = None  # (capacity, *frame_shape) uint8
         self.state_shape: tuple[int, ...] | None = None
         self.stack_size = 0  # frames per stacked state
-        self._next_slot = 0  # the slot the next frame is written to
-        self._pending_slot = -1  # slot of the last next_state's newest frame (-1: none)
-        self._pending_stack: np.ndarray | None = None  # copy of that next_state, to compare
+        # Per stream: the slot of its last next_state's newest frame (-1: none) and a copy of
+        # that next_state, to compare (allocated with the frames).
+        self._pending_slots = np.full(self.streams, -1, dtype=np.int64)
+        self._pending_stacks: np.ndarray | None = None  # (streams, *state_shape) uint8
         self._count = 0  # slots that hold a transition, kept so len() is O(1)
 
     def __len__(self) -> int:
@@ -264,33 +451,39 @@ class FrameStackStorage:
         """A stack's frames plus its next state's newest frame; two slots without `stack_axis`."""
         return 2 if stack_axis is None else state_shape[-1] + 1
 
-    def add(self, experience: tuple) -> tuple[int, np.ndarray]:
-        """Store one transition of uint8 states, next_state being state shifted by one frame:
-        its slot and the slots that stopped holding one. ValueError, nothing stored, if bad."""
+    def add(self, experience: tuple, stream: int = 0) -> tuple[int, np.ndarray]:
+        """Store one transition of uint8 states in `stream`, next_state being state shifted by
+        one frame: its slot and the slots that stopped holding one. ValueError, nothing stored,
+        if bad."""
         state, action, reward, next_state, done = experience
+        stream = self.segments.check(stream)
         state, next_state = np.asarray(state), np.asarray(next_state)
         self._check_frames(state, next_state)
         newest = self._frames(next_state)[-1]
-        if self._pending_stack is not None and np.array_equal(self._pending_stack, state):
-            slot = self._pending_slot  # same episode: the state's frames are in the ring
-            freed = self._write([newest])
+        if (self._pending_slots[stream] >= 0
+                and np.array_equal(self._pending_stacks[stream], state)):
+            slot = int(self._pending_slots[stream])  # same episode: its frames are in the ring
+            freed = self._write([newest], stream)
         else:
-            slot = (self._next_slot + self.stack_size - 1) % self.capacity
-            freed = self._write([*self._frames(state), newest])
+            slot = int(self.segments.shift(self.segments.next[stream], self.stack_size - 1,
+                                           stream))
+            freed = self._write([*self._frames(state), newest], stream)
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.dones[slot] = done
         self.holds_transition[slot] = True
         self._count += 1
-        self._pending_slot = (slot + 1) % self.capacity
-        self._pending_stack = next_state.copy()
+        self._pending_slots[stream] = self.segments.shift(slot, 1, stream)
+        self._pending_stacks[stream] = next_state
         return slot, freed[freed != slot]
 
-    def add_block(self, columns: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """`add` each transition (each shares the frames of the one before), yielding ([its slot],
-        the slots it freed); one `add` refuses raises after those before it. O(k * frame size)."""
+    def add_block(self, columns: Sequence[np.ndarray], stream: int = 0
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """`add` each transition to `stream` (each shares the frames of the one before),
+        yielding ([its slot], the slots it freed); one `add` refuses raises after those before
+        it. O(k * frame size)."""
         for experience in zip(*columns, strict=True):
-            slot, freed = self.add(experience)
+            slot, freed = self.add(experience, stream)
             yield np.array([slot]), freed
 
     def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
@@ -299,7 +492,7 @@ class FrameStackStorage:
         slots = self._checked_slots(slots)
         ends = slots if last_slots is None else self._checked_slots(last_slots)
         return (self._stacks(slots), self.actions[slots], self.rewards[slots],
-                self._stacks((ends + 1) % self.capacity), self.dones[slots])
+                self._stacks(self.successor(ends)), self.dones[slots])
 
     def holds(self, slots: np.ndarray) -> np.ndarray:
         return self.holds_transition[slots]
@@ -311,8 +504,9 @@ class FrameStackStorage:
         return self.rewards[slots], self.dones[slots]
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
-        """As `TransitionStorage.next_in_episode`: whether slot+1 holds a transition. O(n)."""
-        return self.holds_transition[(slots + 1) % self.capacity]
+        """As `TransitionStorage.next_in_episode`: whether the slot after each in its stream
+        holds a transition. O(n)."""
+        return self.holds_transition[self.successor(slots)]
 
     def _checked_slots(self, slots: np.ndarray) -> np.ndarray:
         """`slots`, or ValueError naming those outside the ring or holding no transition (their
@@ -325,21 +519,26 @@ class FrameStackStorage:
         return slots
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """This storage as plain arrays (the written slots' frames only)."""
-        frames = self.frames[: self.written] if self.frames is not None else np.zeros(0, np.uint8)
+        """This storage as plain arrays (the written slots' frames only, stream after stream)."""
+        frames = (self.segments.written_rows(self.frames) if self.frames is not None
+                  else np.zeros(0, np.uint8))
         return {"capacity": np.array(self.capacity),
                 "stack_axis": np.array([] if self.stack_axis is None else [-1], np.int64),
                 "state_shape": np.array(self.state_shape or (), np.int64),
-                "written": np.array(self.written), "next_slot": np.array(self._next_slot),
-                "frames": frames, "pending_slot": np.array(self._pending_slot),
+                **self.segments.state_dict("written", "next_slot"),
+                "frames": frames, "pending_slot": stream_values(self._pending_slots),
                 **{name: getattr(self, name).copy() for name in SLOT_ARRAYS}}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what `state_dict` returned; the capacity must match this storage's."""
-        require(arrays, ("capacity", "stack_axis", "state_shape", "next_slot", "pending_slot",
-                         "written", "frames", *SLOT_ARRAYS), "frame stack storage")
+        """Restore what `state_dict` returned; the capacity and the streams must match this
+        storage's."""
+        require(arrays, ("capacity", "stack_axis", "state_shape", "streams", "next_slot",
+                         "pending_slot", "written", "frames", *SLOT_ARRAYS),
+                "frame stack storage")
         check_saved_value(arrays, "capacity", self.capacity)
-        written = int(arrays["written"])
+        check_saved_streams(arrays, self.streams)
+        written = int(saved_stream_values(arrays, "written", self.streams).sum())
+        pending_slots = saved_stream_values(arrays, "pending_slot", self.streams)
         shape = tuple(int(n) for n in arrays["state_shape"])
         frames = np.asarray(arrays["frames"])
         if not 0 <= written <= self.capacity or (shape and frames.shape[0] != written):
@@ -347,16 +546,15 @@ class FrameStackStorage:
         saved_axis = np.asarray(arrays["stack_axis"]).reshape(-1).tolist()  # [] for None
         if saved_axis not in ([], [-1]):
             raise ValueError(f"saved stack_axis {saved_axis} is neither [-1] nor [] (none)")
+        self.segments.load_state_dict(arrays, "written", "next_slot")
         self.stack_axis = -1 if saved_axis else None
-        self.frames, self.state_shape, self._pending_stack = None, None, None
+        self.frames, self.state_shape, self._pending_stacks = None, None, None
         if shape:
             self._allocate(shape)
-            self.frames[:written] = frames
-        self.written = written
-        self._next_slot = int(arrays["next_slot"])
-        self._pending_slot = int(arrays["pending_slot"])
-        if self._pending_slot >= 0:
-            self._pending_stack = self._stacks(np.array([self._pending_slot]))[0]
+            self.frames[self.written_slots()] = frames
+            pending = pending_slots >= 0
+            self._pending_stacks[pending] = self._stacks(pending_slots[pending])
+        self._pending_slots = pending_slots
         for name in SLOT_ARRAYS:
             getattr(self, name)[:] = arrays[name]
         self._count = int(self.holds_transition.sum())
@@ -371,9 +569,13 @@ class FrameStackStorage:
             if value.shape != shape:
                 raise ValueError(f"{name} shape {value.shape} != expected {shape}")
         first = self.state_shape is None  # the first transition sets the shape: check capacity
-        if first and self.capacity < self.min_capacity(shape, self.stack_axis):
-            raise ValueError(f"capacity {self.capacity} cannot hold one stack of {shape[-1]} "
-                             "frames plus its next frame")
+        stream_slots = self.capacity // self.streams  # the smallest stream's
+        if first and stream_slots < self.min_capacity(shape, self.stack_axis):
+            room = (f"capacity {self.capacity}" if self.streams == 1 else
+                    f"capacity {self.capacity} over {self.streams} streams ({stream_slots} "
+                    "slots each)")
+            raise ValueError(f"{room} cannot hold one stack of {shape[-1]} frames plus its "
+                             "next frame")
         # Contiguous copies first (np.array): compared in one pass, not through strided views.
         if not np.array_equal(np.array(self._frames(state)[1:]),
                               np.array(self._frames(next_state)[:-1])):
@@ -383,10 +585,12 @@ class FrameStackStorage:
             self._allocate(shape)
 
     def _allocate(self, state_shape: tuple[int, ...]) -> None:
-        """Allocate the frame ring (np.zeros: untouched pages take no memory)."""
+        """Allocate the frame ring (np.zeros: untouched pages take no memory) and the streams'
+        last next states."""
         self.state_shape = tuple(state_shape)
         frame_shape = state_shape if self.stack_axis is None else state_shape[:-1]
         self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self._pending_stacks = np.zeros((self.streams, *state_shape), dtype=np.uint8)
         self.stack_size = 1 if self.stack_axis is None else state_shape[-1]
 
     def _frames(self, stacks: np.ndarray) -> list[np.ndarray]:
@@ -400,23 +604,24 @@ class FrameStackStorage:
         if self.stack_axis is None:
             return self.frames[slots]
         stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
+        streams = self.segments.stream_of(slots)
         # One gather per frame position, each written straight into its place: no transpose after.
         for position, frames in enumerate(self._frames(stacks)):
-            frames[...] = self.frames[(slots + position - self.stack_size + 1) % self.capacity]
+            frames[...] = self.frames[self.segments.shift(slots, position - self.stack_size + 1,
+                                                          streams)]
         return stacks
 
-    def _write(self, frames: list[np.ndarray]) -> np.ndarray:
-        """Write `frames` to the next slots; return the slots whose transitions this broke."""
-        start = self._next_slot
-        span = min(len(frames) + self.stack_size - 1, self.capacity)
-        readers = (start + np.arange(span)) % self.capacity
+    def _write(self, frames: list[np.ndarray], stream: int) -> np.ndarray:
+        """Write `frames` to the next slots of `stream`; return the slots whose transitions this
+        broke."""
+        span = min(len(frames) + self.stack_size - 1, int(self.segments.sizes[stream]))
+        readers = self.segments.ahead(stream, span)
         broken = readers[self.holds_transition[readers]]
         self.holds_transition[broken] = False
         self._count -= broken.size
-        for offset, frame in enumerate(frames):
-            self.frames[(start + offset) % self.capacity] = frame
-        self._next_slot = (start + len(frames)) % self.capacity
-        self.written = min(self.written + len(frames), self.capacity)
+        for slot, frame in zip(readers.tolist(), frames, strict=False):
+            self.frames[slot] = frame
+        self.segments.advance(stream, len(frames))
         return broken.astype(np.int64)
 
 
@@ -424,20 +629,23 @@ class FrameStackStorage:
 class StorageSpec:
     """A storage class and the keyword options it is made with, before any storage exists (a
     game family's). It answers a storage's size without allocating one, so that
-    `ReplayMemory.check_fits` can refuse a memory first; `spec(capacity)` makes the storage."""
+    `ReplayMemory.check_fits` can refuse a memory first; `spec(capacity, streams)` makes the
+    storage."""
 
     storage_class: type[ReplayStorage] = TransitionStorage
     # The constructor's keyword options beside capacity: FrameStackStorage's stack_axis.
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __call__(self, capacity: int) -> ReplayStorage:
-        """A new empty storage of `capacity` slots."""
-        return self.storage_class(capacity, **self.options)
+    def __call__(self, capacity: int, streams: int = 1) -> ReplayStorage:
+        """A new empty storage of `capacity` slots in `streams` rings (one per environment)."""
+        return self.storage_class(capacity, streams=streams, **self.options)
 
     def bytes_per_slot(self, state_shape: tuple[int, ...], state_dtype: Any) -> int:
         """Bytes per slot of a full storage of these states."""
         return self.storage_class.bytes_per_slot(state_shape, state_dtype, **self.options)
 
-    def min_capacity(self, state_shape: tuple[int, ...]) -> int:
-        """The fewest slots that can hold a transition of these states."""
-        return self.storage_class.min_capacity(state_shape, **self.options)
+    def min_capacity(self, state_shape: tuple[int, ...], streams: int = 1) -> int:
+        """The fewest slots that can hold a transition of these states in each of `streams`
+        streams (stream i gets capacity * (i + 1) // streams - capacity * i // streams slots,
+        at least capacity // streams)."""
+        return streams * self.storage_class.min_capacity(state_shape, **self.options)

@@ -9,14 +9,20 @@ import numpy as np
 
 from d3qn_utils.checks import check_transition
 from d3qn_utils.replay_memory import ReplayMemory
-from d3qn_utils.replay_storage import FrameStackStorage, SlotStorage
+from d3qn_utils.replay_storage import (
+    FrameStackStorage,
+    SlotStorage,
+    saved_stream_values,
+    stream_values,
+)
 from PER import UniformMemory
 
 
 class ReservoirMemory(UniformMemory):
-    """Uniform replay over a reservoir (Vitter's Algorithm R): once full, the i-th transition
-    replaces a uniformly drawn slot with probability capacity / i, so the memory holds a uniform
-    sample of every transition given to it instead of the newest ones."""
+    """Uniform replay over a reservoir (Vitter's Algorithm R) per stream: once a stream's
+    segment of slots is full, its i-th transition replaces a uniformly drawn slot of the segment
+    with probability size / i, so the memory holds a uniform sample of every transition given
+    to each stream instead of the newest ones."""
 
     kind = "reservoir"
     RUN_SUFFIX = "_reservoir"
@@ -26,29 +32,32 @@ class ReservoirMemory(UniformMemory):
         super().__init__(capacity, storage, **options)
         if not isinstance(self.storage, SlotStorage):
             raise ValueError("a reservoir writes the slots it draws: it needs a SlotStorage")
-        self.seen = 0
+        self.seen = np.zeros(self.streams, dtype=np.int64)  # transitions given to each stream
 
-    def store(self, experience: tuple) -> int | None:
+    def store(self, experience: tuple, stream: int = 0) -> int | None:
         """The transition's slot, or None when the draw drops it (`ReplayMemory.store`); a
-        transition `check_transition` refuses changes nothing, not even the odds."""
+        transition `check_transition` refuses, or a stream the memory lacks, changes nothing,
+        not even the odds."""
         experience = check_transition(experience)
-        self.seen += 1
-        if self.seen <= self.capacity:
-            return super().store(experience)
-        slot = int(self.rng.integers(self.seen))
-        if slot >= self.capacity:
+        segment = self.storage.segment(stream)
+        self.seen[stream] += 1
+        if self.seen[stream] <= len(segment):
+            return super().store(experience, stream)
+        slot = int(self.rng.integers(self.seen[stream]))
+        if slot >= len(segment):
             return None
-        self.storage.put(slot, experience)
-        return slot
+        self.storage.put(segment[slot], experience)
+        return segment[slot]
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The memory's state and how many transitions it was given (the draws' odds)."""
-        return {**super().state_dict(), "seen": np.array(self.seen)}
+        """The memory's state and how many transitions each stream was given (the draws' odds)."""
+        return {**super().state_dict(), "seen": stream_values(self.seen)}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         self.check_state(arrays, ("seen",))
+        seen = saved_stream_values(arrays, "seen", self.streams)
         super().load_state_dict(arrays)
-        self.seen = int(arrays["seen"])
+        self.seen = seen
 
 
 def registered_memories() -> dict[str, type[ReplayMemory]]:

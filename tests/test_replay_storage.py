@@ -257,8 +257,8 @@ def test_load_state_dict_refuses_another_capacity_and_names_missing_arrays():
 class RecordingStorage(FrameStackStorage):
     """FrameStackStorage that remembers what its last add returned, for the test's bookkeeping."""
 
-    def add(self, experience):
-        self.last_add = super().add(experience)
+    def add(self, experience, stream=0):
+        self.last_add = super().add(experience, stream)
         return self.last_add
 
 

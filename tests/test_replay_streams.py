@@ -1,0 +1,323 @@
+"""Replay memories with streams, one per environment (N_ENVS): every variant (the tests'
+reservoir among them), in both storages, keeps each stream's transitions in its own segment of
+slots, exactly as separate one-stream memories would (n-step returns, discounts, dones, frame
+stacks, next states), stores each stream's frames once, draws by P(i) over all streams at once,
+saves and loads its streams, and refuses a stream, a number of streams or a capacity that does not
+fit. With one stream a memory is the one it was before streams, slot for slot (checked against
+the step-400 checkpoint of tests/test_checkpoint_format.py, written before streams; the frame
+ring's one-stream layout is tested in test_replay_storage.py)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from conftest import DATA
+from memory_helpers import (
+    ReservoirMemory,
+    array_bytes,
+    holds_frames,
+    registered_memories,
+    save_and_load,
+    snapshot,
+    states_equal,
+)
+
+from d3qn_utils.atomic_files import read_arrays
+from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
+from PER import Memory
+
+MEMORIES = registered_memories()  # every replay variant, by name
+STORAGES = {  # name: (the storage, whether its states are uint8 frames)
+    "vectors": (StorageSpec(), False),
+    "frame stacks": (StorageSpec(FrameStackStorage), True),  # Atari's: stacks on the last axis
+    "single frames": (StorageSpec(FrameStackStorage, {"stack_axis": None}), True),  # MinAtar's
+}
+CASES = [pytest.param(kind, name, id=f"{kind}-{name}") for kind in MEMORIES
+         for name, (_, frames) in STORAGES.items() if not frames or holds_frames(MEMORIES[kind])]
+STREAMS = 3
+CAPACITY = 38  # segments of 12, 13 and 13 slots
+N_STEP, GAMMA = 3, 0.9
+STACK = 4  # frames per stacked observation
+
+
+def observation(step: int, frames: bool) -> np.ndarray:
+    """The observation `step` steps into an episode, the same in every stream and episode, so
+    that only the streams tell two environments' transitions apart: a float32 vector, or a
+    stack of STACK 2x2 uint8 frames padded with the first at the start (FrameStackObservation's
+    "reset" padding), the stack of step + 1 being this one shifted by a frame."""
+    if not frames:
+        return np.array([step, 0.5 * step], dtype=np.float32)
+    newest = np.arange(step - STACK + 1, step + 1).clip(0) + 1
+    return np.ones((2, 2, 1), np.uint8) * newest.astype(np.uint8)
+
+
+class Environment:
+    """Environment `index`'s transitions, one a `step`: episodes of 1..6 steps (drawn with seed
+    `index`), each ending terminated or truncated, rewards naming the environment and step."""
+
+    def __init__(self, index: int, frames: bool) -> None:
+        self.index, self.frames = index, frames
+        self.rng = np.random.default_rng(index)
+        self.new_episode()
+
+    def new_episode(self) -> None:
+        self.t, self.length = 0, int(self.rng.integers(1, 7))
+        self.terminates = bool(self.rng.integers(2))
+
+    def step(self) -> tuple[tuple, bool]:
+        """The next transition, and whether its episode ended with it."""
+        t = self.t
+        ended = t + 1 == self.length
+        transition = (observation(t, self.frames), int(self.rng.integers(3)),
+                      float(10 * self.index + t), observation(t + 1, self.frames),
+                      ended and self.terminates)
+        if ended:
+            self.new_episode()
+        else:
+            self.t += 1
+        return transition, ended
+
+
+def vector_steps(steps: int, frames: bool) -> Iterator[tuple[int, int, tuple, bool]]:
+    """(step, environment, transition, ended) as STREAMS environments stepped together give
+    them, in a shuffled order each step (seed 0): environment 0 steps every step, 1 two steps in
+    three, 2 one in three, so that each fills its segment at its own pace."""
+    environments = [Environment(index, frames) for index in range(STREAMS)]
+    order = np.random.default_rng(0)
+    for step in range(steps):
+        for index in order.permutation(STREAMS).tolist():
+            if step % 3 < 3 - index:
+                yield step, index, *environments[index].step()
+
+
+def memory_of(kind: str, storage_name: str, capacity: int, streams: int = 1, rng: int = 0,
+              **options) -> object:
+    """A memory of variant `kind` in a storage `storage_name` of `capacity` slots, `streams`
+    streams, n-step batches."""
+    storage, _ = STORAGES[storage_name]
+    return MEMORIES[kind](capacity, storage=storage(capacity, streams), rng=rng, n_step=N_STEP,
+                          gamma=GAMMA, **options)
+
+
+def filled(kind: str, storage_name: str, steps: int = 60) -> object:
+    """A memory of STREAMS streams given `steps` steps of `vector_steps`."""
+    memory = memory_of(kind, storage_name, CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(steps, STORAGES[storage_name][1]):
+        memory.store(transition, index)
+    return memory
+
+
+@pytest.mark.parametrize(("kind", "storage_name"), CASES)
+def test_n_streams_keep_exactly_what_n_separate_one_stream_memories_keep(kind, storage_name):
+    combined = memory_of(kind, storage_name, CAPACITY, STREAMS)
+    assert combined.streams == STREAMS
+    segments = [combined.storage.segment(index) for index in range(STREAMS)]
+    assert [len(segment) for segment in segments] == [12, 13, 13]
+    separate = [memory_of(kind, storage_name, len(segment)) for segment in segments]
+    # A reservoir, once a stream's segment is full, draws slots with its one rng, where separate
+    # memories would each draw with their own: it is given what its segments hold.
+    steps = 59 if MEMORIES[kind].WRITES_RING else 12
+    ends_at = Counter()
+    stored = Counter()
+    for step, index, transition, ended in vector_steps(steps, STORAGES[storage_name][1]):
+        slot = combined.store(transition, index)
+        assert slot == segments[index].start + separate[index].store(transition)
+        ends_at[step] += ended
+        stored[index] += 1
+    assert max(ends_at.values()) >= 2  # episodes of two environments end at one step
+    if steps == 59:
+        assert stored[0] > 4 * len(segments[0]) and stored[2] > len(segments[2])  # they wrap
+        # and a chain runs on from a segment's last slot to its first
+        last = np.array([segment.stop - 1 for segment in segments])
+        assert combined.storage.next_in_episode(last[combined.storage.holds(last)]).any()
+    assert len(combined) == sum(len(memory) for memory in separate)
+    assert combined.storage.written == sum(memory.storage.written for memory in separate)
+    held = combined.storage.held_slots()
+    for segment, memory in zip(segments, separate, strict=True):
+        theirs = memory.storage.held_slots()
+        np.testing.assert_array_equal(held[(held >= segment.start) & (held < segment.stop)],
+                                      segment.start + theirs)
+        # states, actions, n-step returns, next states, dones, discounts
+        for got, expected in zip(combined.n_step_batch(segment.start + theirs),
+                                 memory.n_step_batch(theirs), strict=True):
+            np.testing.assert_array_equal(got, expected)
+    # Chains of more than one step were followed (a memory that cut every one would pass too).
+    assert (combined.n_step_batch(held)[5] < GAMMA**1.5).any()
+
+
+@pytest.mark.parametrize(("kind", "storage_name"), CASES)
+def test_sampling_follows_p_i_over_all_streams_at_once(kind, storage_name):
+    memory = memory_of(kind, storage_name, 24, STREAMS, rng=42)  # 8 slots a stream
+    frames = STORAGES[storage_name][1]
+    for index, count in enumerate([2, 3, 1]):
+        environment = Environment(index, frames)
+        environment.length = 9  # one episode
+        for _ in range(count):
+            memory.store(environment.step()[0], index)
+    errors_by_order = np.array([0.0, 0.05, 0.1, 0.2, 0.4, 0.8])
+    slots = memory.storage.held_slots()
+    assert [memory.storage.segments.stream_of(slot) for slot in slots.tolist()] == [
+        0, 0, 1, 1, 1, 2]
+    errors = np.zeros(24)
+    errors[slots] = errors_by_order
+    indices, _, _ = memory.sample(512)
+    memory.batch_update(indices, errors[memory.slots_of(indices)])
+    held, probabilities = memory.sampling_probabilities()
+    np.testing.assert_array_equal(np.sort(held), slots)
+    np.testing.assert_allclose(probabilities.sum(), 1.0)
+    p_of = np.zeros(24)
+    p_of[held] = probabilities
+    if MEMORIES[kind].PRIORITIZED:  # the errors order the slots across the streams
+        assert (np.diff(p_of[slots]) > 0).all()
+    counts = np.zeros(24)
+    for _ in range(1000):
+        indices, _, is_weights = memory.sample(64)
+        drawn = memory.slots_of(indices)
+        counts += np.bincount(drawn, minlength=24)
+        # w_i / max_j w_j = (N P(i))^-beta / (N P_min)^-beta, P_min over every stream.
+        np.testing.assert_allclose(is_weights, (p_of[drawn] / probabilities.min()) ** -memory.beta,
+                                   rtol=1e-5)
+    # 64,000 draws: each frequency's standard error is below 0.002.
+    np.testing.assert_allclose(counts / counts.sum(), p_of, atol=0.01)
+
+
+def test_eight_streams_store_each_frame_once_as_one_does():
+    # Many short episodes (1..6 steps, each adding a stack's frames before its first) in 8
+    # streams of one storage take as many bytes per transition as in one stream, within 5%
+    # (measured: 2%, from the few slots at each ring's write pointer that hold no whole
+    # transition, and the episodes' lengths; 1,000-slot segments keep that small).
+    bytes_per_transition = {}
+    for streams in (1, 8):
+        storage = FrameStackStorage(8 * 1000, streams=streams)
+        environments = [Environment(index, frames=True) for index in range(streams)]
+        for _ in range(8 * 2000 // streams):  # every segment wraps
+            for index, environment in enumerate(environments):
+                storage.add(environment.step()[0], index)
+        bytes_per_transition[streams] = array_bytes(storage) / len(storage)
+    assert bytes_per_transition[8] <= 1.05 * bytes_per_transition[1]
+    # Neither wrote each transition as a new stack (STACK + 1 slots): frames are shared.
+    assert bytes_per_transition[8] < 0.7 * (STACK + 1) * array_bytes(storage) / storage.capacity
+
+
+def test_one_stream_is_the_memory_written_before_streams_slot_for_slot():
+    saved = read_arrays(DATA / "checkpoint_format_2" / "step-0000000400" / "memory.npz")
+    assert "storage.streams" not in saved and saved["kind"] == "proportional"
+    columns = [saved[f"storage.{field}"] for field in ("state", "action", "reward",
+                                                       "next_state", "done")]
+    memory = Memory(500)
+    slots = [memory.store(transition) for transition in zip(*columns, strict=True)]
+    assert slots == list(range(400))
+    state = memory.state_dict()
+    assert state.keys() == {*saved, "storage.streams"} and state["storage.streams"] == 1
+    for key in saved:
+        if key.startswith("storage."):
+            np.testing.assert_array_equal(state[key], saved[key], err_msg=key)
+            assert state[key].shape == saved[key].shape, key
+    # Its state loads as one stream's, and gives back what it holds.
+    memory.load_state_dict(saved)
+    assert states_equal(memory.state_dict(), {**saved, "storage.streams": np.array(1)})
+    # A smaller ring wraps as before: transition i in slot i % capacity.
+    ring = Memory(150)
+    assert [ring.store(transition) for transition in zip(*columns, strict=True)] == [
+        i % 150 for i in range(400)]
+
+
+@pytest.mark.parametrize(("kind", "storage_name"), CASES)
+def test_a_memory_with_streams_resumes_from_its_state_and_refuses_other_streams(kind,
+                                                                                 storage_name):
+    memory = filled(kind, storage_name)
+    arrays = save_and_load(snapshot(memory))
+    assert arrays["storage.streams"] == STREAMS
+    assert arrays["storage.written"].shape == (STREAMS,)  # a pointer per stream
+    resumed = memory_of(kind, storage_name, CAPACITY, STREAMS, rng=1)
+    resumed.load_state_dict(arrays)
+    assert states_equal(snapshot(resumed), snapshot(memory))
+    frames = STORAGES[storage_name][1]
+    environments = [Environment(index + 10, frames) for index in range(STREAMS)]
+    for step in range(20):  # each stream's next transition follows its own previous one
+        index = step % STREAMS
+        transition = environments[index].step()[0]
+        assert resumed.store(transition, index) == memory.store(transition, index)
+    assert states_equal(snapshot(resumed), snapshot(memory))
+    np.testing.assert_array_equal(resumed.sample(16)[0], memory.sample(16)[0])
+
+    one_stream = memory_of(kind, storage_name, CAPACITY)
+    before = snapshot(one_stream)
+    with pytest.raises(ValueError, match=f"made for N_ENVS {STREAMS} .*this one for 1$"):
+        one_stream.load_state_dict(arrays)
+    assert states_equal(snapshot(one_stream), before)
+    with pytest.raises(ValueError, match=f"made for N_ENVS 1 .*this one for {STREAMS}$"):
+        resumed.load_state_dict(before)
+    # A one-stream state saved before streams (no "storage.streams") loads as one stream's.
+    older = {key: value for key, value in before.items() if key != "storage.streams"}
+    memory_of(kind, storage_name, CAPACITY, rng=1).load_state_dict(older)
+    with pytest.raises(ValueError, match=f"made for N_ENVS 1 .*this one for {STREAMS}$"):
+        resumed.load_state_dict(older)
+
+
+@pytest.mark.parametrize(("kind", "storage_name"), CASES)
+@pytest.mark.parametrize("stream", [3, -1, 1.0, True])
+def test_a_stream_the_memory_lacks_is_refused_and_nothing_is_stored(kind, storage_name, stream):
+    memory = filled(kind, storage_name, steps=5)
+    before = snapshot(memory)
+    transition = Environment(0, STORAGES[storage_name][1]).step()[0]
+    with pytest.raises(ValueError, match=re.escape(
+            f"stream must be an integer in 0..2 (one per environment), got {stream!r}")):
+        memory.store(transition, stream)
+    assert states_equal(snapshot(memory), before)
+
+
+@pytest.mark.parametrize("storage", [TransitionStorage, FrameStackStorage])
+def test_streams_must_be_one_or_more_and_each_must_get_its_slots(storage):
+    for streams in (0, -2, 1.5):
+        with pytest.raises(ValueError, match=f"streams must be an integer >= 1, got {streams}"):
+            storage(8, streams=streams)
+    fewest = 1 if storage is TransitionStorage else 2
+    with pytest.raises(ValueError, match=re.escape(
+            f"capacity {4 * fewest - 1} cannot hold 4 streams of at least {fewest} slots each "
+            f"(it gives each {fewest - 1})")):
+        storage(4 * fewest - 1, streams=4)
+    assert [len(storage(4 * fewest, streams=4).segment(i)) for i in range(4)] == [fewest] * 4
+
+
+def test_a_memory_too_small_for_its_streams_is_refused_naming_memory_size_and_n_envs():
+    atari = StorageSpec(FrameStackStorage)
+    assert atari.min_capacity((84, 84, 4), streams=4) == 20  # 4 x (a stack + a next frame)
+    with pytest.raises(ValueError, match=re.escape(
+            "MEMORY_SIZE (--memory-size) must be at least 20 for (84, 84, 4) states in a "
+            "FrameStackStorage with N_ENVS (--n-envs) 4 (each environment's stream needs 5 of "
+            "them), got 19")):
+        Memory.check_fits(19, atari, (84, 84, 4), np.uint8, streams=4)
+    Memory.check_fits(20, atari, (84, 84, 4), np.uint8, streams=4)
+    # The memory of 20 slots holds a transition of each environment, sampled back.
+    memory = Memory(20, storage=atari(20, streams=4), rng=0)
+    for index in range(4):
+        memory.store((np.zeros((84, 84, 4), np.uint8), index, 1.0,
+                      np.zeros((84, 84, 4), np.uint8), False), index)
+    assert len(memory) == 4
+    assert set(memory.sample(64)[1][1].tolist()) == {0, 1, 2, 3}  # the actions: each stream's
+    # A frame ring whose streams cannot hold a stack learns it from the first one's shape.
+    storage = FrameStackStorage(16, streams=4)
+    with pytest.raises(ValueError, match=re.escape(
+            "capacity 16 over 4 streams (4 slots each) cannot hold one stack of 4 frames plus "
+            "its next frame")):
+        storage.add(Environment(0, frames=True).step()[0], 2)
+    assert storage.written == 0 and storage.state_shape is None
+
+
+def test_a_reservoir_keeps_a_uniform_sample_of_each_stream_in_its_segment():
+    memory = ReservoirMemory(30, storage=TransitionStorage(30, streams=3), rng=0)
+    for i in range(600):
+        index = i % 3
+        state = np.full(2, index, np.float32)  # the stream, in the state
+        slot = memory.store((state, i // 3, 0.0, state, False), index)
+        assert slot is None or slot in memory.storage.segment(index)
+    np.testing.assert_array_equal(memory.seen, [200, 200, 200])
+    states, actions, *_ = memory.storage.get(np.arange(30))
+    np.testing.assert_array_equal(states[:, 0], np.repeat([0, 1, 2], 10))
+    # A ring would keep each stream's last ten, 190..199; a uniform sample of 0..199 spreads.
+    assert all(actions[10 * index:10 * index + 10].min() < 150 for index in range(3))
