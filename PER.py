@@ -5,7 +5,8 @@ Proportional prioritization, in the paper's notation: transition i has priority
 p_i = |delta_i| + epsilon (here, as in the tutorial, capped at `abs_err_upper` = 1; epsilon = 0.01
 and the cap are the tutorial's values, the paper gives neither), is drawn with probability
 P(i) = p_i^alpha / sum_k p_k^alpha, and its loss is scaled by the importance-sampling weight
-w_i = (N * P(i))^-beta / max_j w_j (j over every stored transition: the one of smallest priority),
+w_i = (N * P(i))^-beta / max_j w_j (the paper leaves open whether j runs over the batch or the
+memory; here, as in OpenAI Baselines, over every stored transition: the one of smallest priority),
 which undoes the bias of drawing it more (or less) often than uniform replay would. The sum tree
 holds the numerators p_i^alpha, so drawing by P(i) is one walk down it. Below, as in the
 tutorial's code, "priority" names such a leaf value, p_i^alpha:
@@ -177,7 +178,9 @@ def _get_leaves(tree, capacity, values):  # pragma: no cover (compiled)
 class Memory(ReplayMemory):
     """Prioritized replay memory (proportional variant), with the tutorial's names.
 
-    A new transition gets the highest priority given so far, so it is likely drawn soon after.
+    A new transition gets the highest priority ever given (OpenAI Baselines' reading of
+    Algorithm 1's p_t = max_{i<t} p_i; the tutorial's is the largest priority held when it
+    arrives), so it is likely drawn soon after.
     Sampling is stratified: [0, total) is cut into n equal segments and one value drawn in each,
     so a batch spreads over the whole distribution P(i). beta grows by `beta_increment` per
     `sample`, up to 1. rank_based.py has the paper's other variant, p_i = 1 / rank(i).

@@ -182,7 +182,7 @@ def stamp(command: str | None = None, code: tuple[str, bool] | None = None) -> d
     head, uncommitted = commit() if code is None else code
     return {"command": command or command_line(), "commit": head,
             "uncommitted_changes": uncommitted,
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "backend": backend(), "versions": versions(),
             **load_record()}
 
@@ -191,7 +191,7 @@ def add_results_argument(parser: argparse.ArgumentParser, script: str) -> None:
     """`--results PATH`, by default benchmarks/results/<script>/<UTC date and time>.json: a new
     file per measurement, so one made on another machine is never overwritten."""
     name = Path(script).stem
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     parser.add_argument("--results", type=Path, default=RESULTS / name / f"{now}.json",
                         help="where the measurements and their stamp go (default: "
                              f"benchmarks/results/{name}/<UTC date and time>.json)")

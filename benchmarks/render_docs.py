@@ -199,7 +199,8 @@ def default_run(results: Path) -> str:
     solved = (f"at step {found['solved_at_step']:,}" if found["solved_at_step"] is not None
               else "not solved")
     rows = [("command", f"`{run['command']}`"),
-            ("time", f"{timed(found['seconds'], ' s')} in all, "
+            ("time", f"{timed(found['wall_seconds'], ' s')} in all with start-up, "
+                     f"{timed(found['seconds'], ' s')} of training loop, "
                      f"{timed(found['evaluation_seconds'], ' s')} of them greedy evaluations; "
                      f"{timed(found['training_steps_per_second'])} training steps per second"),
             ("solved (a greedy evaluation with a mean of at least 475 over 20 episodes)", solved),

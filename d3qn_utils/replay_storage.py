@@ -24,6 +24,8 @@ import numpy as np
 from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
+# TransitionStorage's columns of one number each, whatever type the environment gives them in.
+SCALAR_DTYPES = {"action": np.int64, "reward": np.float64, "done": np.bool_}
 SLOT_ARRAYS = ("actions", "rewards", "dones", "holds_transition")  # FrameStackStorage's per slot
 
 
@@ -322,10 +324,13 @@ class TransitionStorage(StreamRings):
         return slots
 
     def _check_shapes(self, fields: list[tuple[tuple[int, ...], np.dtype]]) -> None:
-        """Allocate the arrays on the first write; ValueError naming a field of another shape."""
+        """Allocate the arrays on the first write, the states typed as the first one's, the
+        action, reward and done as `SCALAR_DTYPES` (so a first reward of 0 does not make the
+        rewards integers); ValueError naming a field of another shape."""
         if self.fields is None:
-            self.fields = tuple(np.zeros((self.capacity, *shape), dtype=dtype)
-                                for shape, dtype in fields)
+            self.fields = tuple(
+                np.zeros((self.capacity, *shape), dtype=SCALAR_DTYPES.get(name, dtype))
+                for name, (shape, dtype) in zip(FIELDS, fields, strict=True))
         for name, field, (shape, _) in zip(FIELDS, self.fields, fields, strict=True):
             if shape != field.shape[1:]:
                 raise ValueError(f"{name} has shape {shape}, but the memory holds "

@@ -24,11 +24,16 @@ real_time_gradient_steps = bfloat16_timing.time_gradient_steps
 PONG = "PongNoFrameskip-v4"
 
 
+FASTER = ([40.0, 39.0, 41.0], [60.0, 59.0, 61.0])  # rounds' ms (bfloat16, float32): ranges apart
+SLOWER = ([60.0, 59.0, 61.0], [40.0, 39.0, 41.0])
+
+
 class FakeTiming:
-    """`time_gradient_steps` giving `milliseconds` (bfloat16, float32), recording its calls."""
+    """`time_gradient_steps` giving `milliseconds` (bfloat16 rounds, float32 rounds), recording
+    its calls."""
 
     def __init__(self) -> None:
-        self.milliseconds = (40.0, 60.0)
+        self.milliseconds = FASTER
         self.calls: list[tuple] = []
 
     def __call__(self, torso, state_shape, state_dtype, actions, batch_size, xla):
@@ -59,16 +64,19 @@ def bfloat16_notes(notes: list[str]) -> list[str]:
 # --- the decision ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("milliseconds", "on"), [((40.0, 60.0), True), ((56.0, 60.0), True),
-                                                  ((58.0, 60.0), False), ((72.7, 54.1), False)],
-                         ids=["faster", "just-faster", "within-margin", "slower"])
+@pytest.mark.parametrize(("milliseconds", "on"), [
+    (FASTER, True), (([56.0, 55.5, 56.5], [60.0, 59.5, 60.5]), True),
+    (([58.0, 57.5, 58.5], [60.0, 59.5, 60.5]), False), (([40.0, 39.0, 62.0], FASTER[1]), False),
+    (([72.7, 72.0, 73.0], [54.1, 54.0, 55.0]), False)],
+    ids=["faster", "just-faster", "within-margin", "ranges-overlap", "slower"])
 def test_pong_gets_bfloat16_where_its_gradient_step_times_faster(timing, milliseconds, on):
     timing.milliseconds = milliseconds
     config, notes = resolve(env_name=PONG)
     assert config.bfloat16 is on
+    bfloat16, float32 = (bfloat16_timing.shown(rounds) for rounds in milliseconds)
     assert bfloat16_notes(notes) == [
-        f"bfloat16 {on} ({PONG} preset: bfloat16 gradient step {milliseconds[0]:.1f} ms against "
-        f"float32 {milliseconds[1]:.1f} ms on this CPU, measured at start)"]
+        f"bfloat16 {on} ({PONG} preset: bfloat16 gradient step {bfloat16} against float32 "
+        f"{float32} on this CPU (3 rounds), measured at start)"]
     # Pong's torso and states, at the batch size and XLA setting of its presets
     assert timing.calls == [(games.nature_torso, (84, 84, 4), np.dtype(np.uint8), 6, 32, False)]
 
@@ -98,7 +106,7 @@ def test_games_without_the_preset_are_not_timed(timing, env_name):
     ("command line", False, "--no-bfloat16"), ("command line", True, "--bfloat16"),
     ("top", True, "BFLOAT16 at the top of d3qn_agent.py")])
 def test_a_choice_wins_and_nothing_is_timed(timing, monkeypatch, where, bfloat16, said):
-    timing.milliseconds = (60.0, 40.0) if bfloat16 else (40.0, 60.0)  # a timing would differ
+    timing.milliseconds = SLOWER if bfloat16 else FASTER  # a timing would differ
     if where == "top":
         monkeypatch.setattr(d3qn_agent, "BFLOAT16", bfloat16)
         config, notes = resolve(env_name=PONG)
@@ -123,8 +131,9 @@ def test_the_pong_agent_takes_the_timed_choice_and_announces_it(timing, monkeypa
     agent.report.start(agent.step, agent.settings_notes)
     settings_line = capsys.readouterr().out.splitlines()[1]
     assert settings_line.startswith("settings: ")
-    assert (f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms against float32 "
-            "60.0 ms on this CPU, measured at start)") in settings_line
+    assert (f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms (39.0-41.0) against "
+            "float32 60.0 ms (59.0-61.0) on this CPU (3 rounds), measured at start)"
+            ) in settings_line
     assert "bfloat16" in {layer.compute_dtype for layer in agent.model.layers}
 
 
@@ -143,16 +152,16 @@ def test_a_timing_is_cached_and_read_back(timing, tmp_path):
     assert bfloat16_timing.cache_path() == cache
     first = resolve(env_name=PONG)
     entries = json.loads(cache.read_text())
-    assert list(entries.values()) == [{"bfloat16_ms": 40.0, "float32_ms": 60.0}]
+    assert list(entries.values()) == [{"bfloat16_ms": FASTER[0], "float32_ms": FASTER[1]}]
     key = next(iter(entries))
     assert bfloat16_timing.cpu_model() in key and PONG in key
-    timing.milliseconds = (60.0, 40.0)  # a second timing would turn it off
+    timing.milliseconds = SLOWER  # a second timing would turn it off
     config, notes = resolve(env_name=PONG)
     assert len(timing.calls) == 1
     assert config.bfloat16 == first[0].bfloat16
     assert bfloat16_notes(notes) == [
-        f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms against float32 60.0 ms "
-        f"on this CPU, cached in {cache})"]
+        f"bfloat16 True ({PONG} preset: bfloat16 gradient step 40.0 ms (39.0-41.0) against "
+        f"float32 60.0 ms (59.0-61.0) on this CPU (3 rounds), cached in {cache})"]
 
 
 def test_another_cpu_model_or_batch_size_is_timed_again(timing, tmp_path, monkeypatch):
@@ -167,10 +176,13 @@ def test_another_cpu_model_or_batch_size_is_timed_again(timing, tmp_path, monkey
 
 
 @pytest.mark.parametrize("content", [
-    "not JSON {", "", "[1, 2]", '{"%s": {"bfloat16_ms": "40", "float32_ms": 60}}',
-    '{"%s": {"bfloat16_ms": NaN, "float32_ms": 60}}',
-    '{"%s": {"bfloat16_ms": -1, "float32_ms": 60}}', '{"%s": [40, 60]}', b"\xff\xfe"],
-    ids=["not-json", "empty", "a-list", "a-string", "nan", "negative", "a-pair", "not-utf8"])
+    "not JSON {", "", "[1, 2]", '{"%s": {"bfloat16_ms": ["40"], "float32_ms": [60]}}',
+    '{"%s": {"bfloat16_ms": [NaN], "float32_ms": [60]}}',
+    '{"%s": {"bfloat16_ms": [-1], "float32_ms": [60]}}', '{"%s": [40, 60]}',
+    '{"%s": {"bfloat16_ms": [], "float32_ms": [60]}}',
+    '{"%s": {"bfloat16_ms": 40, "float32_ms": 60}}', b"\xff\xfe"],
+    ids=["not-json", "empty", "a-list", "a-string", "nan", "negative", "a-pair", "no-rounds",
+         "medians-only", "not-utf8"])
 def test_a_corrupt_cache_is_timed_again_and_rewritten(timing, tmp_path, content):
     cache = tmp_path / "timings.json"
     key = bfloat16_timing.timing_key(PONG, games.nature_torso, 32, False)
@@ -179,9 +191,10 @@ def test_a_corrupt_cache_is_timed_again_and_rewritten(timing, tmp_path, content)
     else:
         cache.write_text(content.replace("%s", key))
     found = bfloat16_timing.gradient_step_timing(PONG, 32, False, cache)
-    assert (found.bfloat16_ms, found.float32_ms, found.cache) == (40.0, 60.0, None)
+    assert (found.bfloat16_ms, found.float32_ms, found.cache) == (*map(tuple, FASTER), None)
     assert len(timing.calls) == 1
-    assert json.loads(cache.read_text())[key] == {"bfloat16_ms": 40.0, "float32_ms": 60.0}
+    assert json.loads(cache.read_text())[key] == {"bfloat16_ms": FASTER[0],
+                                                  "float32_ms": FASTER[1]}
 
 
 def test_an_unwritable_cache_is_no_error_and_is_timed_again(timing, tmp_path, monkeypatch):
@@ -221,7 +234,7 @@ def test_the_timing_runs_both_precisions_and_leaves_the_agent_s_start_alone(tmp_
     before = small_agent(tmp_path).model.get_weights()
     milliseconds = real_time_gradient_steps(games.minatar_torso, (10, 10, 4), np.uint8, 3, 4,
                                             False)
-    assert len(milliseconds) == 2
-    assert all(math.isfinite(value) and value > 0 for value in milliseconds)
+    assert [len(rounds) for rounds in milliseconds] == [1, 1]  # (bfloat16, float32), a round each
+    assert all(math.isfinite(ms) and ms > 0 for rounds in milliseconds for ms in rounds)
     after = small_agent(tmp_path).model.get_weights()  # seeded as before: the same network
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))

@@ -202,6 +202,8 @@ def test_sigterm_writes_a_checkpoint_and_exits_cleanly_then_resume_continues(tmp
         for line in process.stdout:  # wait for an episode that ended after gradient steps
             if episode_lines(line) and episode_lines(line)[0][1] > LEARNING_STARTS:
                 break
+        else:  # the run ended before such an episode: say why, not a later confusing failure
+            pytest.fail(f"the run ended first (exit {process.wait()}): {process.stderr.read()}")
         process.send_signal(signal_number)
         stdout, stderr = process.communicate(timeout=120)
     finally:

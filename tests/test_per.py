@@ -529,15 +529,16 @@ def test_batch_update_last_duplicate_wins():
     np.testing.assert_allclose(memory.tree.tree[3:], [3.5, 2.5, 1.0, 1.0])
 
 
-def test_importance_sampling_weights_match_the_paper():
-    memory = filled_memory(Memory, 5, alpha=1.0, beta=0.4, beta_increment=0.1, epsilon=0.5)
+@pytest.mark.parametrize(("alpha", "abs_err_upper"), [(1.0, 1.0), (0.6, 10.0)])
+def test_importance_sampling_weights_match_the_paper(alpha, abs_err_upper):
+    memory = filled_memory(Memory, 5, alpha=alpha, beta=0.4, beta_increment=0.1, epsilon=0.5,
+                           abs_err_upper=abs_err_upper)
     memory.batch_update(np.arange(4, 9), np.array([0.5, 1.5, 0.0, 2.0, 9.0]))
     tree_idx, _, is_weights = memory.sample(50)
     assert memory.beta == pytest.approx(0.5)
-    priorities = np.array([1.0, 2.0, 0.5, 2.5, 1.0])  # |delta| + 0.5, clipped at 1.0 upper
-    priorities = np.minimum(priorities, 1.0)
-    probabilities = priorities / priorities.sum()
-    weights = (5 * probabilities) ** -0.5
+    p = np.minimum(np.array([1.0, 2.0, 0.5, 2.5, 9.5]), abs_err_upper)  # |delta| + 0.5, capped
+    probabilities = p**alpha / (p**alpha).sum()  # P(i) = p_i^alpha / sum_k p_k^alpha
+    weights = (5 * probabilities) ** -0.5  # w_i = (N P(i))^-beta, normalised by the largest
     expected = weights[tree_idx - 4] / weights.max()
     np.testing.assert_allclose(is_weights, expected, rtol=1e-6)
     assert is_weights.max() <= 1.0

@@ -413,3 +413,17 @@ def test_a_transition_storage_replaces_a_chosen_slot_and_keeps_its_ring():
     with pytest.raises(ValueError, match=r"state has shape \(2,\)"):
         storage.put(0, (np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False))
     assert storage.get(np.array([0]))[0][0, 0] == 4  # nothing written
+
+
+def test_a_transition_storage_types_its_columns_whatever_the_first_transition_gives():
+    # An environment's first reward of 0 (an int), an int32 action and an integer done must not
+    # type the columns: a later reward of 0.5 is kept as 0.5, not cut to 0.
+    storage = TransitionStorage(3)
+    state = np.zeros(2, np.float32)
+    storage.add((state, np.int32(1), 0, state, 0))
+    storage.add((state, 2, 0.5, state, True))
+    states, actions, rewards, _, dones = storage.get(np.arange(2))
+    assert (rewards.tolist(), actions.tolist(), dones.tolist()) == ([0.0, 0.5], [1, 2],
+                                                                    [False, True])
+    assert (actions.dtype, rewards.dtype, dones.dtype, states.dtype) == (
+        np.int64, np.float64, np.bool_, np.float32)
