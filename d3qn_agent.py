@@ -25,14 +25,20 @@ import numpy as np
 from keras import ops
 
 from d3qn_utils import agent_checkpoint, recording, run_files, settings, training_session
-from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.atomic_files import save_model
-from d3qn_utils.checks import added_keys, box_observations, discrete_actions, with_added_keys
+from d3qn_utils.checks import (
+    added_keys,
+    box_observations,
+    check_batch_fits,
+    discrete_actions,
+    with_added_keys,
+)
+from d3qn_utils.environments import Environments, crossed
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
     GreedyPolicy,
-    epsilon_greedy,
+    epsilon_greedy_actions,
     keep_best,
     play_greedy,
     unclipped_score,
@@ -79,6 +85,7 @@ LEARNING_STARTS = 1_000  # environment steps collected before the first gradient
 TRAIN_FREQUENCY = 2  # environment steps per gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
 # its cost (priorities up to K - 1 steps old): docs/benchmarks.md, "Several gradient steps per call"
+N_ENVS = 1  # environments stepped together, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
@@ -211,23 +218,24 @@ class DQNAgent:
         config = self.config
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
-        env = make_env(config.env_name, config.max_episode_steps)
-        # NaN or inf from the environment stops the run, checkpointed (training_session.py).
-        self.env = training_session.FiniteSteps(env, steps_taken=lambda: self.step)
-        self.action_size = discrete_actions(config.env_name, self.env.action_space)
-        self.env.action_space.seed(config.seed)
-        self.state_shape = box_observations(config.env_name, self.env.observation_space)
-        self.state_dtype = self.env.observation_space.dtype
-        self.solved_score = self.env.spec.reward_threshold if self.env.spec else None
+        env = make_env(config.env_name, config.max_episode_steps)  # the first of N_ENVS
+        self.action_size = discrete_actions(config.env_name, env.action_space)
+        env.action_space.seed(config.seed)
+        self.state_shape = box_observations(config.env_name, env.observation_space)
+        self.state_dtype = env.observation_space.dtype
+        self.solved_score = env.spec.reward_threshold if env.spec else None
         self.rng = np.random.default_rng(config.seed)  # epsilon-greedy draws
 
         # The replay memory the flags pick from REPLAY_MEMORIES: all have the tutorial's interface.
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
         memory_class.check_fits(config.memory_size, storage, self.state_shape, self.state_dtype,
-                                TrainingReport.BYTES_PER_SLOT)  # + the priority figure's counters
+                                TrainingReport.BYTES_PER_SLOT,  # + the priority figure's counters
+                                streams=config.n_envs)  # one stream per environment
+        check_batch_fits(config.batch_size, config.memory_size, storage, self.state_shape,
+                         config.n_envs)
         replay_options = dict(
-            storage=storage(config.memory_size),
+            storage=storage(config.memory_size, streams=config.n_envs),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
             1, (config.total_steps - config.learning_starts) // config.train_frequency)
@@ -255,11 +263,15 @@ class DQNAgent:
         self.best_evaluation = -math.inf
         self.steps_to_solve: int | None = None  # first evaluation step with mean >= threshold
         self._eval_envs: list[gym.Env] = []
-        # The episode in progress. Every episode starts from a reset with its own seed and its
-        # actions are recorded, so a checkpoint taken mid-episode can replay it exactly.
-        self.state: np.ndarray | None = None
-        self.episode_score = 0.0
-        self.episode_actions: list[int] = []
+        # N_ENVS environments stepped together, each with its episode in progress. Every episode
+        # starts from a reset with its own seed and its actions are recorded, so a checkpoint
+        # taken mid-episode can replay it exactly; NaN or inf from an environment stops the run,
+        # checkpointed (environments.py, training_session.py).
+        self.envs = Environments(
+            env, config.n_envs, functools.partial(make_env, config.env_name,
+                                                  config.max_episode_steps),
+            steps_taken=lambda: self.step, seed_of=functools.partial(episode_seed, config.seed, 0))
+        self.env = self.envs.envs[0]  # the first: --test plays in it
 
         self.name = settings.run_name(config, memory_class.RUN_SUFFIX)  # the tutorial's: DDQN_...
         self.Model_name = os.path.join(config.model_dir, self.name + ".keras")
@@ -314,16 +326,19 @@ class DQNAgent:
             target.assign(tau * online + (1.0 - tau) * target if soft else online)
 
     def remember(self, state: np.ndarray, action: int, reward: float, next_state: np.ndarray,
-                 done: bool) -> None:
-        """Store one transition; `done` must mean terminated (not truncated by a time limit)."""
-        slot = self.MEMORY.store((state, action, reward, next_state, done))
+                 done: bool, stream: int = 0) -> None:
+        """Store one transition in the stream of the environment `stream` that made it; `done`
+        must mean terminated (not truncated by a time limit)."""
+        slot = self.MEMORY.store((state, action, reward, next_state, done), stream=stream)
         self.report.stored(slot)  # for the priority figure: who gets replayed, at what age
 
-    def act(self, state: np.ndarray) -> int:
-        """Epsilon-greedy: with probability eps = `epsilon_at(step)` a uniformly random action,
-        else the greedy argmax_a Q(s, a) (`GreedyPolicy`, without model.predict)."""
+    def act(self, states: list[np.ndarray]) -> list[int]:
+        """Epsilon-greedy, one action per environment's state: with probability eps =
+        `epsilon_at(step)` a uniformly random action, else the greedy argmax_a Q(s, a)
+        (`GreedyPolicy`, without model.predict: one forward pass for all the states)."""
         self.epsilon = self.epsilon_at(self.step)
-        return epsilon_greedy(self.greedy_actions, state, self.epsilon, self.rng, self.action_size)
+        return epsilon_greedy_actions(self.greedy_actions, states, self.epsilon, self.rng,
+                                      self.action_size)
 
     def epsilon_at(self, step: int) -> float:
         """Exploration rate after `step` env steps: linear from EPSILON_START to EPSILON_MIN over
@@ -392,46 +407,53 @@ class DQNAgent:
         return self.average[-1]
 
     def run(self) -> None:
-        """Train until TOTAL_STEPS environment steps, printing one line per episode. Greedy
-        evaluations every EVAL_EVERY steps pick the network saved to `Model_name`; Ctrl-C,
-        SIGTERM and NaN stop with a checkpoint to --resume from (training_session.py)."""
+        """Train until TOTAL_STEPS environment steps, the N_ENVS environments' together, printing
+        one line per episode. Greedy evaluations every EVAL_EVERY steps pick the network saved to
+        `Model_name`; Ctrl-C, SIGTERM and NaN stop with a checkpoint to --resume from
+        (training_session.py)."""
         config = self.config
         if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
-        if self.state is None:  # the first episode (a resumed run goes on with its open one)
-            self.start_episode()
+        self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
         self.report.start(self.step, self.settings_notes)
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
-            if self.step and self.step % config.eval_every == 0 and self.unevaluated():
+            if (crossed(self.step - config.n_envs, self.step, config.eval_every)
+                    and self.unevaluated()):
                 self.evaluate_and_keep_best(stop)  # resumed: redo the evaluation a stop cut short
+            replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:
-                action = self.act(self.state)
-                next_state, reward, terminated, truncated, info = self.env.step(action)
-                self.step += 1
-                self.episode_actions.append(action)
-                self.episode_score += reward
-                if terminated and config.failure_reward is not None:
-                    reward = config.failure_reward  # the tutorial's -100 for a fallen pole
-                # Only a real termination stops bootstrapping; a time-limit cut does not.
-                self.remember(self.state, action, reward, next_state, terminated)
-                self.state = next_state
-                if (self.step >= config.learning_starts and len(self.MEMORY) >= config.batch_size
-                        and self.step % (config.train_frequency
-                                         * config.gradient_steps_per_call) == 0):
-                    self.replay()  # first at env step `first_gradient_step()`
-                if not config.soft_update and self.step % config.target_update == 0:
+                states = self.envs.states  # one per environment (N_ENVS), stepped together
+                actions = self.act(states)
+                next_states, rewards, terminated, truncated, infos = self.envs.step(actions)
+                before, self.step = self.step, self.step + config.n_envs
+                for i in range(config.n_envs):  # each environment's transition to its own stream
+                    reward = rewards[i]
+                    if terminated[i] and config.failure_reward is not None:
+                        reward = config.failure_reward  # the tutorial's -100 for a fallen pole
+                    # Only a real termination stops bootstrapping; a time-limit cut does not.
+                    self.remember(states[i], actions[i], reward, next_states[i], terminated[i],
+                                  stream=i)
+                # Each schedule is due as often as the step count passed its period (`crossed`).
+                if len(self.MEMORY) >= config.batch_size:  # from LEARNING_STARTS steps on:
+                    for _ in range(crossed(max(before, config.learning_starts - 1), self.step,
+                                           replay_period)):
+                        self.replay()  # first at env step `first_gradient_step()`
+                if not config.soft_update and crossed(before, self.step, config.target_update):
                     self.update_target_model()
-                if terminated or truncated:
+                ended = [i for i in range(config.n_envs) if terminated[i] or truncated[i]]
+                for i in ended:
                     self.episode += 1
-                    score = unclipped_score(info, self.episode_score)  # Atari: not the clipped sum
+                    score = unclipped_score(infos[i], self.envs.scores[i])  # Atari: unclipped
                     self.report.episode(self.step, self.episode, score, self.epsilon,
                                         self.PlotModel(score))
+                    self.envs.end_episode(i)
+                if ended:
                     self.start_episode()
-                if self.step % config.eval_every == 0:
+                if crossed(before, self.step, config.eval_every):
                     self.evaluate_and_keep_best(stop)
-                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                if config.checkpoint_every and crossed(before, self.step, config.checkpoint_every):
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
             stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
             if not stopped and self.unevaluated():
@@ -498,30 +520,27 @@ class DQNAgent:
         return not self.evaluations or self.evaluations[-1][0] != self.step
 
     def start_episode(self) -> None:
-        """Reset the environment with this episode's own seed; clear the episode's record."""
-        self.episode_score = 0.0
-        self.episode_actions = []
-        self.state = None  # if the reset fails (NaN), the checkpoint then holds no open episode
-        self.state, _ = self.env.reset(seed=episode_seed(self.config.seed, 0, self.episode))
+        """Reset each environment whose episode ended (at first, all) with its next episode's
+        own seed, numbered in the order episodes start; clear their records."""
+        self.envs.start_episodes()
 
     # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs besides the networks' weights: the counters, scores
-        and generator, the episode in progress (its actions, to replay it), the optimizer's
+        and generator, the episodes in progress (their actions, to replay them), the optimizer's
         variables, the memory's and the report's own state."""
         progress = {
             "step": self.step, "episode": self.episode, "epsilon": self.epsilon,
             "scores": self.scores, "average": self.average, "evaluations": self.evaluations,
             "best_evaluation": self.best_evaluation, "steps_to_solve": self.steps_to_solve,
-            "rng": self.rng.bit_generator.state, "episode_actions": self.episode_actions,
-            "episode_score": self.episode_score, "state_sha256": state_digest(self.state)}
+            "rng": self.rng.bit_generator.state, **self.envs.state_dict()}
         optimizer = {str(i): var.numpy() for i, var in enumerate(self.optimizer.variables)}
         return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
                 "priority_figure": self.report.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what `state_dict` gave (ValueError for a part that does not fit), then
-        replay the episode in progress: the same seed and actions give the same observation."""
+        replay each episode in progress: the same seed and actions give the same observation."""
         agent_checkpoint.load_variables(self.optimizer.variables, state["optimizer"], "optimizer")
         self.MEMORY.load_state_dict(state["memory"])
         self.report.load_state_dict(state["priority_figure"])
@@ -535,15 +554,7 @@ class DQNAgent:
                             for step, episode, mean in progress["evaluations"]]
         self.best_evaluation = float(progress["best_evaluation"])
         self.steps_to_solve = progress["steps_to_solve"]
-        self.start_episode()
-        actions = [int(action) for action in progress["episode_actions"]]
-        for action in actions:
-            self.state, *_ = self.env.step(action)
-        self.episode_actions, self.episode_score = actions, float(progress["episode_score"])
-        if progress["state_sha256"] not in (None, state_digest(self.state)):
-            raise ValueError("replaying the episode in progress did not reproduce its "
-                             "observation: does reset(seed=) replay an episode? (its family's "
-                             "`seeding`, d3qn_utils/games.py)")
+        self.envs.load_state_dict(progress)  # replays the episodes in progress
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""

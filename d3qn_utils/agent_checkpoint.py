@@ -4,7 +4,7 @@ with the flags allowed to change) and the error for a `.keras` file that will no
 A checkpoint is a directory `step-<N>` (run_files.py writes it atomically) holding
 
     progress.json        {"format": FORMAT, "run": {id, started, flags, networks},
-                          "progress": {counters, ...}}
+                          "progress": {counters, open episodes, ...}}
     memory.npz           the replay memory's own `state_dict`
     priority_figure.npz  the priority figure's `state_dict`
     optimizer.npz        the optimizer's variables, "0", "1", ... in Keras' order
@@ -45,7 +45,7 @@ from d3qn_utils.checks import is_integer
 from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
 
-FORMAT = 2
+FORMAT = 3
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # The flags a resumed run may change (docs/usage.md lists them): its budget, the cadence of
 # evaluations, checkpoints and logs, where files go, and the fast path (the same gradient steps
@@ -53,6 +53,9 @@ NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 MAY_CHANGE_ON_RESUME = ("total_steps", "eval_every", "eval_episodes", "test_episodes",
                         "checkpoint_every", "model_dir", "plot_dir", "tensorboard",
                         "tensorboard_every", "gradient_steps_per_call", "xla")
+# Flags added after checkpoints began to record their run's flags, each with the value every run
+# before it had: a checkpoint that does not record one was made with that value.
+VALUES_BEFORE_THE_FLAG: dict[str, Any] = {"n_envs": 1}
 # Room for what a checkpoint's arrays do not count: HDF5 and .npz headers, progress.json.
 CHECKPOINT_HEADROOM_BYTES = 1 << 20
 
@@ -312,8 +315,21 @@ def from_format_1(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarr
     return {"run": run, "progress": progress}, {**arrays, "priority_figure": figure}
 
 
+def from_format_2(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarray]]
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Format 2 to 3: the one episode in progress (its actions, score and observation's digest,
+    its number the count of finished episodes) becomes the first and only of "open_episodes",
+    one per environment (N_ENVS), and "episodes_started" counts it."""
+    counters = progress["progress"]
+    counters["open_episodes"] = [{
+        "number": counters["episode"], "actions": counters.pop("episode_actions"),
+        "score": counters.pop("episode_score"), "state_sha256": counters.pop("state_sha256")}]
+    counters["episodes_started"] = counters["episode"] + 1
+    return progress, arrays
+
+
 # MIGRATIONS[n] turns a checkpoint of format n into one of format n + 1 (`read_state`).
-MIGRATIONS = {1: from_format_1}
+MIGRATIONS = {1: from_format_1, 2: from_format_2}
 
 
 def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Path:
@@ -344,8 +360,10 @@ def flag_changes(saved: dict[str, Any], config: Namespace
                  ) -> tuple[list[str], list[str], list[str]]:
     """The flags of `config` that differ from `saved` (a checkpoint's) as "name saved -> new":
     (those that may not change on resume, those that may), and those `saved` lacks (flags newer
-    than the checkpoint) as "name value"."""
+    than the checkpoint, but those whose earlier value VALUES_BEFORE_THE_FLAG gives) as "name
+    value"."""
     current = json.loads(json.dumps(vars(config)))  # as a checkpoint holds them: tuples as lists
+    saved = {**VALUES_BEFORE_THE_FLAG, **saved}
     refused, changed, unrecorded = [], [], []
     for name, value in current.items():
         if name not in saved:

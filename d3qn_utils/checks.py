@@ -1,6 +1,6 @@
-"""The checks on what enters a replay memory, on saved state and on a game's actions and
-observations: each returns the value or raises ValueError naming the bad value (a field of a
-transition, an index, a saved array, an action or observation space)."""
+"""The checks on what enters a replay memory, on a batch larger than a memory can hold, on saved
+state and on a game's actions and observations: each returns the value or raises ValueError naming
+the bad value (a field of a transition, an index, a saved array, an action or observation space)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,19 @@ def box_observations(env_name: str, observation_space: Any) -> tuple[int, ...]:
         raise ValueError(f"{env_name} has observation space {observation_space}; this agent "
                          "needs Box observations (an array of numbers)")
     return tuple(observation_space.shape)
+
+
+def check_batch_fits(batch_size: int, memory_size: int, storage: Any,
+                     state_shape: tuple[int, ...], streams: int) -> None:
+    """ValueError unless `memory_size` slots of `storage` (a `StorageSpec`), in one stream per
+    environment, hold at least `batch_size` transitions: a run would never train. A stream of s
+    slots holds at most s - (m - 1), m the fewest slots one stream needs (a frame stack's older
+    frames and an episode's last next state take slots of their own)."""
+    held = memory_size - streams * (storage.min_capacity(state_shape) - 1)
+    if batch_size > held:
+        raise ValueError(f"BATCH_SIZE ({batch_size}) must not exceed the {held:,} transitions "
+                         f"that MEMORY_SIZE ({memory_size:,}) slots of a "
+                         f"{storage.storage_class.__name__} hold in N_ENVS ({streams}) streams")
 
 
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:

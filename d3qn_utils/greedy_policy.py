@@ -5,13 +5,14 @@ A traced TensorFlow call has a fixed cost per call that a small numpy forward pa
 `PatchConv2D` torso runs in numpy on a copy of the weights, taken again after
 `weights_changed()` (on CartPole every 32 environment steps); the Nature torso stays compiled.
 With the dueling head the greedy action is argmax A(s, .), so the numpy pass stops at the
-advantages. Both programs act (`epsilon_greedy`), evaluate (`play_greedy`), score episodes
-(`unclipped_score`) and keep the best evaluated network (`keep_best`) with what is here.
+advantages. The agent acts with `epsilon_greedy_actions` (one action per environment, one forward
+pass), apex.py's actors with `epsilon_greedy`; both programs evaluate (`play_greedy`), score
+episodes (`unclipped_score`) and keep the best evaluated network (`keep_best`) with what is here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import keras
@@ -130,6 +131,21 @@ def epsilon_greedy(policy: GreedyPolicy, state: np.ndarray, epsilon: float,
     if rng.random() < epsilon:
         return int(rng.integers(action_size))
     return int(policy(state[np.newaxis])[0])
+
+
+def epsilon_greedy_actions(policy: GreedyPolicy, states: Sequence[np.ndarray], epsilon: float,
+                           rng: np.random.Generator, action_size: int) -> list[int]:
+    """The actions for `states`, one per environment: for each in turn, with probability
+    `epsilon` one of `action_size` uniformly at random (two draws of `rng`), else the greedy one
+    (one draw); the greedy ones from one forward pass over all the states, made only if one is
+    needed. For one state, the draws and action of `epsilon_greedy`."""
+    actions = [int(rng.integers(action_size)) if rng.random() < epsilon else None
+               for _ in states]
+    if None in actions:
+        greedy = policy(np.stack(states))
+        actions = [int(greedy[i]) if action is None else action
+                   for i, action in enumerate(actions)]
+    return actions
 
 
 def keep_best(mean: float, when: When, best: float, solved_at: When | None,

@@ -35,7 +35,8 @@ def describe(config: Namespace, replay: str) -> str:
              f"soft target (tau={config.tau})" if config.soft_update
              else f"target copy every {config.target_update} steps",
              "exponential epsilon" if config.epsilon_greedy else "linear epsilon",
-             "bfloat16 convolutions" if config.bfloat16 else ""]
+             "bfloat16 convolutions" if config.bfloat16 else "",
+             f"{config.n_envs} environments stepped together" if config.n_envs > 1 else ""]
     return ", ".join(part for part in parts if part)
 
 

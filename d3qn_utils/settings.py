@@ -94,6 +94,8 @@ D3QN_FLAGS: dict[str, Flag] = {
     "learning_starts": Flag(1_000, NON_NEGATIVE),
     "train_frequency": Flag(2, POSITIVE),
     "gradient_steps_per_call": Flag(16, POSITIVE),
+    # Environments stepped side by side, as an evaluation plays its episodes: the same bound.
+    "n_envs": Flag(1, EVAL_EPISODES_RANGE),
     "xla": Flag(True),
     "bfloat16": Flag(False),
     "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),

@@ -91,15 +91,17 @@ def stopped_by_ctrl_c(when: str) -> int:
 
 class FiniteSteps(gym.Wrapper):
     """The environment, raising NonFiniteError naming the env step and the value once a reward or
-    an observation holds NaN or inf, before the agent stores it (`steps_taken()`: steps so far)."""
+    an observation holds NaN or inf, before the agent stores it (`steps_taken()`: steps so far;
+    `position`: the environments stepped before this one in a step of several, each counted)."""
 
-    def __init__(self, env: gym.Env, steps_taken: Callable[[], int]) -> None:
+    def __init__(self, env: gym.Env, steps_taken: Callable[[], int], position: int = 0) -> None:
         super().__init__(env)
         self.steps_taken = steps_taken
+        self.position = position
 
     def step(self, action: Any) -> tuple:
         result = self.env.step(action)
-        step, reward = self.steps_taken() + 1, result[1]
+        step, reward = self.steps_taken() + self.position + 1, result[1]
         # A float reward, the common case, is checked without numpy's per-call cost.
         if not (type(reward) is float and math.isfinite(reward)) and not np.isfinite(
                 np.asarray(reward, dtype=np.float64)).all():

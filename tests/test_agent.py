@@ -242,7 +242,7 @@ def test_only_termination_is_stored_as_done(tmp_path, capsys, limit):
                         total_steps=120, learning_starts=10_000, eval_every=10_000,
                         eval_episodes=1)
     stored = []
-    agent.remember = lambda *transition: stored.append(transition)
+    agent.remember = lambda *transition, stream: stored.append(transition)
     agent.run()
     # A run that collects only says so at its start (settings.no_training_warning).
     assert capsys.readouterr().err.startswith("warning: TOTAL_STEPS (120) ends before the first ")

@@ -5,7 +5,8 @@ it; a format this version cannot read is refused, naming it.
 tests/data/checkpoint_format_<N>/step-0000000400 is the step-400 checkpoint of `python
 d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-size 16
 --hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2 --seed 5` at commit
-58876ad (format 1, before checkpoints had a version) and at commit 619b399 (format 2).
+58876ad (format 1, before checkpoints had a version), at commit 619b399 (format 2) and at commit
+cdcca1c (format 3: an open episode per environment, N_ENVS).
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
 with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
@@ -71,6 +72,12 @@ def state_in_files(version: int) -> dict[str, Any]:
         arrays["priority_figure"] = figure
         saved = {"progress": {key: value for key, value in saved.items()
                               if key not in ("run", "fingerprint")}}
+    if version <= 2:  # one episode in progress, numbered by the episodes finished before it
+        counters = saved["progress"]
+        counters["open_episodes"] = [{
+            "number": counters["episode"], "actions": counters.pop("episode_actions"),
+            "score": counters.pop("episode_score"), "state_sha256": counters.pop("state_sha256")}]
+        counters["episodes_started"] = counters["episode"] + 1
     owners = {"progress": DQNAgent, "priority_figure": PriorityFigure,  # the optimizer's: Keras'
               "memory": REPLAY_MEMORIES[arrays["memory"]["kind"].item()]}
     state = {"progress": saved["progress"], **arrays}

@@ -1,6 +1,6 @@
 """Tests for greedy_policy.py: the numpy forward pass picks the network's own greedy actions, and
 follows the weights when the agent says they changed; ε-greedy's draws and the best evaluated
-network kept, as both programs use them."""
+network kept, as both programs use them; the agent's actions for several environments at once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import pytest
 
 from d3qn_agent import ADVANTAGE_LAYER, OurModel
 from d3qn_utils.games import torso
-from d3qn_utils.greedy_policy import GreedyPolicy, epsilon_greedy, keep_best, numpy_layers
+from d3qn_utils.greedy_policy import (
+    GreedyPolicy,
+    epsilon_greedy,
+    epsilon_greedy_actions,
+    keep_best,
+    numpy_layers,
+)
 
 
 @pytest.mark.parametrize("dueling", [True, False])
@@ -79,6 +85,26 @@ def test_epsilon_greedy_explores_with_probability_epsilon_else_acts_greedily():
     expected = [int(twin.integers(3)) if twin.random() < 0.25 else 2 for _ in range(200)]
     assert actions == expected and set(actions) == {0, 1, 2}
     assert {epsilon_greedy(greedy, state, 0.0, rng, 3) for _ in range(50)} == {2}
+
+
+def test_epsilon_greedy_actions_draw_for_each_state_in_turn_and_pass_forward_once():
+    batches = []
+
+    def greedy(states: np.ndarray) -> np.ndarray:
+        batches.append(len(states))
+        return np.arange(len(states)) % 3  # state i's greedy action: i mod 3
+
+    states = [np.full(4, i, np.float32) for i in range(5)]
+    rng, twin = np.random.default_rng(7), np.random.default_rng(7)
+    for _ in range(40):
+        actions = epsilon_greedy_actions(greedy, states, 0.5, rng, 3)
+        expected = [int(twin.integers(3)) if twin.random() < 0.5 else i % 3 for i in range(5)]
+        assert actions == expected
+    assert set(batches) == {5} and len(batches) < 40  # all states in one pass, only if needed
+    # One state: the draws and the action of epsilon_greedy.
+    rng, twin = np.random.default_rng(3), np.random.default_rng(3)
+    assert [epsilon_greedy_actions(greedy, states[:1], 0.3, rng, 3)[0] for _ in range(100)] == [
+        epsilon_greedy(greedy, states[0], 0.3, twin, 3) for _ in range(100)]
 
 
 def test_keep_best_saves_each_new_best_or_tie_and_notes_the_first_solve():

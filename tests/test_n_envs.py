@@ -1,0 +1,208 @@
+"""N_ENVS: environments stepped together. Each schedule counts environment steps and fires at the
+first step past each of its periods, none skipped (`crossed`); each environment's transitions go
+to its own stream, its episodes seeded in the order they start; a run with several environments
+resumes from a checkpoint taken mid-episodes as if never stopped, and refuses another N_ENVS."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import DATA, command_line, small_agent, small_flags, the_error_line
+
+import d3qn_agent
+from benchmarks.same_log import without_timings
+from d3qn_agent import episode_seed
+from d3qn_utils import run_files
+from d3qn_utils.environments import crossed
+
+# --- crossed: how often a schedule is due after a step of N environments -------------------
+
+
+@pytest.mark.parametrize("period", [1, 2, 3, 7])
+def test_with_one_environment_crossed_is_the_step_modulo_the_period(period):
+    assert [crossed(step - 1, step, period) for step in range(1, 60)] == [
+        int(step % period == 0) for step in range(1, 60)]
+
+
+@pytest.mark.parametrize("n_envs", [2, 3, 4, 8])
+@pytest.mark.parametrize("period", [1, 2, 3, 5, 7])
+def test_crossed_counts_every_period_passed_at_the_first_step_past_it(n_envs, period):
+    steps = range(0, 120, n_envs)
+    due = {after: crossed(after - n_envs, after, period) for after in steps[1:]}
+    assert sum(due.values()) == steps[-1] // period  # none skipped, none twice
+    for after, times in due.items():  # each multiple at the first step at or past it
+        assert times == len([m for m in range(after - n_envs + 1, after + 1) if m % period == 0])
+    assert crossed(5, 5, 2) == crossed(-3, 0, 2) == 0
+
+
+# --- the schedules of a run of several environments ----------------------------------------
+
+SCHEDULE_RUN = {"total_steps": 90, "learning_starts": 20, "train_frequency": 2,
+                "gradient_steps_per_call": 2, "target_update": 5, "eval_every": 20,
+                "eval_episodes": 1, "checkpoint_every": 25, "max_episode_steps": 45}
+
+
+def recording(calls: list[int], agent: Any, method: Callable) -> Callable:
+    """`method` of `agent`, noting the env step of each call in `calls`."""
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(agent.step)
+        return method(*args, **kwargs)
+    return noted
+
+
+def first_steps_past(period: int, start: int, end: int, n_envs: int) -> list[int]:
+    """The step counts (multiples of n_envs) at which the multiples of `period` in [start, end]
+    are first reached."""
+    return [-(-multiple // n_envs) * n_envs for multiple in range(start, end + 1)
+            if multiple % period == 0]
+
+
+@pytest.mark.parametrize("n_envs", [3, 5])  # replay() every 4 steps: 0 or 1, or 1 to 3, a step
+def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp_path, n_envs):
+    agent = small_agent(tmp_path, n_envs=n_envs, **SCHEDULE_RUN)
+    calls: dict[str, list[int]] = {"replay": [], "update_target_model": [],
+                                   "save_checkpoint": []}
+    for name, steps in calls.items():
+        setattr(agent, name, recording(steps, agent, getattr(agent, name)))
+    agent.run()
+    assert agent.step == 90
+    # As many replay() calls as periods of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL passed from
+    # LEARNING_STARTS on: the gradient steps per env step of one environment.
+    assert calls["replay"] == first_steps_past(4, 20, 90, n_envs)
+    assert len(calls["replay"]) == len(first_steps_past(4, 20, 90, 1))
+    assert calls["update_target_model"] == sorted(set(first_steps_past(5, 1, 90, n_envs)))
+    assert [step for step, *_ in agent.evaluations] == [*first_steps_past(20, 1, 90, n_envs), 90]
+    assert calls["save_checkpoint"] == [*first_steps_past(25, 1, 90, n_envs), 90]
+
+
+def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_start(
+        tmp_path, capsys):
+    # CartPole cannot fail within 5 steps: every episode of each environment ends at its 5th.
+    agent = small_agent(tmp_path, n_envs=3, total_steps=30, max_episode_steps=5,
+                        learning_starts=1_000, eval_every=1_000, eval_episodes=1)
+    resets: list[tuple[int, int]] = []
+    for i, env in enumerate(agent.envs.envs):
+        reset = env.reset
+        env.reset = lambda i=i, reset=reset, **options: (
+            resets.append((i, options["seed"])) or reset(**options))
+    streams: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {0: [], 1: [], 2: []}
+    remember = agent.remember
+
+    def noted(state, action, reward, next_state, done, stream):
+        streams[stream].append((state, next_state))
+        remember(state, action, reward, next_state, done, stream=stream)
+
+    agent.remember = noted
+    agent.run()
+    assert resets == [(i % 3, episode_seed(0, 0, i)) for i in range(9)]  # 3 after the last step
+    lines = [line for line in without_timings(capsys.readouterr().out)
+             if line.startswith("episode:")]
+    assert lines == [f"episode: {n}, step: {15 if n <= 3 else 30}/30, score: 5, e: 1.00, "
+                     f"average: 5.0" for n in range(1, 7)]
+    for transitions in streams.values():  # each stream one environment's, whole
+        assert len(transitions) == 10
+        for k in (0, 1, 2, 3, 5, 6, 7, 8):  # within each of its two episodes
+            np.testing.assert_array_equal(transitions[k + 1][0], transitions[k][1])
+
+
+# --- resuming a run of several environments ------------------------------------------------
+
+# 120 steps of 3 environments: a checkpoint at the first step past 70 (72), mid-episodes (45
+# steps at most), evaluations at 60 and 120, gradient steps from step 20 on.
+RESUMED_RUN = {"n_envs": 3, "total_steps": 120, "checkpoint_every": 70, "eval_every": 60,
+               "eval_episodes": 2, "max_episode_steps": 45, "memory_size": 300, "batch_size": 8,
+               "learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 2,
+               "target_update": 10, "exploration_steps": 80, "hidden_units": (8,), "seed": 2}
+LINE_STEP = re.compile(r"(?:episode: \d+, step: |evaluation at step )(\d+)")
+
+
+def lines_after(step: int, output: str, directory: Path) -> list[str]:
+    """The episode and evaluation lines of a log after env step `step`, timings left out and
+    the run's `directory` (in the paths it names) as DIR."""
+    return [line.replace(str(directory), "DIR") for line in without_timings(output)
+            if (match := LINE_STEP.match(line)) and int(match[1]) > step]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory) -> tuple[Path, Any, str]:
+    """RESUMED_RUN in one go: its directory, its agent and its log."""
+    directory = tmp_path_factory.mktemp("straight")
+    agent = small_agent(directory, **RESUMED_RUN)
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        agent.run()
+    return directory, agent, log.getvalue()
+
+
+def halfway(directory: Path) -> Path:
+    """The run's checkpoint at step 72 (the one at the end is the other one kept)."""
+    [checkpoint, _] = sorted(directory.rglob("step-*"))
+    assert checkpoint.name == "step-0000000072"
+    return checkpoint
+
+
+def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stopped(
+        straight_run, tmp_path, capsys):
+    directory, straight, log = straight_run
+    checkpoint = halfway(directory)
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert all(episode["actions"] for episode in progress["open_episodes"])  # all mid-episode
+    shutil.copytree(checkpoint, tmp_path / checkpoint.relative_to(directory))
+    resumed = small_agent(tmp_path, **RESUMED_RUN)
+    resumed.begin(run_files.LATEST)
+    resumed.run()
+    assert resumed.state_dict()["progress"] == straight.state_dict()["progress"]
+    for got, expected in zip(resumed.model.get_weights(), straight.model.get_weights(),
+                             strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    assert lines_after(72, capsys.readouterr().out, tmp_path) == lines_after(72, log, directory)
+    assert lines_after(72, log, directory)  # episodes ended and an evaluation after the checkpoint
+
+
+def test_a_resume_with_another_n_envs_is_one_error_line_naming_both(straight_run, tmp_path,
+                                                                     capsys):
+    flags = command_line(small_flags(tmp_path, **{**RESUMED_RUN, "n_envs": 2}))
+    assert d3qn_agent.main([*flags, "--resume", str(halfway(straight_run[0]))]) == 2
+    assert "n_envs 3 -> 2" in the_error_line(capsys.readouterr().err)
+
+
+def test_a_checkpoint_from_before_n_envs_resumes_only_with_one_environment(tmp_path):
+    fixture = DATA / "checkpoint_format_2" / "step-0000000400"
+    flags = {"total_steps": 800, "learning_starts": 200, "memory_size": 500, "batch_size": 16,
+             "hidden_units": (16, 16), "checkpoint_every": 400, "eval_every": 400,
+             "eval_episodes": 2, "seed": 5}
+    with pytest.raises(ValueError, match="n_envs 1 -> 2"):
+        small_agent(tmp_path / "two", n_envs=2, **flags).resume(str(fixture))
+    agent = small_agent(tmp_path / "one", **flags)
+    agent.resume(str(fixture))
+    [episode] = agent.state_dict()["progress"]["open_episodes"]
+    assert episode["number"] == agent.episode and episode["actions"]
+
+
+# --- bad values: one error line before any step --------------------------------------------
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--n-envs", "0"], ["N_ENVS (--n-envs) must be in [1, 1,000] (one environment each, side "
+                         "by side), got 0"]),
+    (["--n-envs", "600", "--memory-size", "500"], ["MEMORY_SIZE", "N_ENVS"]),  # < 1 slot each
+    (["--env-name", "MinAtar/Breakout-v1", "--n-envs", "10", "--memory-size", "100",
+      "--batch-size", "95"], ["BATCH_SIZE (95) must not exceed the 90 transitions that "
+                              "MEMORY_SIZE (100) slots of a FrameStackStorage hold in N_ENVS "
+                              "(10) streams"]),
+])
+def test_a_bad_n_envs_is_one_error_line_before_any_step(tmp_path, capsys, flags, said):
+    directories = ["--model-dir", str(tmp_path / "m"), "--plot-dir", str(tmp_path / "p")]
+    assert d3qn_agent.main([*directories, *flags]) == 2
+    error = the_error_line(capsys.readouterr().err)
+    assert all(part in error for part in said), error
+    assert not (tmp_path / "m").exists()
