@@ -226,9 +226,10 @@ class Memory(ReplayMemory):
         self.epsilon = float(epsilon)
         self.abs_err_upper = float(abs_err_upper)
         self.tree = SumTree(self.capacity)
-        # The highest p^alpha ever given; it never falls: the paper's rule for new transitions
-        # (Algorithm 1: p_t = max_{i<t} p_i), O(1). The tutorial took the max over the current
-        # leaves, which falls when the largest is lowered. Before any error: min(1, clip)^alpha.
+        # The highest p^alpha ever given, O(1); it never falls: OpenAI Baselines' reading of
+        # Algorithm 1's p_t = max_{i<t} p_i for new transitions. The tutorial took the max over
+        # the current leaves, which falls when the largest is lowered. Before any error:
+        # min(1, clip)^alpha.
         self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple, stream: int = 0) -> int:

@@ -1,12 +1,12 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 (TensorFlow or JAX).
 
 `python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
-`plots/`); `--test` plays the saved network. A flag edited below (a value other than the shipped
-one) and the same flag on the command line (`--help`) do the same. The pylessons tutorial "D3QN
-Agent with Prioritized Experience Replay" reads alongside: its names, in its order (README:
-Reading along). The replay memories come from PER.py and rank_based.py; what the tutorial lacks
-(flags and presets, games, compiled gradient steps, reports and plots, checkpoints) from
-d3qn_utils/, one module a job (README: Files).
+`plots/`); `--test` plays the saved network. A flag edited below and the same flag on the command
+line (`--help`) do the same (an edit back to the shipped value counts as no edit: a game's preset
+may then set it). The pylessons tutorial "D3QN Agent with Prioritized Experience Replay" reads
+alongside: its names, in its order (README: Reading along). The replay memories come from PER.py
+and rank_based.py; what the tutorial lacks (flags and presets, games, compiled gradient steps,
+reports and plots, checkpoints) from d3qn_utils/, one module a job (README: Files).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import sys
 import time
 from typing import Any, ClassVar
 
-from d3qn_utils import quiet_startup  # isort: skip -- first: before TensorFlow
+# First, before TensorFlow: it hides TensorFlow's start-up lines and makes a Ctrl-C
+# during the imports one line (docs/reference.md)
+from d3qn_utils import quiet_startup  # isort: skip
 import gymnasium as gym
 import keras
 import numpy as np
@@ -55,7 +57,7 @@ from rank_based import RankBasedMemory
 # PER_RANK_BASED -> --rank-based); an edit here (a value other than the shipped one) wins over the
 # presets for other games (d3qn_utils/settings.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
-TUTORIAL = False  # True: the tutorial's value for each flag whose value is still the shipped one
+TUTORIAL = False  # True: the tutorial's value for each flag it has one for, if still as shipped
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
 USE_PER = True  # prioritized experience replay; False: uniform replay with the same interface
 PER_RANK_BASED = False  # rank-based priorities 1/rank(i) instead of proportional |delta| + eps
@@ -84,7 +86,8 @@ GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
-# its cost (priorities up to K - 1 steps old): docs/benchmarks.md, "Several gradient steps per call"
+# its cost (priorities up to this - 1 gradient steps old): docs/benchmarks.md, "Several gradient
+# steps per call"
 N_ENVS = 1  # environments stepped together, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
@@ -206,10 +209,6 @@ class DQNAgent:
     """D3QN agent with prioritized (or uniform) replay; `run()` trains, `test()` plays.
     `DQNAgent("CartPole-v1", use_per=False, seed=3)`: keyword flags, the flags above in lower
     case, win over them. All state of a run lives on the object, so a checkpoint can hold it."""
-
-    # Keys a later checkpoint format adds to `state_dict`'s progress, each with the value that
-    # means what an older checkpoint did (none yet: d3qn_utils/agent_checkpoint.py).
-    ADDED_KEYS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, env_name: str | None = None, **flags: Any) -> None:
         given = flags if env_name is None else {"env_name": env_name, **flags}
@@ -361,7 +360,7 @@ class DQNAgent:
         3. IS-weighted Huber loss L = mean_i w_i huber(delta_i) (`weighted_loss`).
         4. An optimizer step on grad L, its global norm clipped to GRAD_CLIP.
         5. New priorities from the |delta_i| before the step (the tutorial's `target_old`):
-           p_i^alpha, p_i = min(|delta_i| + epsilon, 1) for proportional PER (`batch_update`).
+           p_i^alpha, p_i = min(|delta_i| + epsilon, abs_err_upper) for proportional PER.
         Steps 2-4 run K times in one compiled call, `self.learn` from `compile()`
         (tensorflow_backend.py or jax_backend.py), which returns (|delta| per minibatch, losses).
         The draw is dealt round-robin: minibatch k holds draws k, k + K, k + 2K, ..."""
@@ -369,7 +368,8 @@ class DQNAgent:
         # 1. one stratified draw for the call, with its importance-sampling weights
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
         batches = Batches.dealt(minibatch, is_weights, steps)
-        abs_errors, losses = self.learn(batches, self.step)  # 2-4, K times, compiled
+        # 2-4, K times, compiled (self.step: named in the error if a step is not finite)
+        abs_errors, losses = self.learn(batches, self.step)
         # 5. Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
         self.report.gradient_steps(self.step, self.MEMORY.slots_of(tree_idx), len(self.MEMORY),
@@ -525,6 +525,10 @@ class DQNAgent:
         self.envs.start_episodes()
 
     # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
+    # Keys a later checkpoint format adds to `state_dict`'s progress, each with the value that
+    # means what an older checkpoint did (none yet: d3qn_utils/agent_checkpoint.py).
+    ADDED_KEYS: ClassVar[dict[str, Any]] = {}
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs besides the networks' weights: the counters, scores
         and generator, the episodes in progress (their actions, to replay them), the optimizer's
@@ -553,7 +557,8 @@ class DQNAgent:
         self.evaluations = [(int(step), int(episode), float(mean))
                             for step, episode, mean in progress["evaluations"]]
         self.best_evaluation = float(progress["best_evaluation"])
-        self.steps_to_solve = progress["steps_to_solve"]
+        solved = progress["steps_to_solve"]
+        self.steps_to_solve = None if solved is None else int(solved)
         self.envs.load_state_dict(progress)  # replays the episodes in progress
 
     def save_checkpoint(self) -> str:
