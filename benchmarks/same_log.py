@@ -50,7 +50,8 @@ TIMINGS = [
     (re.compile(r", [\d,.]+ steps/s(, .* left)?$"), ""),  # episode lines: speed, time left
     (re.compile(r" in [\d,.]+ (s|min|h)( [\d]+ min)?, .*training steps/s\)"), " in ..."),
     # The bfloat16 preset's note: the CPU's bfloat16 units it needs, or its timing's figures.
-    (re.compile(r"bfloat16 (True|False) \((\S+) (?:on \w+ preset|preset: [^)]*)\)"),
+    (re.compile(r"bfloat16 (True|False) \((\S+) (?:on \w+ preset|preset: .*?"
+                r"(?:measured at start|cached in [^)]*))\)"),
      r"bfloat16 \1 (\2 preset)"),
 ]
 
