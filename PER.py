@@ -182,7 +182,8 @@ class Memory(ReplayMemory):
     Algorithm 1's p_t = max_{i<t} p_i; the tutorial's is the largest priority held when it
     arrives), so it is likely drawn soon after.
     Sampling is stratified: [0, total) is cut into n equal segments and one value drawn in each,
-    so a batch spreads over the whole distribution P(i). beta grows by `beta_increment` per
+    so a batch spreads over the whole distribution P(i) (rounding can give the total itself,
+    which `get_leaves` sends to the last non-empty leaf). beta grows by `beta_increment` per
     `sample`, up to 1. rank_based.py has the paper's other variant, p_i = 1 / rank(i).
     """
 

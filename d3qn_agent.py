@@ -1,12 +1,13 @@
 """D3QN (Double + Dueling DQN) with Prioritized Experience Replay, in Keras 3 (TensorFlow or JAX).
 
 `python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
-`plots/`); `--test` plays the saved network. A flag edited below and the same flag on the command
-line (`--help`) do the same (an edit back to the shipped value counts as no edit: a game's preset
-may then set it). The pylessons tutorial "D3QN Agent with Prioritized Experience Replay" reads
-alongside: its names, in its order (README: Reading along). The replay memories come from PER.py
-and rank_based.py; what the tutorial lacks (flags and presets, games, compiled gradient steps,
-reports and plots, checkpoints) from d3qn_utils/, one module a job (README: Files).
+`plots/`); `--test` plays the saved network. A flag edited below acts as the same flag on the
+command line (`--help`), the command line winning; an edit back to the shipped value counts as no
+edit, so a game's preset (or TUTORIAL) may then set it. The pylessons tutorial "D3QN Agent with
+Prioritized Experience Replay" reads alongside: its names, in its order (README: Reading along).
+The replay memories come from PER.py and rank_based.py; what the tutorial lacks (flags and presets,
+games, compiled gradient steps, reports and plots, checkpoints) from d3qn_utils/, one module a job
+(README: Files).
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ TRAIN_FREQUENCY = 2  # environment steps per gradient step
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
 # its cost (priorities up to this - 1 gradient steps old): docs/benchmarks.md, "Several gradient
 # steps per call"
-N_ENVS = 1  # environments stepped together, their transitions in one replay memory
+# Each step one forward pass acts for all N_ENVS environments, then each is stepped in turn; each
+# one's transitions go to a stream (a ring of its own) in the one replay memory, so an n-step
+# return never joins two. Every count above and below is in steps of all of them together.
+N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
@@ -198,6 +202,7 @@ def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, l
     return ops.mean(batch.is_weights * losses), errors
 
 
+# ---- Seeds ---------------------------------------------------------------------------------------
 def episode_seed(seed: int, *indices: int) -> int:
     """A reset seed for one episode (indices: 0 training, 1 evaluation, 2 test, then its number),
     so it replays from its seed alone (SeedSequence: nearby seeds share no episodes)."""
@@ -217,7 +222,7 @@ class DQNAgent:
         config = self.config
         self.env_name = config.env_name
         keras.utils.set_random_seed(config.seed)
-        env = make_env(config.env_name, config.max_episode_steps)  # the first of N_ENVS
+        env = make_env(config.env_name, config.max_episode_steps)  # the first of N_ENVS (below)
         self.action_size = discrete_actions(config.env_name, env.action_space)
         env.action_space.seed(config.seed)
         self.state_shape = box_observations(config.env_name, env.observation_space)
@@ -229,8 +234,8 @@ class DQNAgent:
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
         memory_class.check_fits(config.memory_size, storage, self.state_shape, self.state_dtype,
-                                TrainingReport.BYTES_PER_SLOT,  # + the priority figure's counters
-                                streams=config.n_envs)  # one stream per environment
+                                TrainingReport.BYTES_PER_SLOT,  # the priority figure's, per slot
+                                streams=config.n_envs)  # one stream per environment (N_ENVS)
         check_batch_fits(config.batch_size, config.memory_size, storage, self.state_shape,
                          config.n_envs)
         replay_options = dict(
@@ -362,7 +367,9 @@ class DQNAgent:
         5. New priorities from the |delta_i| before the step (the tutorial's `target_old`):
            p_i^alpha, p_i = min(|delta_i| + epsilon, abs_err_upper) for proportional PER.
         Steps 2-4 run K times in one compiled call, `self.learn` from `compile()`
-        (tensorflow_backend.py or jax_backend.py), which returns (|delta| per minibatch, losses).
+        (tensorflow_backend.py or jax_backend.py: the gradient of `weighted_loss`, clipped, applied
+        by the optimizer, then the soft update if SOFT_UPDATE), which returns (|delta| per
+        minibatch, losses).
         The draw is dealt round-robin: minibatch k holds draws k, k + K, k + 2K, ..."""
         steps = self.config.gradient_steps_per_call
         # 1. one stratified draw for the call, with its importance-sampling weights
@@ -419,12 +426,16 @@ class DQNAgent:
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            # Only in a resumed run (a fresh one at step 0 crosses nothing): redo the evaluation
+            # that a stop cut short.
             if (crossed(self.step - config.n_envs, self.step, config.eval_every)
                     and self.unevaluated()):
-                self.evaluate_and_keep_best(stop)  # resumed: redo the evaluation a stop cut short
+                self.evaluate_and_keep_best(stop)
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:
-                states = self.envs.states  # one per environment (N_ENVS), stepped together
+                # Each environment's state: envs.step keeps its next_state there (the tutorial's
+                # `state = next_state`), a reset its first.
+                states = self.envs.states
                 actions = self.act(states)
                 next_states, rewards, terminated, truncated, infos = self.envs.step(actions)
                 before, self.step = self.step, self.step + config.n_envs
@@ -436,7 +447,9 @@ class DQNAgent:
                     self.remember(states[i], actions[i], reward, next_states[i], terminated[i],
                                   stream=i)
                 # Each schedule is due as often as the step count passed its period (`crossed`).
-                if len(self.MEMORY) >= config.batch_size:  # from LEARNING_STARTS steps on:
+                if len(self.MEMORY) >= config.batch_size:
+                    # The periods' ends passed since the last step, from LEARNING_STARTS on (an
+                    # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).
                     for _ in range(crossed(max(before, config.learning_starts - 1), self.step,
                                            replay_period)):
                         self.replay()  # first at env step `first_gradient_step()`

@@ -47,9 +47,10 @@ REPORTS = ("classic_control", "minatar", "pong")  # studies whose report.md is k
 class Screen:
     """A table row of a screen: a study of its own under screens/, one game, a few seeds."""
 
-    study: str  # under benchmarks/results/screens/
+    study: str  # under benchmarks/results/<folder>/
     game: str
     setting: str  # what the row tried, in words: the flags beyond the preset of today
+    folder: str = "screens"
 
 
 def shown(path: Path) -> str:
@@ -67,7 +68,7 @@ def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
     evaluation, and the runs' command, machine and commit."""
     rows = []
     for screen in screens:
-        variants = study.load_results(f"screens/{screen.study}", results).get(screen.game)
+        variants = study.load_results(f"{screen.folder}/{screen.study}", results).get(screen.game)
         if not variants:
             raise ValueError(f"screens/{screen.study} has no runs of {screen.game}")
         runs = [run for found in variants.values() for run in found]
@@ -98,11 +99,11 @@ def defaults_screen_table(screens: list[Screen], results: Path) -> str:
     command, machine and commit."""
     rows = []
     for screen in screens:
-        variants = study.load_results(f"screens/{screen.study}", results).get(screen.game)
+        variants = study.load_results(f"{screen.folder}/{screen.study}", results).get(screen.game)
         if not variants:
             raise ValueError(f"screens/{screen.study} has no runs of {screen.game}")
         rows.append((screen, [run for found in variants.values() for run in found]))
-    header = ["setting", "study (`screens/…`)", "seeds", "last network",
+    header = ["setting", f"study (`{rows[0][0].folder}/…`)", "seeds", "last network",
               "IQM, last networks [95% CI]", "mean", "IQM, last 100 training episodes [95% CI]",
               "median steps to solve", f"P({rows[0][0].study} run beats this run): last networks",
               "last 100 training episodes", "command", "machine", "commit"]

@@ -61,6 +61,7 @@ EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, si
 # in float64, exact for integers up to 2**53; no run takes that many steps.
 LARGEST_INTEGER = 2**53
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+FLOAT32_TINY = 2**-150  # this or less rounds to 0 in float32 (half its smallest value above 0)
 
 # d3qn_agent.py's flag block as shipped.
 D3QN_FLAGS: dict[str, Flag] = {
@@ -165,11 +166,16 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
 
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """The CPU's bfloat16 instructions for TensorFlow's oneDNN ("AMX_BF16", "AVX512_BF16"), or
-    None (none, no /proc/cpuinfo, or JAX: the Pong study measured TensorFlow only): without
-    them bfloat16 is not timed."""
+    None (none, no /proc/cpuinfo, JAX: the Pong study measured TensorFlow only, or a GPU that
+    TensorFlow sees: it would run the timing there, not on the CPU): without them bfloat16 is
+    not timed."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
         return None
     try:
         match = re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.MULTILINE)
@@ -252,10 +258,12 @@ def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:
         bool: ("True or False", lambda value: isinstance(value, bool)),
         int: ("an integer", is_integer),
         # NaN and inf: no flag means them, and they would surface late, as NaN weights or rewards;
-        # nor a value beyond float32's range (1e308), which the networks' float32 turns into inf
-        float: ("a finite number within float32's range", lambda value: isinstance(
-                value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-                and abs(value) <= FLOAT32_MAX),
+        # nor a value beyond float32's range (1e308), which the networks' float32 turns into inf,
+        # nor one so small that float32 rounds it to 0 (a learning rate of 1e-50 would not learn)
+        float: ("a finite number within float32's range, not one it rounds to 0", lambda value:
+                isinstance(value, numbers.Real) and not isinstance(value, bool)
+                and math.isfinite(value) and (value == 0 or FLOAT32_TINY < abs(value)
+                                              <= FLOAT32_MAX)),
         str: ("a string", lambda value: isinstance(value, str)),
     }[kind]
     if flag.shipped is not None:

@@ -28,7 +28,7 @@ from d3qn_utils.training_session import StopRequest
 GiB = 2**30
 
 
-FINITE = "a finite number within float32's range"  # what a float flag must be
+FINITE = "a finite number within float32's range, not one it rounds to 0"  # a float flag's rule
 
 def b_command(directory) -> list[str]:
     """The short run the adversarial runs started from (`B`), writing under `directory`/D."""
@@ -66,6 +66,8 @@ def exit_code(program, argv: list[str]) -> int:
     (["--grad-clip", "inf"], f"GRAD_CLIP (--grad-clip) must be {FINITE}, got inf"),
     (["--learning-rate", "1e308"],
      f"LEARNING_RATE (--learning-rate) must be {FINITE}, got 1e+308"),
+    (["--learning-rate", "1e-50"],
+     f"LEARNING_RATE (--learning-rate) must be {FINITE}, got 1e-50"),
     (["--learning-rate", "fast"],
      f"LEARNING_RATE (--learning-rate) must be {FINITE}, got 'fast'"),
     (["--n-step", "1000000"], "N_STEP (1000000) must not exceed MEMORY_SIZE (50000)"),
@@ -145,7 +147,7 @@ TABLES = {"d3qn_agent.py": settings.D3QN_FLAGS, "apex.py": apex.APEX_FLAGS}
 
 
 @pytest.mark.parametrize("script", TABLES)
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308, 1e-50, -1e-46])
 def test_every_float_flag_refuses_nan_inf_and_what_float32_cannot_hold(script, value):
     table = TABLES[script]
     names = flags_of(table, float)

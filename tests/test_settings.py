@@ -309,3 +309,17 @@ def test_an_edited_copy_of_the_file_runs_with_its_edits_and_announces_the_preset
     assert "n_step 1 (N_STEP at the top of d3qn_agent.py; the Acrobot-v1 preset has 3)" in lines[1]
     assert "learning_rate 0.00063 (Acrobot-v1 preset)" in lines[1]
     assert lines[-1].startswith("done: 300 steps")
+
+
+def test_a_gpu_that_tensorflow_sees_means_no_bfloat16_timing(tmp_path, monkeypatch):
+    # TensorFlow would run the timing on the GPU, not on the CPU whose flags allowed it.
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the preset is measured on TensorFlow only")
+    import tensorflow as tf
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512_bf16\n")
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["a GPU"])
+    assert native_bfloat16(cpuinfo) is None
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    assert native_bfloat16(cpuinfo) == "AVX512_BF16"
