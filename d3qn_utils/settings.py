@@ -34,7 +34,8 @@ class Flag:
     """A flag of a script's flag block: its value as shipped and what a value must satisfy:
     `rule` (description, test); `kind`, the command-line type when `shipped` is None or a tuple;
     `cli`, the command-line name if not the constant's; `alone`: given without a value, True;
-    `at_most`: the flag whose value this one must not exceed."""
+    `at_most`: the flag whose value this one must not exceed; `multiple_of`: the flag whose
+    value divides this one's."""
 
     shipped: Any
     rule: tuple[str, Callable[[Any], bool]] | None = None
@@ -42,6 +43,7 @@ class Flag:
     cli: str | None = None
     alone: bool = False
     at_most: str | None = None
+    multiple_of: str | None = None
 
 
 POSITIVE = ("positive", lambda value: value > 0)
@@ -67,7 +69,8 @@ FLOAT32_TINY = 2**-150  # this or less rounds to 0 in float32 (half its smallest
 D3QN_FLAGS: dict[str, Flag] = {
     "env_name": Flag("CartPole-v1"),
     "tutorial": Flag(False),
-    "total_steps": Flag(50_000, POSITIVE),
+    # N_ENVS environments step at once: a budget they divide ends where it says
+    "total_steps": Flag(50_000, POSITIVE, multiple_of="n_envs"),
     "use_per": Flag(True, cli="per"),
     "per_rank_based": Flag(False, cli="rank-based"),
     "per_alpha": Flag(0.6, UNIT),
@@ -224,7 +227,8 @@ def resolve(script: ModuleType, table: dict[str, Flag],
 
 def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
     """ValueError naming the first flag whose value has the wrong type (a float flag's: a finite
-    number), exceeds LARGEST_INTEGER, is out of its range or exceeds its `at_most` flag's."""
+    number), exceeds LARGEST_INTEGER, is out of its range, exceeds its `at_most` flag's or is
+    not a multiple of its `multiple_of` flag's."""
     for name, flag in table.items():
         for description, valid in (flag_type(flag), integer_size(flag),
                                    *([flag.rule] if flag.rule else [])):
@@ -235,6 +239,9 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
         if flag.at_most and values[name] > values[flag.at_most]:
             raise ValueError(f"{name.upper()} ({values[name]}) must not exceed "
                              f"{flag.at_most.upper()} ({values[flag.at_most]})")
+        if flag.multiple_of and values[name] % values[flag.multiple_of]:
+            raise ValueError(f"{name.upper()} ({values[name]}) must be a multiple of "
+                             f"{flag.multiple_of.upper()} ({values[flag.multiple_of]})")
 
 
 def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:
