@@ -325,8 +325,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{args.env_name}: {description}; batch {config.batch_size}, a "
               f"gradient step every {config.train_frequency} env steps, "
               f"{per_call} per compiled call, XLA "
-              f"{'on' if getattr(config, 'xla', False) else 'off'}"
-              + (f", {args.n_envs} environments stepped together" if args.n_envs > 1 else ""))
+              f"{'on' if getattr(config, 'xla', False) else 'off'}")
         skip_end_of_run(agent)
         watches = instrument(agent)
         warmup = args.learning_starts + args.warmup_train
