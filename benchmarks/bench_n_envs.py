@@ -1,6 +1,7 @@
-"""Speed with N environments stepped together (N_ENVS): env steps per second and where an env
-step's time goes at N = 1, 2, 4 and 8, one game at its preset's replay ratio, side by side in one
-run, with Stable-Baselines3's DQN at the same N and ratio beside them.
+"""Speed with N environments stepped together (N_ENVS), N = 1, 2, 4 and 8 side by side in one run.
+
+Env steps per second and where an env step's time goes at each N, one game at its preset's
+replay ratio, with Stable-Baselines3's DQN at the same N and ratio beside them.
 
     python benchmarks/bench_n_envs.py                                  # MinAtar Breakout
     python benchmarks/bench_n_envs.py --env-name CartPole-v1
