@@ -12,13 +12,13 @@ One agent per N, each d3qn_agent.py's with the game's preset (CartPole: the defa
 family's; Pong: the Atari preset with Pong's own), its `N_ENVS` environments' transitions in one
 replay memory, ε at its final value from the start (`EXPLORATION_STEPS` 1, so nearly every step
 runs the network to act, as nearly all of a long run does), float32, no checkpoints. Pong's memory
-holds 20,000 transitions and learns from 2,000 on (bench_vs_sb3.py's `ATARI` changes: sampling
-costs O(log N), so the speed barely depends on it). Each agent first runs an untimed warm-up of
-`LEARNING_STARTS` + `bench_atari.WARMUP_TRAIN` env steps (its first gradient steps compile); then
-`--rounds` rounds, each timing a window of `--steps` env steps of every agent in turn (N = 1, 2,
-4, 8, then SB3's), so a drift of the machine hits them all. Warm-up and window are rounded up to
-a whole number of replay periods (TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL env steps) and of
-loop iterations at every N: each window makes the same gradient steps at each N.
+holds 20,000 transitions and learns from 2,000 on (bench_vs_sb3.py's `ATARI` changes: a draw
+costs O(log capacity), so the speed barely depends on it). Each agent first runs an untimed
+warm-up of `LEARNING_STARTS` + `bench_atari.WARMUP_TRAIN` env steps (its first gradient steps
+compile); then `--rounds` rounds, each timing a window of `--steps` env steps of every agent in
+turn (N = 1, 2, 4, 8, then SB3's), so a drift of the machine hits them all. Warm-up and window
+are rounded up to a whole number of replay periods (TRAIN_FREQUENCY x GRADIENT_STEPS_PER_CALL env
+steps) and of loop iterations at every N: each window makes the same gradient steps at each N.
 
 The stopwatches and the loop are bench_atari.py's (`instrument`, `time_round`): every part of the
 agent's own `run` (environment, action, store, draw, learn, ...) per env step, an env step being
@@ -30,7 +30,7 @@ period and ε, uniform replay and a plain Q head as it ships) steps the same N e
 vector (`make_vec_env`). SB3 counts `train_freq` in vector steps of N env steps, so it gets the
 train_freq and gradient_steps that make a gradient step every TRAIN_FREQUENCY env steps at every
 N (`sb3_train_frequency`); torch uses `--sb3-threads` threads. Without `stable_baselines3`
-installed (or with `--no-sb3`) the script says so and measures ours alone.
+installed the script says so and measures ours alone, as `--no-sb3` does.
 
 Timed alone (`provenance.time_alone`); every round's figures go to a results file (`--results`),
 rendered in docs/benchmarks.md ("Many environments, one memory").
@@ -59,9 +59,9 @@ from d3qn_utils import games
 
 ENV_NAME = "MinAtar/Breakout-v1"  # the game the agents play
 N_ENVS = (1, 2, 4, 8)  # the numbers of environments measured side by side
-# Timed env steps per window, by game: with 3 rounds each game's run takes about 6 minutes on
-# 2 cores (its warm-ups included).
-STEPS = {"CartPole-v1": 4_096, "MinAtar/Breakout-v1": 8_192, "PongNoFrameskip-v4": 400}
+# Timed env steps per window, by family (sized on CartPole, MinAtar Breakout and Pong): with 3
+# rounds each of those games' runs takes about 6 minutes on 2 cores, its warm-ups included.
+STEPS = {games.CLASSIC.name: 4_096, games.MINATAR.name: 8_192, games.ATARI.name: 400}
 SEED = 0  # seeds every agent and its environments
 
 
@@ -69,13 +69,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--env-name", default=ENV_NAME,
-                        help=f"the game ({', '.join(STEPS)}, or another id)")
+                        help="the game (CartPole-v1, MinAtar/Breakout-v1, PongNoFrameskip-v4 "
+                             "or another id)")
     parser.add_argument("--n-envs", type=int, nargs="+", default=list(N_ENVS),
                         help="the numbers of environments to measure side by side")
     parser.add_argument("--steps", type=int, default=None,
                         help="timed env steps per window and N (rounded up to whole replay "
-                             "periods); default by game: " + ", ".join(
-                                 f"{game} {steps:,}" for game, steps in STEPS.items()))
+                             "periods); default by family: " + ", ".join(
+                                 f"{family} {steps:,}" for family, steps in STEPS.items()))
     parser.add_argument("--warmup-train", type=int, default=bench_atari.WARMUP_TRAIN,
                         help="untimed env steps after LEARNING_STARTS before the first window")
     timing.add_rounds_argument(parser)
@@ -90,8 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check(args: argparse.Namespace) -> None:
     """ValueError naming the first bad flag and its value."""
-    bad = [n for n in args.n_envs if n < 1]
-    if bad or len(set(args.n_envs)) != len(args.n_envs):
+    if min(args.n_envs) < 1 or len(set(args.n_envs)) != len(args.n_envs):
         raise ValueError(f"--n-envs must be distinct positive integers, got "
                          f"{' '.join(map(str, args.n_envs))}")
     for name in ("steps", "sb3_threads"):
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     timing.check_rounds(args.rounds)
     command = provenance.command_line(None if argv is None else [__file__, *argv])
-    sb3 = args.sb3 and importlib.util.find_spec("stable_baselines3") is not None
+    with_sb3 = args.sb3 and importlib.util.find_spec("stable_baselines3") is not None
     with tempfile.TemporaryDirectory() as work_dir:
         try:
             check(args)
@@ -162,19 +162,20 @@ def main(argv: list[str] | None = None) -> int:
         config = agents[min(agents)].config
         period = math.lcm(config.train_frequency * config.gradient_steps_per_call, *agents)
         warmup = whole(config.learning_starts + args.warmup_train, period)
-        steps = whole(STEPS.get(args.env_name, STEPS[ENV_NAME]) if args.steps is None
+        steps = whole(STEPS[games.family(args.env_name).name] if args.steps is None
                       else args.steps, period)
         print(f"{args.env_name}: a gradient step every {config.train_frequency} env steps, "
               f"{config.gradient_steps_per_call} per call, batch {config.batch_size}; "
               f"N = {', '.join(map(str, agents))}; {warmup:,} untimed env steps, then "
-              f"{args.rounds} rounds of {steps:,} timed env steps per N")
+              f"{args.rounds} round{'s' if args.rounds > 1 else ''} of {steps:,} timed env "
+              "steps per N")
         watches = {n: bench_atari.instrument(agent) for n, agent in agents.items()}
         ours = {n: bench_atari.new_measurement(steps, config.gradient_steps_per_call)
                 for n in agents}
         for n, agent in agents.items():
             print(f"ours, N = {n}: warm-up in {run_steps(agent, warmup):.0f} s")
         models: dict[int, Any] = {}
-        if sb3:
+        if with_sb3:
             for n in agents:
                 models[n] = bench_vs_sb3.sb3_dqn(args.env_name, vars(config), args.seed,
                                                   args.sb3_threads, n_envs=n)
