@@ -61,7 +61,7 @@ ENV_NAME = "MinAtar/Breakout-v1"  # the game the agents play
 N_ENVS = (1, 2, 4, 8)  # the numbers of environments measured side by side
 # Timed env steps per window, by family (sized on CartPole, MinAtar Breakout and Pong): with 3
 # rounds each of those games' runs takes about 6 minutes on 2 cores, its warm-ups included.
-STEPS = {games.CLASSIC.name: 4_096, games.MINATAR.name: 8_192, games.ATARI.name: 400}
+STEPS = {games.CLASSIC.name: 4_096, games.MINATAR.name: 8_192, games.ATARI.name: 320}
 SEED = 0  # seeds every agent and its environments
 
 
