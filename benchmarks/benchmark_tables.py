@@ -349,11 +349,11 @@ def n_envs_game(env_name: str, results: Path) -> str:
     the smallest (drawn only where the rounds' ranges are apart), then the table; or a line
     naming the command where there is no file."""
     game = GAMES.get(env_name, env_name)
-    found_file = newest_matching(results, "bench_n_envs", env_name=env_name)
-    if found_file is None:
+    newest = newest_matching(results, "bench_n_envs", env_name=env_name)
+    if newest is None:
         return (f"**{game}**: none at this commit; `python benchmarks/bench_n_envs.py "
                 f"--env-name {env_name}` measures it.\n")
-    run = found_file[1]
+    _, run = newest
     found = run["results"]
     figures = {n: n_envs_figures(measured) for n, measured in found["ours"].items()}
     first, last = figures[min(figures, key=int)], figures[max(figures, key=int)]
@@ -374,10 +374,10 @@ def n_envs_game(env_name: str, results: Path) -> str:
             for n, figure in figures.items()]
     rounds = found["rounds"]
     facts = [f"{rounds} alternating round{'s' if rounds > 1 else ''} of {found['steps']:,} "
-             "timed env steps per N "
-             f"after {found['warmup']:,} untimed", f"a gradient step every "
-             f"{found['train_frequency']} env steps, {found['gradient_steps_per_call']} per "
-             f"call, batch {found['batch_size']}, memory {found['memory_size']:,}", load(run)]
+             f"timed env steps per N after {found['warmup']:,} untimed",
+             f"a gradient step every {found['train_frequency']} env steps, "
+             f"{found['gradient_steps_per_call']} per call, batch {found['batch_size']}, "
+             f"memory {found['memory_size']:,}", load(run)]
     if sb3:
         installed = found["versions"]
         frequencies = ", ".join(f"{each['train_freq_and_gradient_steps'][0]}/"
