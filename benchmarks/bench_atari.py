@@ -5,6 +5,7 @@ bench_vs_sb3.py's; both time the Pong preset with the same short-run settings be
     python benchmarks/bench_atari.py                  # Pong, its preset's settings, before and now
     python benchmarks/bench_atari.py --env-name CartPole-v1 --train-frequency 2 --steps 20000
     python benchmarks/bench_atari.py --before none --no-per --steps 1000
+    python benchmarks/bench_atari.py --before none --n-envs 8   # 8 environments stepped together
 
 Builds `DQNAgent("PongNoFrameskip-v4", ...)` with d3qn_agent.py's Atari defaults (Nature-DQN conv
 torso, batch 32, Adam 1e-4, target copy every 1,000 steps, 3-step returns) and a gradient step
@@ -29,20 +30,27 @@ subprocess (`--code DIR`), with the same settings. "Now" is the agent of this ch
 in this process after it. `--before REV` measures another commit; `--before none` skips it.
 
 The measured loop is the agent's own: `agent.run()`, with its budget `agent.config.total_steps`
-set to end where the window does (act, env.step, remember, a replay call every TRAIN_FREQUENCY x
+set to end where the window does (act, envs.step, remember, a replay call every TRAIN_FREQUENCY x
 GRADIENT_STEPS_PER_CALL steps once LEARNING_STARTS is reached, a hard target copy every
 TARGET_UPDATE steps, `PlotModel` and a new episode at an episode's end). The work `run` does once
 its budget is spent, which a real run does once at its end and not every few thousand steps, is
 stubbed out as instance attributes: the final greedy evaluation (`agent.evaluate_and_keep_best`),
 saving the last network (`agent.save`), drawing the plots (`agent.report.draw`) and the summary
 line (`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop
-calls, as instance attributes: `agent.act`, `agent.env.step`, `agent.remember`,
+calls, as instance attributes: `agent.act`, `agent.envs.step` (every environment's step;
+an older commit's `agent.env.step`), `agent.remember`,
 `agent.start_episode` (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three
 calls inside `agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
 These are the agent's internals; "other" (the table's "the rest") is what is left (the
 per-episode print line and `run`'s first line, which go to a buffer here, the loop itself, and
 entering and leaving `run`). The greedy evaluations (every EVAL_EVERY steps) fall outside the
 measured window.
+
+A step is an environment step: with `--n-envs N` (N_ENVS, this checkout only: `--before none`)
+each loop iteration steps N environments and counts N steps, a window is a whole number of
+iterations (`--steps` rounded up to a multiple of N), and every part is divided by the window's
+environment steps, not by its iterations. `benchmarks/bench_n_envs.py` times N = 1, 2, 4 and 8
+side by side with these functions.
 
 Prints, for each part, microseconds per agent step, share of the measured time, calls, and
 microseconds per call; then, for images, the replay memory's bytes per transition, measured from
@@ -95,7 +103,7 @@ MEASURED = "measured: json "  # the last line of a --before subprocess, before w
 
 # The measured parts of one agent step, in the order the loop runs them.
 PARTS = {
-    "env step": "agent.env.step",
+    "env step": "agent.envs.step: every environment's step",
     "env reset": "agent.start_episode: env.reset at an episode's end",
     "act": "agent.act: epsilon-greedy, one forward pass",
     "store": "agent.remember: Memory.store into the frame store",
@@ -126,7 +134,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--before", default=BEFORE_COMMIT, metavar="REV",
                         help="also measure the agent of this git commit, first ('none': skip)")
     parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)  # see --before
-    parser.add_argument("--steps", type=int, default=STEPS, help="measured agent steps")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help="measured agent steps (env steps, rounded up to a multiple of N)")
+    parser.add_argument("--n-envs", type=int, default=1,
+                        help="environments stepped together (N_ENVS; > 1 needs --before none)")
     parser.add_argument("--gradient-steps-per-call", type=int, default=None,
                         help="gradient steps per compiled call (default: the game's preset)")
     parser.add_argument("--memory-size", type=int, default=MEMORY_SIZE,
@@ -147,12 +158,15 @@ def parse_args() -> argparse.Namespace:
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
     timing.check_rounds(args.rounds)
-    for name in ("steps", "memory_size", "exploration_steps"):
+    for name in ("steps", "memory_size", "exploration_steps", "n_envs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name in ("learning_starts", "warmup_train"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.n_envs > 1 and args.before != "none":
+        parser.error(f"--n-envs {args.n_envs} needs --before none: commit {args.before} steps "
+                     "one environment")
     return args
 
 
@@ -188,7 +202,8 @@ def instrument(agent: Any) -> Stopwatches:
     """Wrap stopwatches around every method the agent's training step calls."""
     watches = Stopwatches()
     for holder, method, part in (
-        (agent.env, "step", "env step"),
+        # every environment's step (an older commit's agent steps its one `env`)
+        (agent.envs if hasattr(agent, "envs") else agent.env, "step", "env step"),
         (agent, "start_episode", "env reset"),
         (agent, "act", "act"),
         (agent, "remember", "store"),
@@ -200,6 +215,33 @@ def instrument(agent: Any) -> Stopwatches:
     ):
         watches.wrap(holder, method, part)
     return watches
+
+
+def window_steps(steps: int, n_envs: int) -> int:
+    """The env steps of a window of at least `steps`: a whole number of loop iterations, each
+    stepping `n_envs` environments."""
+    return -(-steps // n_envs) * n_envs
+
+
+def new_measurement(steps: int, gradient_steps_per_call: int) -> dict[str, Any]:
+    """What `time_round` fills, round after round, for windows of `steps` env steps."""
+    return {"steps_per_second": [], "steps": steps, "wall_seconds": [],
+            "gradient_steps_per_call": gradient_steps_per_call,
+            "parts": {part: {"seconds": [], "calls": []} for part in PARTS}}
+
+
+def time_round(agent: Any, watches: Stopwatches, measured: dict[str, Any]) -> float:
+    """Time one window of the agent's own loop, `measured["steps"]` env steps (a whole number of
+    its iterations), adding its speed, wall time and each part's seconds and calls to
+    `measured`; return the wall time in seconds."""
+    watches.reset()
+    wall = run_steps(agent, measured["steps"])
+    measured["steps_per_second"].append(measured["steps"] / wall)
+    measured["wall_seconds"].append(wall)
+    for part in PARTS:
+        measured["parts"][part]["seconds"].append(watches.seconds[part])
+        measured["parts"][part]["calls"].append(watches.calls[part])
+    return wall
 
 
 def owned_array_bytes(holder: object) -> int:
@@ -256,7 +298,8 @@ def print_memory_bytes(agent: Any) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Build the agent of `args.code` (this checkout, or an unpacked commit), warm it up, time
-    `args.steps` agent steps and print where the time went; return what it measured."""
+    `args.steps` agent steps (rounded up to whole iterations of its N_ENVS environments) and
+    print where the time went; return what it measured."""
     sys.path.insert(0, args.code)
     import d3qn_agent
     # Commits before the helpers moved into d3qn_utils/ kept them beside d3qn_agent.py.
@@ -271,8 +314,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                      checkpoint_every=0)
         if args.gradient_steps_per_call:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
-        if args.code == str(ROOT):  # an older commit's agent may not know the flag
-            flags["bfloat16"] = args.bfloat16
+        if args.code == str(ROOT):  # an older commit's agent may not know the flags
+            flags.update(bfloat16=args.bfloat16, n_envs=args.n_envs)
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
         per_call = getattr(config, "gradient_steps_per_call", 1)  # older commits: one a call
@@ -287,25 +330,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         watches = instrument(agent)
         warmup = args.learning_starts + args.warmup_train
         print(f"warm-up: {warmup:,} untimed steps in {run_steps(agent, warmup):.0f} s")
-        measured: dict[str, Any] = {
-            "steps_per_second": [], "steps": args.steps, "wall_seconds": [],
-            "gradient_steps_per_call": per_call,
-            "parts": {part: {"seconds": [], "calls": []} for part in PARTS}}
+        steps = window_steps(args.steps, args.n_envs)
+        measured = new_measurement(steps, per_call)
         for round_number in range(args.rounds):  # windows one after the other, a round each
-            watches.reset()
             first_epsilon = agent.epsilon_at(agent.step)
-            wall = run_steps(agent, args.steps)
-            speed = args.steps / wall
-            print(f"round {round_number + 1}: {args.steps:,} agent steps in {wall:.1f} s, "
+            wall = time_round(agent, watches, measured)
+            print(f"round {round_number + 1}: {steps:,} agent steps in {wall:.1f} s, "
                   f"epsilon {first_epsilon:.3f} -> {agent.epsilon:.3f}, {agent.episode} "
-                  f"episodes finished so far; agent steps/s: {speed:,.1f}")
-            measured["steps_per_second"].append(speed)
-            measured["wall_seconds"].append(wall)
-            for part in PARTS:
-                measured["parts"][part]["seconds"].append(watches.seconds[part])
-                measured["parts"][part]["calls"].append(watches.calls[part])
-        print(f"\nthe last round's {args.steps:,} steps, part by part:")
-        print_time_table(watches, args.steps, wall)
+                  f"episodes finished so far; agent steps/s: {steps / wall:,.1f}")
+        print(f"\nthe last round's {steps:,} steps, part by part:")
+        print_time_table(watches, steps, wall)
         print()
         if agent.state_dtype == np.uint8:  # image frames: the frame storage's bytes
             measured["replay_memory"] = print_memory_bytes(agent)
@@ -359,8 +393,8 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"process peak resident memory: {peak_mb:,.0f} MB")
     provenance.write_results(args.results, {
-        "env_name": args.env_name, "before_commit": args.before, "bfloat16": args.bfloat16,
-        "rounds": args.rounds, **measured,
+        "env_name": args.env_name, "n_envs": args.n_envs, "before_commit": args.before,
+        "bfloat16": args.bfloat16, "rounds": args.rounds, **measured,
         "peak_resident_mb": peak_mb})
 
 

@@ -41,8 +41,10 @@ file (`--results`), with torch's and SB3's versions.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import importlib.util
+import math
 import os
 import shlex
 import statistics
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
@@ -93,8 +96,29 @@ def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bo
 def measure_sb3(env_name: str, steps: int, warmup: int, seed: int, threads: int) -> float:
     """Env steps/s of Stable-Baselines3's DQN on `env_name` with the same network and ratio,
     torch using `threads` threads."""
+    model = sb3_dqn(env_name, game_settings(env_name)[0], seed, threads)
+    model.learn(total_timesteps=warmup)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps, reset_num_timesteps=False)
+    return steps / (time.perf_counter() - start)
+
+
+def sb3_train_frequency(n_envs: int, train_frequency: int) -> tuple[int, int]:
+    """SB3's (train_freq, gradient_steps) that make a gradient step every `train_frequency` env
+    steps with `n_envs` environments: SB3 counts train_freq in vector steps of n_envs env steps
+    each, so gradient_steps / (train_freq * n_envs) = 1 / train_frequency, in whole numbers."""
+    common = math.gcd(n_envs, train_frequency)
+    return train_frequency // common, n_envs // common
+
+
+def sb3_dqn(env_name: str, preset: dict[str, Any], seed: int, threads: int, n_envs: int = 1) -> Any:
+    """Stable-Baselines3's DQN for `env_name` with `preset`'s values and the network ours has:
+    MinAtar's or the Nature DQN's torso for images, `preset["hidden_units"]` for vector states;
+    on `n_envs` environments stepped together (a gradient step every TRAIN_FREQUENCY env steps
+    whatever their number: `sb3_train_frequency`), torch using `threads` threads."""
     import torch
     from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     class MinAtarTorso(BaseFeaturesExtractor):
@@ -111,22 +135,24 @@ def measure_sb3(env_name: str, steps: int, warmup: int, seed: int, threads: int)
             return self.net(observations)
 
     torch.set_num_threads(threads)
-    preset = game_settings(env_name)[0]
-    # The Nature DQN torso is SB3's default for images (NatureCNN); no hidden layer after it.
-    minatar = games.family(env_name) is games.MINATAR
-    torso = {"features_extractor_class": MinAtarTorso} if minatar else {}
+    family = games.family(env_name)
+    if family.torso is None:  # vector states: the MLP
+        policy, policy_kwargs = "MlpPolicy", {"net_arch": list(preset["hidden_units"])}
+    else:  # the Nature DQN torso is SB3's default for images (NatureCNN); no hidden layer after
+        policy, policy_kwargs = "CnnPolicy", {"net_arch": []}
+        if family is games.MINATAR:
+            policy_kwargs["features_extractor_class"] = MinAtarTorso
+    env = make_env(env_name) if n_envs == 1 else make_vec_env(
+        functools.partial(make_env, env_name), n_envs=n_envs, seed=seed)
+    train_freq, gradient_steps = sb3_train_frequency(n_envs, preset["train_frequency"])
     epsilon = preset["epsilon_min"]
-    model = DQN(
-        "CnnPolicy", make_env(env_name), learning_rate=preset["learning_rate"],
+    return DQN(
+        policy, env, learning_rate=preset["learning_rate"],
         buffer_size=preset["memory_size"], learning_starts=preset["learning_starts"],
-        batch_size=preset["batch_size"], gamma=0.99, train_freq=preset["train_frequency"],
-        gradient_steps=1, target_update_interval=preset["target_update"],
+        batch_size=preset["batch_size"], gamma=preset.get("gamma", 0.99), train_freq=train_freq,
+        gradient_steps=gradient_steps, target_update_interval=preset["target_update"],
         exploration_initial_eps=epsilon, exploration_final_eps=epsilon,
-        policy_kwargs={**torso, "net_arch": []}, seed=seed, device="cpu", verbose=0)
-    model.learn(total_timesteps=warmup)
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps, reset_num_timesteps=False)
-    return steps / (time.perf_counter() - start)
+        policy_kwargs=policy_kwargs, seed=seed, device="cpu", verbose=0)
 
 
 def main() -> None:

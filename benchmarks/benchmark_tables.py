@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout",
          "CartPole-v1": "CartPole"}  # a game's name in a table (others: their id)
 TIMES = "\N{MULTIPLICATION SIGN}"
+# A measured setting's value in a results file written before its script recorded it.
+SETTINGS_BEFORE_RECORDED = {"n_envs": 1}
 
 
 def newest_results(results: Path, script: str, command: str | None = None, **settings: Any
@@ -38,11 +40,9 @@ def newest_results(results: Path, script: str, command: str | None = None, **set
 def newest_results_file(results: Path, script: str, command: str | None = None,
                         **settings: Any) -> tuple[Path, dict[str, Any]]:
     """`newest_results`' file and what it holds (its "file" says which one, for messages)."""
-    for path in sorted((results / script).glob("*.json"), reverse=True):
-        run = {**json.loads(path.read_text()), "file": f"{script}/{path.name}"}
-        if (command is None or run["command"] == command) and all(
-                run["results"].get(name) == value for name, value in settings.items()):
-            return path, run
+    found = newest_matching(results, script, command, **settings)
+    if found is not None:
+        return found
     wanted = ", ".join(f"{name} {value}" for name, value in settings.items())
     where = results.resolve()
     where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
@@ -50,6 +50,19 @@ def newest_results_file(results: Path, script: str, command: str | None = None,
         f"{script}.py")
     raise ValueError(f"no results of {source}{' with ' + wanted if wanted else ''}"
                      f"{f' by `{command}`' if command else ''} in {where.as_posix()}")
+
+
+def newest_matching(results: Path, script: str, command: str | None = None, **settings: Any
+                    ) -> tuple[Path, dict[str, Any]] | None:
+    """`newest_results_file`'s file and what it holds, or None where no file matches (a setting
+    missing from an older file counts as SETTINGS_BEFORE_RECORDED's value)."""
+    for path in sorted((results / script).glob("*.json"), reverse=True):
+        run = {**json.loads(path.read_text()), "file": f"{script}/{path.name}"}
+        if (command is None or run["command"] == command) and all(
+                run["results"].get(name, SETTINGS_BEFORE_RECORDED.get(name)) == value
+                for name, value in settings.items()):
+            return path, run
+    return None
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -127,7 +140,7 @@ def seconds_per_call(part: dict[str, Any]) -> list[float]:
 
 def bench_atari(env_name: str, results: Path) -> str:
     """Microseconds per agent step of each part of the loop, before the fast path and now."""
-    run = newest_results(results, "bench_atari", env_name=env_name)
+    run = newest_results(results, "bench_atari", env_name=env_name, n_envs=1)
     found = run["results"]
     variants = [name for name in ("before", "now") if name in found]
     commits = {"before": f"{found.get('before_commit')} (before the fast path)",
@@ -307,6 +320,87 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
     return markdown_table(["agent", "env steps/s"], rows) + stamp_line(run, *facts)
 
 
+# bench_n_envs.py's columns, per env step: the parts of bench_atari.py's loop each one sums.
+N_ENVS_COLUMNS = {"environment": ("env step", "env reset"), "action": ("act",),
+                  "store": ("store",), "draw": ("sample", "priorities"), "learn": ("train",)}
+N_ENVS_GAMES = ("CartPole-v1", "MinAtar/Breakout-v1", "PongNoFrameskip-v4")
+
+
+def n_envs_figures(measured: dict[str, Any]) -> dict[str, Spread]:
+    """bench_n_envs.py's figures of one N over its rounds: "env steps/s", then µs per env step
+    of each of N_ENVS_COLUMNS, "outside the gradient step" (all but learn) and "total"."""
+    def per_step(seconds: list[float]) -> Spread:
+        return spread(seconds).scaled(1e6 / measured["steps"])
+
+    figures = {"env steps/s": spread(measured["steps_per_second"])}
+    for column, parts in N_ENVS_COLUMNS.items():
+        figures[column] = per_step([sum(in_parts) for in_parts in zip(
+            *(loop_seconds(measured, part) for part in parts), strict=True)])
+    walls = loop_seconds(measured)
+    figures["outside the gradient step"] = per_step(
+        [wall - learn for wall, learn in zip(walls, loop_seconds(measured, "train"), strict=True)])
+    figures["total"] = per_step(walls)
+    return figures
+
+
+def n_envs_game(env_name: str, results: Path) -> str:
+    """One game's speed at each N from bench_n_envs.py's newest file of it: a sentence with the
+    gradient step's share of an env step at each N and the time outside it at the largest N over
+    the smallest (drawn only where the rounds' ranges are apart), then the table; or a line
+    naming the command where there is no file."""
+    game = GAMES.get(env_name, env_name)
+    newest = newest_matching(results, "bench_n_envs", env_name=env_name)
+    if newest is None:
+        return (f"**{game}**: none at this commit; `python benchmarks/bench_n_envs.py "
+                f"--env-name {env_name}` measures it.\n")
+    _, run = newest
+    found = run["results"]
+    figures = {n: n_envs_figures(measured) for n, measured in found["ours"].items()}
+    first, last = figures[min(figures, key=int)], figures[max(figures, key=int)]
+    shares = in_words([f"{figure['learn'].median / figure['total'].median:.0%}"
+                       for figure in figures.values()])
+    outside = "outside the gradient step"
+    sentence = (f"**{game}**: the gradient step takes {shares} of an env step at N = "
+                f"{in_words(list(figures))} (medians); the time {outside} per env step, N = "
+                f"{max(figures, key=int)} over N = {min(figures, key=int)}: "
+                f"{timing.ratio(last[outside], first[outside])}.\n\n")
+    sb3 = found["sb3"] or {}
+    columns = ["env steps/s", *N_ENVS_COLUMNS, outside]
+    header = ["N", "env steps/s", *(f"{column}, µs" for column in columns[1:]),
+              *(["SB3 DQN, env steps/s"] if sb3 else [])]
+    rows = [[n, timing.shown(figure["env steps/s"], rate),
+             *(timed(figure[column], "{:,.0f}") for column in columns[1:]),
+             *([timing.shown(spread(sb3[n]["env_steps_per_second"]), rate)] if sb3 else [])]
+            for n, figure in figures.items()]
+    rounds = found["rounds"]
+    facts = [f"{rounds} alternating round{'s' if rounds > 1 else ''} of {found['steps']:,} "
+             f"timed env steps per N after {found['warmup']:,} untimed",
+             f"a gradient step every {found['train_frequency']} env steps, "
+             f"{found['gradient_steps_per_call']} per call, batch {found['batch_size']}, "
+             f"memory {found['memory_size']:,}", load(run)]
+    if sb3:
+        installed = found["versions"]
+        frequencies = ", ".join(f"{each['train_freq_and_gradient_steps'][0]}/"
+                                f"{each['train_freq_and_gradient_steps'][1]}"
+                                for each in sb3.values())
+        facts.append(f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
+                     f"{installed['torch']}, {found['sb3_threads']} threads, train_freq/"
+                     f"gradient_steps {frequencies} at N = {', '.join(sb3)}")
+    else:
+        facts.append("Stable-Baselines3 not measured (not installed, or `--no-sb3`)")
+    return sentence + markdown_table(header, rows) + stamp_line(run, *facts)
+
+
+def in_words(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def n_envs_speed(results: Path) -> str:
+    """bench_n_envs.py's speed at each N, game after game (`n_envs_game`)."""
+    return "\n".join(n_envs_game(env_name, results) for env_name in N_ENVS_GAMES)
+
+
 def bench_tensorboard(results: Path) -> str:
     """Milliseconds per CartPole env step with and without TensorBoard, and what the replay
     statistics add to a sample."""
@@ -446,7 +540,7 @@ def one_quantity(results: Path) -> str:
         machines.append(provenance.machine_label(run))
 
     def loop(env_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        run = newest_results(results, "bench_atari", env_name=env_name)
+        run = newest_results(results, "bench_atari", env_name=env_name, n_envs=1)
         return run, run["results"]["now"]
 
     def gradient_step_ms(run: dict[str, Any]) -> Spread:

@@ -39,9 +39,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 # AVX512_BF16 or AMX to be fast).
 CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX512_VNNI",
                 "avx512_bf16": "AVX512_BF16", "amx_tile": "AMX"}
-# Environment variables that change what a run computes or how fast, kept in its command line.
+# Environment variables that change what a run computes or how fast, kept in its command line
+# (OpenBLAS's threads: numpy's matrix products in the MLP's and MinAtar's greedy actions).
 COMMAND_ENVIRONMENT = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_NUM_INTRAOP_THREADS",
-                       "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES")
+                       "TF_NUM_INTEROP_THREADS", "CUDA_VISIBLE_DEVICES", "OPENBLAS_NUM_THREADS",
+                       "OMP_NUM_THREADS")
 PACKAGES = ("tensorflow", "keras", "jax", "numpy")
 MACHINE_NOT_RECORDED = "machine not recorded"
 FIGURE_SOURCE = "Source"  # the PNG text chunk that names the results file a figure was drawn from

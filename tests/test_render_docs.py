@@ -730,3 +730,90 @@ def test_one_quantity_sets_each_script_s_figure_side_by_side_per_gradient_step(t
     with pytest.raises(ValueError, match=r"bench_atari/20261128T000009Z\.json does not say its "
                                          "gradient steps per call"):
         render_docs.RENDERERS["one_quantity"](tmp_path)
+
+
+def n_envs_measured(scale: float, train: list[float]) -> dict:
+    """bench_n_envs.py's figures of one N over 3 rounds of 1,000 env steps: every part but train
+    takes `scale` times a base round's seconds; train the `train` seconds."""
+    def part(seconds: float) -> dict:
+        return {"seconds": [scale * seconds * factor for factor in (1.0, 0.8, 1.2)],
+                "calls": [100, 100, 100]}
+
+    parts = {"env step": part(0.02), "env reset": part(0.01), "act": part(0.05),
+             "store": part(0.01), "sample": part(0.015), "priorities": part(0.005),
+             "train": {"seconds": train, "calls": [50, 50, 50]}, "target": part(0.0)}
+    walls = [sum(found["seconds"][i] for found in parts.values()) + scale * 0.01 * factor
+             for i, factor in enumerate((1.0, 0.8, 1.2))]  # and 0.01 s of "the rest"
+    return {"steps": 1000, "wall_seconds": walls, "steps_per_second": [1000 / w for w in walls],
+            "gradient_steps_per_call": 1, "parts": parts}
+
+
+def test_the_many_environments_block_gives_each_n_s_parts_per_env_step_and_its_share(tmp_path):
+    write_bench(tmp_path, "bench_n_envs", "20261128T000000Z", {
+        "env_name": "MinAtar/Breakout-v1", "n_envs": [1, 8], "steps": 1000, "warmup": 5_120,
+        "rounds": 3, "train_frequency": 4, "gradient_steps_per_call": 64, "batch_size": 32,
+        "memory_size": 100_000,
+        "ours": {"1": n_envs_measured(1.0, [0.21, 0.21, 0.21]),
+                 "8": n_envs_measured(0.2, [0.21, 0.21, 0.21])},
+        "sb3": {"1": {"env_steps_per_second": [700.0, 650.0, 720.0],
+                      "train_freq_and_gradient_steps": [4, 1]},
+                "8": {"env_steps_per_second": [900.0, 950.0, 1000.0],
+                      "train_freq_and_gradient_steps": [1, 2]}},
+        "sb3_threads": 2, "versions": {"stable_baselines3": "2.9.2", "torch": "2.13.0"}},
+        command="python benchmarks/bench_n_envs.py")
+    lines = render_docs.RENDERERS["n_envs_speed"](tmp_path).splitlines()
+    # Outside the gradient step: 0.12 s of 0.33 at N = 1, 0.024 s of 0.234 at N = 8 (round 1).
+    assert lines[0] == ("**CartPole**: none at this commit; `python benchmarks/bench_n_envs.py "
+                        "--env-name CartPole-v1` measures it.")
+    assert lines[2] == ("**MinAtar Breakout**: the gradient step takes 64% and 90% of an env step "
+                        "at N = 1 and 8 (medians); the time outside the gradient step per env "
+                        f"step, N = 8 over N = 1: 0.20{X} (ranges apart).")
+    assert lines[4:8] == [
+        "| N | env steps/s | environment, µs | action, µs | store, µs | draw, µs | learn, µs "
+        "| outside the gradient step, µs | SB3 DQN, env steps/s |", "|---" * 9 + "|",
+        f"| 1 | 3,030 (2,825{DASH}3,268) | 30 (24{DASH}36) | 50 (40{DASH}60) | 10 (8{DASH}12) "
+        f"| 20 (16{DASH}24) | 210 (210{DASH}210) | 120 (96{DASH}144) | 700 (650{DASH}720) |",
+        f"| 8 | 4,274 (4,188{DASH}4,363) | 6 (5{DASH}7) | 10 (8{DASH}12) | 2 (2{DASH}2) "
+        f"| 4 (3{DASH}5) | 210 (210{DASH}210) | 24 (19{DASH}29) | 950 (900{DASH}1,000) |"]
+    assert lines[9] == (
+        "3 alternating rounds of 1,000 timed env steps per N after 5,120 untimed; a gradient "
+        f"step every 4 env steps, 64 per call, batch 32, memory 100,000; {LOAD}; "
+        "Stable-Baselines3 2.9.2 on torch 2.13.0, 2 threads, train_freq/gradient_steps 4/1, 1/2 "
+        "at N = 1, 8. `python benchmarks/bench_n_envs.py` on Some CPU, 2 cores (AVX2), commit "
+        "abc1234, 2026-11-28.")
+    assert lines[11].startswith("**Pong**: none at this commit")
+
+
+def test_the_many_environments_ratio_is_drawn_only_where_the_rounds_are_apart(tmp_path):
+    slower = n_envs_measured(0.9, [0.2, 0.2, 0.2])  # outside: 0.108 s, rounds 0.086-0.130
+    write_bench(tmp_path, "bench_n_envs", "20261128T000000Z", {
+        "env_name": "CartPole-v1", "n_envs": [1, 8], "steps": 1000, "warmup": 1_056,
+        "rounds": 3, "train_frequency": 2, "gradient_steps_per_call": 16, "batch_size": 128,
+        "memory_size": 50_000, "ours": {"1": n_envs_measured(1.0, [0.2, 0.2, 0.2]),
+                                        "8": slower},
+        "sb3": None, "sb3_threads": None, "versions": {}})
+    lines = benchmark_tables.n_envs_game("CartPole-v1", tmp_path).splitlines()
+    assert lines[0].endswith(f"N = 8 over N = 1: no clear difference (ranges overlap; medians "
+                             f"0.90{X}).")
+    assert "SB3" not in lines[2] and lines[-1].startswith(
+        f"3 alternating rounds of 1,000 timed env steps per N after 1,056 untimed; a gradient "
+        f"step every 2 env steps, 16 per call, batch 128, memory 50,000; {LOAD}; "
+        "Stable-Baselines3 not measured (not installed, or `--no-sb3`).")
+
+
+def test_bench_atari_s_tables_take_the_newest_file_of_one_environment(tmp_path):
+    def loop(steps_per_second: float) -> dict:
+        return {"steps_per_second": [steps_per_second], "steps": 1000, "wall_seconds": [2.0],
+                "gradient_steps_per_call": 16,
+                "parts": {"train": {"seconds": [1.0], "calls": [10]}}}
+
+    write_bench(tmp_path, "bench_atari", "20261128T000000Z", {  # before --n-envs: one
+        "env_name": "CartPole-v1", "before_commit": "none", "now": loop(500.0)})
+    write_bench(tmp_path, "bench_atari", "20261128T010000Z", {  # newer, but 8 environments
+        "env_name": "CartPole-v1", "n_envs": 8, "before_commit": "none", "now": loop(900.0)})
+    rows = benchmark_tables.bench_atari("CartPole-v1", tmp_path).splitlines()
+    assert "| agent steps/s | 500 (1 round) |  |" in rows
+    write_bench(tmp_path, "bench_atari", "20261128T020000Z", {
+        "env_name": "CartPole-v1", "n_envs": 1, "before_commit": "none", "now": loop(700.0)})
+    rows = benchmark_tables.bench_atari("CartPole-v1", tmp_path).splitlines()
+    assert "| agent steps/s | 700 (1 round) |  |" in rows
