@@ -201,7 +201,8 @@ ATARI = GameFamily(
         "eval_episodes": 10, "test_episodes": 3,
     },
     game_presets={"PongNoFrameskip-v4": PONG_PRESET, "ALE/Pong-v5": PONG_PRESET},
-    # Pong learned with bfloat16 convolutions as with float32 (docs/atari.md); what it saves,
+    # On Pong, five seeds each detected no difference in learning between bfloat16 and float32
+    # convolutions (docs/atari.md, the pong_bf16 study); what bfloat16 saves,
     # `benchmarks/bench_vs_sb3.py --bfloat16` measures.
     bfloat16_games=("PongNoFrameskip-v4", "ALE/Pong-v5"),
     packages=("ale_py", "atari_wrappers"))
