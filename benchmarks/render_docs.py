@@ -163,6 +163,12 @@ CARTPOLE_DEFAULTS_SCREENS = [
     Screen("cartpole_soft_update", "CartPole-v1",
            "`--soft-update` (τ 0.005 after every gradient step)"),
 ]
+# CartPole with N_ENVS 4 against one environment, the same budget in environment steps, on seeds
+# 20-29 (none tuned on: the study's are 0-9, the defaults screen's 10-14).
+CARTPOLE_N_ENVS = [
+    Screen("cartpole_1", "CartPole-v1", "**N_ENVS 1: the default**", "n_envs"),
+    Screen("cartpole_4", "CartPole-v1", "`--n-envs 4`", "n_envs"),
+]
 MINATAR_FIRST_SCREENS = [
     Screen("minatar", "MinAtar/Breakout-v1", "`--n-step 3 --adam-epsilon 1e-7`"),
     Screen("minatar-nstep1", "MinAtar/Breakout-v1", "`--adam-epsilon 1e-7`"),
@@ -218,6 +224,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "classic_control": partial(study.study_tables, "classic_control"),
     "classic_control_screens": partial(screens_table, CLASSIC_SCREENS, 1),
     "cartpole_defaults_screen": partial(defaults_screen_table, CARTPOLE_DEFAULTS_SCREENS),
+    "cartpole_n_envs": partial(defaults_screen_table, CARTPOLE_N_ENVS),
     "cartpole_jax": partial(study.compare, "cartpole_jax", "classic_control", "CartPole-v1",
                             "per"),
     "minatar": partial(study.study_tables, "minatar"),
