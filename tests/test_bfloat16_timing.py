@@ -66,9 +66,10 @@ def bfloat16_notes(notes: list[str]) -> list[str]:
 
 @pytest.mark.parametrize(("milliseconds", "on"), [
     (FASTER, True), (([56.0, 55.5, 56.5], [60.0, 59.5, 60.5]), True),
-    (([58.0, 57.5, 58.5], [60.0, 59.5, 60.5]), False), (([40.0, 39.0, 62.0], FASTER[1]), False),
+    (([58.0, 57.5, 58.5], [60.0, 59.5, 60.5]), False),
+    (([40.0, 39.0, 62.0], [60.0, 39.5, 61.0]), False),  # a float32 round beat bfloat16's median
     (([72.7, 72.0, 73.0], [54.1, 54.0, 55.0]), False)],
-    ids=["faster", "just-faster", "within-margin", "ranges-overlap", "slower"])
+    ids=["faster", "just-faster", "within-margin", "not-below-float32-s-fastest", "slower"])
 def test_pong_gets_bfloat16_where_its_gradient_step_times_faster(timing, milliseconds, on):
     timing.milliseconds = milliseconds
     config, notes = resolve(env_name=PONG)
