@@ -316,6 +316,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             flags["gradient_steps_per_call"] = args.gradient_steps_per_call
         if args.code == str(ROOT):  # an older commit's agent may not know the flags
             flags.update(bfloat16=args.bfloat16, n_envs=args.n_envs)
+        if args.n_envs > 1:  # a budget N_ENVS divides (`run_steps` moves it to the window's end)
+            flags["total_steps"] = args.n_envs * 1_000_000
         agent = d3qn_agent.DQNAgent(args.env_name, **flags)
         config = agent.config
         per_call = getattr(config, "gradient_steps_per_call", 1)  # older commits: one a call

@@ -52,10 +52,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
+import d3qn_agent
 from benchmarks import bench_atari, bench_vs_sb3, benchmark_tables, provenance, timing
 from benchmarks.agent_loop import run_steps, skip_end_of_run
 from d3qn_agent import DQNAgent
-from d3qn_utils import games
+from d3qn_utils import games, settings
 
 ENV_NAME = "MinAtar/Breakout-v1"  # the game the agents play
 N_ENVS = (1, 2, 4, 8)  # the numbers of environments measured side by side
@@ -110,7 +111,11 @@ def whole(steps: int, period: int) -> int:
 def build_agent(env_name: str, n_envs: int, seed: int, work_dir: str) -> DQNAgent:
     """The agent of `env_name`'s preset with `n_envs` environments, as the benchmark times it."""
     changes = bench_vs_sb3.ATARI["changes"] if games.family(env_name) is games.ATARI else {}
+    # The preset's budget, rounded up to a multiple of N_ENVS (`run_steps` moves it anyway).
+    config, _ = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                                 {"env_name": env_name, "bfloat16": False, **changes})
     agent = DQNAgent(env_name, seed=seed, n_envs=n_envs, exploration_steps=1, bfloat16=False,
+                     total_steps=-(-config.total_steps // n_envs) * n_envs,
                      model_dir=os.path.join(work_dir, str(n_envs)),
                      plot_dir=os.path.join(work_dir, str(n_envs)), checkpoint_every=0,
                      **changes)

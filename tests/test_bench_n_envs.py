@@ -36,8 +36,8 @@ def test_sb3_s_dqn_makes_a_gradient_step_every_train_frequency_env_steps(n_envs)
 
 
 def test_a_window_of_three_environments_is_timed_per_env_step(tmp_path):
-    agent = small_agent(tmp_path, n_envs=3, learning_starts=32, exploration_steps=1,
-                        checkpoint_every=0)
+    agent = small_agent(tmp_path, n_envs=3, total_steps=3_000, learning_starts=32,
+                        exploration_steps=1, checkpoint_every=0)
     skip_end_of_run(agent)
     watches = bench_atari.instrument(agent)
     run_steps(agent, 48)  # past LEARNING_STARTS: the window trains

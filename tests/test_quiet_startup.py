@@ -117,12 +117,17 @@ def test_main_takes_ctrl_c_back_and_a_swallowed_one_is_raised_again(monkeypatch)
         assert sys.unraisablehook is quiet_startup.raise_lost_ctrl_c_again
     finally:
         signal.signal(signal.SIGINT, before)
-    # A KeyboardInterrupt that a callback could not raise comes back in the main thread.
+    # A KeyboardInterrupt that a callback could not raise comes back in the main thread, where
+    # Ctrl-C raises it (as `main_started` leaves it; another test may have left SIGINT ignored).
     swallowed = types.SimpleNamespace(exc_type=KeyboardInterrupt)
-    with pytest.raises(KeyboardInterrupt):
-        quiet_startup.raise_lost_ctrl_c_again(swallowed)
-        for _ in range(10**6):  # the interrupt is raised between two bytecodes
-            pass
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            quiet_startup.raise_lost_ctrl_c_again(swallowed)
+            for _ in range(10**6):  # the interrupt is raised between two bytecodes
+                pass
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_main_started_changes_nothing_outside_a_script(monkeypatch):
