@@ -126,11 +126,10 @@ def unclipped_score(info: dict[str, Any], summed: float) -> float:
 
 def epsilon_greedy(policy: GreedyPolicy, state: np.ndarray, epsilon: float,
                    rng: np.random.Generator, action_size: int) -> int:
-    """The action for one state: with probability `epsilon` one of `action_size` uniformly at
-    random (two draws of `rng`), else the greedy one (one draw)."""
-    if rng.random() < epsilon:
-        return int(rng.integers(action_size))
-    return int(policy(state[np.newaxis])[0])
+    """The action for one state (`epsilon_greedy_actions` for a batch of one): with probability
+    `epsilon` one of `action_size` uniformly at random (two draws of `rng`), else the greedy one
+    (one draw)."""
+    return epsilon_greedy_actions(policy, [state], epsilon, rng, action_size)[0]
 
 
 def epsilon_greedy_actions(policy: GreedyPolicy, states: Sequence[np.ndarray], epsilon: float,
@@ -138,7 +137,7 @@ def epsilon_greedy_actions(policy: GreedyPolicy, states: Sequence[np.ndarray], e
     """The actions for `states`, one per environment: for each in turn, with probability
     `epsilon` one of `action_size` uniformly at random (two draws of `rng`), else the greedy one
     (one draw); the greedy ones from one forward pass over all the states, made only if one is
-    needed. For one state, the draws and action of `epsilon_greedy`."""
+    needed."""
     actions = [int(rng.integers(action_size)) if rng.random() < epsilon else None
                for _ in states]
     if None in actions:
