@@ -97,7 +97,7 @@ class SumTree:
         The tree is left unchanged when any index is not a leaf or any priority is NaN, infinite
         or negative. A float for `priorities` goes to every leaf.
         """
-        if isinstance(priorities, float):  # `store` passes 0.0 for every slot a frame store freed
+        if isinstance(priorities, float):  # `store` passes 0.0 for every slot it freed
             priorities = np.full(np.shape(tree_indices), priorities)
         leaves, priorities = check_indices(tree_indices, priorities, self.leaves, "tree index",
                                            "priority")
@@ -242,7 +242,10 @@ class Memory(ReplayMemory):
         before anything is written: a full memory keeps its oldest transition.
         """
         slot, freed = self.storage.add(check_transition(experience), stream)
-        if freed.size:  # a frame store overwrote the first frame of these transitions
+        # Atari's and MinAtar's frames are kept once each (FrameStackStorage): a new frame can
+        # overwrite a frame of a stored transition, which then cannot be drawn, so its leaf goes
+        # to 0. Vector states (CartPole) are stored whole, one row each: `freed` is always empty.
+        if freed.size:
             self.tree.update_batch(self.tree.leaf_index(freed), 0.0)
         self.tree.update(self.tree.leaf_index(slot), self.max_priority)
         return slot

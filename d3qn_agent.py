@@ -86,12 +86,13 @@ LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient st
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 TRAIN_FREQUENCY = 2  # environment steps per gradient step
-GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, in one compiled call: its gain and
-# its cost (priorities up to this - 1 gradient steps old): docs/benchmarks.md, "Several gradient
-# steps per call"
-# Each step one forward pass acts for all N_ENVS environments, then each is stepped in turn; each
-# one's transitions go to a stream (a ring of its own) in the one replay memory, so an n-step
-# return never joins two. Every count above and below is in steps of all of them together.
+# GRADIENT_STEPS_PER_CALL's gain and cost (priorities up to that many - 1 gradient steps old):
+# docs/benchmarks.md, "Several gradient steps per call".
+GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, taken in one compiled call
+# One forward pass picks an action for each of the N_ENVS environments; each keeps its transitions
+# in a stream of its own in the one replay memory, so an n-step return never mixes two. Every step
+# count (TOTAL_STEPS, LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY,
+# the epsilon schedule) counts each environment's steps: one step of all of them adds N_ENVS.
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
@@ -414,7 +415,7 @@ class DQNAgent:
         return self.average[-1]
 
     def run(self) -> None:
-        """Train until TOTAL_STEPS environment steps, the N_ENVS environments' together, printing
+        """Train until the N_ENVS environments have taken TOTAL_STEPS steps between them, printing
         one line per episode. Greedy evaluations every EVAL_EVERY steps pick the network saved to
         `Model_name`; Ctrl-C, SIGTERM and NaN stop with a checkpoint to --resume from
         (training_session.py)."""
@@ -446,7 +447,7 @@ class DQNAgent:
                     # Only a real termination stops bootstrapping; a time-limit cut does not.
                     self.remember(states[i], actions[i], reward, next_states[i], terminated[i],
                                   stream=i)
-                # Each schedule is due as often as the step count passed its period (`crossed`).
+                # A schedule is due once per multiple of its period the step passed (`crossed`).
                 if len(self.MEMORY) >= config.batch_size:
                     # The periods' ends passed since the last step, from LEARNING_STARTS on (an
                     # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).

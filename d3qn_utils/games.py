@@ -179,9 +179,9 @@ def make_atari_env(env_name: str, max_episode_steps: int | None = None,
         env_name, max_episode_steps=max_episode_steps, render_mode=render_mode)
 
 
-# Pong (docs/atari.md): XLA off (the convolution candidates with and without XLA:
-# benchmarks/bench_pong_kernels.py, docs/benchmarks.md), a checkpoint every 25,000 steps (two
-# kept: docs/atari.md).
+# Pong (docs/atari.md): XLA off, because off skips XLA's compile time; its gradient step with and
+# without XLA shows no difference detected (the rounds' ranges overlap: bench_pong_kernels.py,
+# docs/benchmarks.md). A checkpoint every 25,000 steps (two kept: docs/atari.md).
 PONG_PRESET: dict[str, Any] = {
     "total_steps": 500_000, "train_frequency": 2, "xla": False, "checkpoint_every": 25_000,
 }

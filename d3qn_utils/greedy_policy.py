@@ -3,7 +3,8 @@
 A traced TensorFlow call has a fixed cost per call that a small numpy forward pass has not (the
 `act` rows of docs/benchmarks.md's loop tables measure acting), so an MLP or MinAtar's
 `PatchConv2D` torso runs in numpy on a copy of the weights, taken again after
-`weights_changed()` (on CartPole every 32 environment steps); the Nature torso stays compiled.
+`weights_changed()` (the agent calls it after each replay() call: every TRAIN_FREQUENCY x
+GRADIENT_STEPS_PER_CALL environment steps, 32 on CartPole); the Nature torso stays compiled.
 With the dueling head the greedy action is argmax A(s, .), so the numpy pass stops at the
 advantages. The agent acts with `epsilon_greedy_actions` (one action per environment, one forward
 pass), apex.py's actors with `epsilon_greedy`; both programs evaluate (`play_greedy`), score

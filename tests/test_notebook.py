@@ -1,8 +1,8 @@
 """notebooks/prioritized_replay.ipynb, the read-along notebook: committed without outputs, its
 imports and links resolve, its first cell finds the project where it is not cloned (from a
-folder or a git URL it is told, a local clone standing in for the remote) or says in one line
-what to set, and (slow tier) it runs top to bottom without writing into the repository, its
-memories drawing each transition as often as P(i) says."""
+folder or a git URL it is told, a local clone standing in for the remote; never the tutorial's
+own PER.py) or says in one line what to set, and (slow tier) it runs top to bottom without
+writing into the repository, its memories drawing each transition as often as P(i) says."""
 
 from __future__ import annotations
 
@@ -136,18 +136,23 @@ def printed(cell: nbformat.NotebookNode) -> str:
 
 def test_the_first_cell_finds_the_project_it_is_told_or_says_what_to_set(tmp_path,
                                                                            monkeypatch):
-    # A folder outside any clone, where the kernel cannot import the project; a local clone of
-    # this repository stands in for the remote.
+    # A folder outside any clone, where the kernel cannot import the project, holding the
+    # tutorial's own PER.py (importable there, and not the project); a local clone of this
+    # repository stands in for the remote.
     monkeypatch.delenv("PYTHONPATH", raising=False)
     elsewhere, remote = tmp_path / "elsewhere", tmp_path / "remote"
     elsewhere.mkdir()
+    (elsewhere / "PER.py").write_text("class SumTree:  # the tutorial's\n    pass\n")
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(remote)], check=True, timeout=120)
 
-    untold, told_a_folder = run_in_a_kernel([first_cell(""), first_cell(str(remote))],
-                                            elsewhere)
+    untold, told_the_tutorial, told_a_folder = run_in_a_kernel(
+        [first_cell(""), first_cell(str(elsewhere)), first_cell(str(remote))], elsewhere)
     [error] = untold.outputs
     assert error.output_type == "error" and error.traceback == [f"error: {error.evalue}"]
     assert "set REPOSITORY at the top of this cell" in error.evalue
+    [error] = told_the_tutorial.outputs
+    assert error.output_type == "error" and error.traceback == [f"error: {error.evalue}"]
+    assert "holds no d3qn_utils/" in error.evalue and "the tutorial's own PER.py" in error.evalue
     assert f"project: {remote}\n" in printed(told_a_folder)
 
     *_, told_a_url, pip = run_in_a_kernel(
