@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = "during --test" if flags.get("test") else "before training started"
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
-        agent = DQNAgent(**flags)
+        agent = DQNAgent(**settings.for_mode(flags, test, resume, REPLAY_MEMORIES))
         if test:
             agent.test(model, record)
             return 0
