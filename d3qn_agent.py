@@ -32,7 +32,7 @@ from d3qn_utils.atomic_files import save_model
 from d3qn_utils.checks import (
     added_keys,
     box_observations,
-    check_batch_fits,
+    check_run_fits,
     discrete_actions,
     with_added_keys,
 )
@@ -46,7 +46,6 @@ from d3qn_utils.greedy_policy import (
     play_greedy,
     unclipped_score,
 )
-from d3qn_utils.network_size import check_mlp_fits
 from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.reporting import AVERAGE_WINDOW, TrainingReport, tensorboard_dir
 from d3qn_utils.training_session import NonFiniteError, StopRequest
@@ -225,7 +224,6 @@ class DQNAgent:
         keras.utils.set_random_seed(config.seed)
         env = make_env(config.env_name, config.max_episode_steps)  # the first of N_ENVS (below)
         self.action_size = discrete_actions(config.env_name, env.action_space)
-        env.action_space.seed(config.seed)
         self.state_shape = box_observations(config.env_name, env.observation_space)
         self.state_dtype = env.observation_space.dtype
         self.solved_score = env.spec.reward_threshold if env.spec else None
@@ -234,11 +232,9 @@ class DQNAgent:
         # The replay memory the flags pick from REPLAY_MEMORIES: all have the tutorial's interface.
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
-        memory_class.check_fits(config.memory_size, storage, self.state_shape, self.state_dtype,
-                                TrainingReport.BYTES_PER_SLOT,  # the priority figure's, per slot
-                                streams=config.n_envs)  # one stream per environment (N_ENVS)
-        check_batch_fits(config.batch_size, config.memory_size, storage, self.state_shape,
-                         config.n_envs)
+        # The memory's, the batch's and the networks' sizes, refused before anything is allocated
+        check_run_fits(config, memory_class, storage, self.state_shape, self.state_dtype,
+                       self.action_size, TrainingReport.BYTES_PER_SLOT)  # the priority figure's
         replay_options = dict(
             storage=storage(config.memory_size, streams=config.n_envs),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
@@ -250,8 +246,6 @@ class DQNAgent:
         self.MEMORY = memory_class(config.memory_size, **replay_options)
 
         image_torso = torso(config.env_name)  # None: vector states, the MLP
-        check_mlp_fits(self.state_shape, config.hidden_units, self.action_size, config.dueling,
-                       config.batch_size)  # before the networks are built
         self.model = OurModel(self.state_shape, self.action_size, config.dueling,
                               config.hidden_units, config.bfloat16, image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
@@ -424,14 +418,11 @@ class DQNAgent:
             self.begin()  # as main() does: no second run may write this run's files
         self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
         self.report.start(self.step, self.settings_notes)
+        # NaN or inf from training or the environment: checkpoint the last good state, then stop
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
-            # Only in a resumed run (a fresh one at step 0 crosses nothing): redo the evaluation
-            # that a stop cut short.
-            if (crossed(self.step - config.n_envs, self.step, config.eval_every)
-                    and self.unevaluated()):
-                self.evaluate_and_keep_best(stop)
+            self.redo_evaluation_cut_short(stop)  # a resumed run: the evaluation a stop cut short
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:
                 # Each environment's state: envs.step keeps its next_state there (the tutorial's
@@ -533,6 +524,13 @@ class DQNAgent:
         """Whether the step reached has no evaluation yet (at the end, or where one was cut)."""
         return not self.evaluations or self.evaluations[-1][0] != self.step
 
+    def redo_evaluation_cut_short(self, stop: StopRequest) -> None:
+        """Play the evaluation due at the step reached if a stop cut it short: only a resumed
+        run has one (a fresh one at step 0 has crossed no EVAL_EVERY period)."""
+        config = self.config
+        if crossed(self.step - config.n_envs, self.step, config.eval_every) and self.unevaluated():
+            self.evaluate_and_keep_best(stop)
+
     def start_episode(self) -> None:
         """Reset each environment whose episode ended (at first, all) with its next episode's
         own seed, numbered in the order episodes start; clear their records."""
@@ -619,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = "during --test" if flags.get("test") else "before training started"
     try:
         test, resume, model, record = settings.pop_modes(flags)  # ValueError before any agent
-        agent = DQNAgent(**flags)
+        agent = DQNAgent(**settings.for_mode(flags, test, resume, REPLAY_MEMORIES))
         if test:
             agent.test(model, record)
             return 0

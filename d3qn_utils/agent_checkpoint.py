@@ -356,6 +356,27 @@ def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Pa
     raise ValueError(closest + (others if len(candidates) > 1 else ""))
 
 
+def recorded_flag(checkpoint_root: str, where: str, values: dict[str, Any], name: str
+                  ) -> tuple[Any, Path] | None:
+    """The value of flag `name` that the checkpoint --resume `where` takes was made with, and
+    that checkpoint, for a run of `values` that leaves `name` to it; None if no checkpoint there
+    reads and records it (`load` then says what is wrong). LATEST takes it as `choose_checkpoint`
+    would: from the first of `run_files.newest_checkpoints` whose flags, but for `name`, match
+    `values`, else (a resume it refuses for other flags) from the first."""
+    candidates = ([Path(where)] if where != run_files.LATEST
+                  else run_files.newest_checkpoints(checkpoint_root))
+    recorded = []
+    for directory in candidates:
+        with contextlib.suppress(ValueError):
+            flags = read_progress(directory)["run"]["flags"]
+            if name in flags:
+                recorded.append((flags, directory))
+    for flags, directory in recorded:
+        if not flag_changes(flags, Namespace(**{**values, name: flags[name]}))[0]:
+            return flags[name], directory
+    return (recorded[0][0][name], recorded[0][1]) if recorded else None
+
+
 def flag_changes(saved: dict[str, Any], config: Namespace
                  ) -> tuple[list[str], list[str], list[str]]:
     """The flags of `config` that differ from `saved` (a checkpoint's) as "name saved -> new":

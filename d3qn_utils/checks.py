@@ -1,12 +1,14 @@
-"""The checks on what enters a replay memory, on a batch larger than a memory can hold, on saved
-state and on a game's actions and observations: each returns the value or raises ValueError naming
-the bad value (a field of a transition, an index, a saved array, an action or observation space)."""
+"""The checks on what enters a replay memory, on the sizes of a run (its memory, batch and
+networks, before any is allocated), on a batch larger than a memory can hold, on saved state and
+on a game's actions and observations: each returns the value or raises ValueError naming the bad
+value (a field of a transition, an index, a saved array, an action or observation space)."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import sys
+from argparse import Namespace
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,6 +60,24 @@ def check_batch_fits(batch_size: int, memory_size: int, storage: Any,
         raise ValueError(f"BATCH_SIZE ({batch_size}) must not exceed the {held:,} transitions "
                          f"that MEMORY_SIZE ({memory_size:,}) slots of a "
                          f"{storage.storage_class.__name__} hold in N_ENVS ({streams}) streams")
+
+
+def check_run_fits(config: Namespace, memory_class: Any, storage: Any,
+                   state_shape: tuple[int, ...], state_dtype: Any, actions: int,
+                   other_bytes_per_slot: int) -> None:
+    """ValueError, before a run of `config` allocates its replay memory or builds its networks,
+    for the first size that cannot work, in this order: MEMORY_SIZE slots of `memory_class` in
+    `storage` (a `StorageSpec`) too few for N_ENVS streams or too many for this machine, with the
+    caller's `other_bytes_per_slot` (`ReplayMemory.check_fits`); a BATCH_SIZE larger than they
+    hold (`check_batch_fits`); a HIDDEN_UNITS whose networks for states of `state_shape` and
+    `actions` Q-values would not fit (`network_size.check_mlp_fits`)."""
+    # Imported here: network_size imports replay_memory, which imports this module.
+    from d3qn_utils.network_size import check_mlp_fits
+
+    memory_class.check_fits(config.memory_size, storage, state_shape, state_dtype,
+                            other_bytes_per_slot, streams=config.n_envs)
+    check_batch_fits(config.batch_size, config.memory_size, storage, state_shape, config.n_envs)
+    check_mlp_fits(state_shape, config.hidden_units, actions, config.dueling, config.batch_size)
 
 
 def require(arrays: dict[str, np.ndarray], keys: Sequence[str], what: str) -> None:

@@ -13,6 +13,7 @@ import argparse
 import inspect
 import math
 import numbers
+import os
 import re
 import textwrap
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from d3qn_utils import bfloat16_timing, games, recording
+from d3qn_utils import agent_checkpoint, bfloat16_timing, games, recording
 from d3qn_utils.checks import is_integer
 from d3qn_utils.replay_memory import replay_variant
 from d3qn_utils.run_files import LATEST
@@ -135,6 +136,9 @@ class Measured:
 # does the same sums.
 NATIVE_BFLOAT16_PRESET: dict[str, Any] = {"bfloat16": Measured(
     bfloat16_timing.preset_choice, "would time bfloat16 against float32 on this CPU")}
+# The flags a preset may measure: --test and --resume measure none of them (`for_mode`).
+MEASURED_FLAGS = tuple(name for name, value in NATIVE_BFLOAT16_PRESET.items()
+                       if isinstance(value, Measured))
 # TUTORIAL: the pylessons tutorial's own values where this code has a flag for them
 # (docs/changes_from_the_tutorial.md#running-the-tutorials-own-settings).
 TUTORIAL_PRESET: dict[str, Any] = {
@@ -167,6 +171,44 @@ def d3qn_presets(values: dict[str, Any]) -> list[Preset]:
         ("tutorial", TUTORIAL_PRESET, values["tutorial"])) if applies]
 
 
+def for_mode(flags: dict[str, Any], test: bool, resume: str | None,
+             memories: dict[str, Any]) -> dict[str, Any]:
+    """`flags` for d3qn_agent.py's mode: for --test or --resume, each of MEASURED_FLAGS that
+    `flags` do not give gets a `Measured` that `resolve` takes instead of the preset's timing
+    (a timing on this machine may choose otherwise than the one the network or checkpoint was
+    made with): --test keeps the flag block's value (the played network keeps the precision it
+    was saved with), --resume takes the value the checkpoint `resume` records (`memories`:
+    d3qn_agent.py's REPLAY_MEMORIES, which name the run's checkpoints)."""
+    if not (test or resume):
+        return flags
+
+    def played(name: str) -> Measured:
+        return Measured(lambda values: (values[name], "not timed: --test plays a saved network "
+                                        "in the precision it was saved with"),
+                        "keeps the played network's")
+
+    def recorded(name: str) -> Measured:
+        def from_checkpoint(values: dict[str, Any]) -> tuple[Any, str]:
+            found = agent_checkpoint.recorded_flag(checkpoint_root(values, memories), resume,
+                                                   values, name)
+            if found is None or not flag_type(D3QN_FLAGS[name])[1](found[0]):
+                # The resume refuses or names it: no checkpoint, or a corrupt value
+                return values[name], "not timed: no checkpoint to resume records it"
+            value, directory = found
+            return value, f"not timed: as checkpoint {directory} records it"
+        return Measured(from_checkpoint, "would take the checkpoint's")
+
+    return {**{name: (played if test else recorded)(name) for name in MEASURED_FLAGS}, **flags}
+
+
+def checkpoint_root(values: dict[str, Any], memories: dict[str, Any]) -> str:
+    """Where a run of these flag values keeps its checkpoints (`DQNAgent.checkpoint_root`):
+    `<model_dir>/<run_name>.checkpoints`, `memories` naming its replay memory's RUN_SUFFIX."""
+    memory = memories[replay_variant(values["use_per"], values["per_rank_based"])]
+    name = run_name(argparse.Namespace(**values), memory.RUN_SUFFIX)
+    return os.path.join(values["model_dir"], name + ".checkpoints")
+
+
 def native_bfloat16(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """The CPU's bfloat16 instructions for TensorFlow's oneDNN ("AMX_BF16", "AVX512_BF16"), or
     None (none, no /proc/cpuinfo, JAX: the Pong study measured TensorFlow only, or a GPU that
@@ -193,11 +235,16 @@ def resolve(script: ModuleType, table: dict[str, Flag],
             ) -> tuple[argparse.Namespace, list[str]]:
     """A run's settings and one note per value a preset decided or lost; `given`: the command
     line's flags (or `DQNAgent`'s keywords). A `Measured` value is measured only for a flag no
-    one chose, after the checks. ValueError naming an unknown flag or a bad value."""
+    one chose, after the checks; one in `given` takes the preset's place (`for_mode`). ValueError
+    naming an unknown flag or a bad value."""
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise ValueError(f"unknown flag(s) {unknown}; known: {sorted(table)}")
     given = {name: as_tuple(value) for name, value in given.items()}
+    # A `Measured` given for a flag chooses nothing: it finds the value a preset would measure
+    # another way (`for_mode`), and only where a preset would.
+    instead = {name: value for name, value in given.items() if isinstance(value, Measured)}
+    given = {name: value for name, value in given.items() if name not in instead}
     at_top = {name: as_tuple(getattr(script, name.upper())) for name in table}
     edited = {name: value for name, value in at_top.items() if value != table[name].shipped}
     chosen = {**edited, **given}
@@ -207,7 +254,7 @@ def resolve(script: ModuleType, table: dict[str, Flag],
     for source, preset in presets(values):
         for name, value in preset.items():
             if name not in chosen and isinstance(value, Measured):
-                measured[name] = (source, value)
+                measured[name] = (source, instead.get(name, value))
                 notes[name] = ""  # its place among the notes, filled in once measured
             elif name not in chosen:
                 measured.pop(name, None)  # a later preset's value wins over a measurement

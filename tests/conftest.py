@@ -1,8 +1,9 @@
 """What the tests share: the repository's ROOT, the tests' DATA folder, small agents
-(`small_flags`, `small_agent`, `command_line`), a CPU without bfloat16 instructions and no real
-timing of them for every test (so that a Pong agent is built alike on every machine; tests of the
-bfloat16 preset say which CPU and which timing they mean) and one real `python d3qn_agent.py` run
-on CartPole for the tests that read what the command writes.
+(`small_flags`, `small_agent`, `command_line`), two checkpoints compared
+(`assert_same_checkpoint`), a CPU without bfloat16 instructions and no real timing of them for
+every test (so that a Pong agent is built alike on every machine; tests of the bfloat16 preset say
+which CPU and which timing they mean) and one real `python d3qn_agent.py` run on CartPole for the
+tests that read what the command writes.
 
 This file imports no TensorFlow at its top: pytest-xdist's controller loads it and runs no test,
 so TensorFlow's start-up lines, held by pytest's capture, would come out after the summary.
@@ -10,11 +11,13 @@ so TensorFlow's start-up lines, held by pytest's capture, would come out after t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import pytest
 
 if TYPE_CHECKING:
@@ -79,6 +82,46 @@ def command_line(flags: dict[str, Any]) -> list[str]:
         else:
             words += [option, *map(str, value if isinstance(value, (tuple, list)) else [value])]
     return words
+
+
+def assert_same_arrays(expected: Path, got: Path) -> None:
+    """Two checkpoints' `.npz` files (a memory's, the priority figure's, the optimizer's) hold
+    the same arrays: integer and bool ones (transitions, counters, generator state) equal, float
+    ones (priorities, beta, IS weights, Adam's moments) equal up to float rounding."""
+    from d3qn_utils.atomic_files import read_arrays
+
+    expected_arrays, got_arrays = read_arrays(expected), read_arrays(got)
+    assert got_arrays.keys() == expected_arrays.keys(), got
+    for key, array in expected_arrays.items():
+        if array.dtype.kind == "f":
+            np.testing.assert_allclose(got_arrays[key], array, rtol=1e-4, err_msg=f"{got}: {key}")
+        else:
+            np.testing.assert_array_equal(got_arrays[key], array, err_msg=f"{got}: {key}")
+
+
+def assert_same_weights(expected: Path, got: Path) -> None:
+    """Two networks' `.weights.h5` files hold the same weights up to float rounding (read as
+    files: no network is built)."""
+    from d3qn_utils.agent_checkpoint import weights_file
+
+    for expected_array, got_array in zip(weights_file(expected), weights_file(got), strict=True):
+        np.testing.assert_allclose(got_array, expected_array, rtol=1e-4, atol=1e-6, err_msg=got)
+
+
+def assert_same_checkpoint(expected: Path, got: Path) -> None:
+    """Two `step-*` checkpoints of one run hold the same state: every key of the progress, the
+    memory, the priority figure and the optimizer (`assert_same_arrays`) and both networks
+    (`assert_same_weights`)."""
+    expected_progress, got_progress = (
+        json.loads((directory / "progress.json").read_text())["progress"]
+        for directory in (expected, got))
+    assert got_progress.keys() == expected_progress.keys()
+    for key, value in expected_progress.items():  # every counter, score and generator state
+        assert got_progress[key] == value, key
+    for name in ("memory.npz", "priority_figure.npz", "optimizer.npz"):
+        assert_same_arrays(expected / name, got / name)
+    for name in ("online.weights.h5", "target.weights.h5"):
+        assert_same_weights(expected / name, got / name)
 
 
 def unwritable_directory(tmp_path: Path) -> Path:

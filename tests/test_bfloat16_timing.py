@@ -1,23 +1,30 @@
 """Tests for the Pong preset's bfloat16 (d3qn_utils/bfloat16_timing.py): on a CPU with bfloat16
 units it is on where a timing of the torso's gradient step finds it faster, the run says so with
-the figures, a choice at the top of d3qn_agent.py or on the command line skips the timing, and a
-timing is cached per machine. The timings here are fakes (tests/conftest.py forbids the real
+the figures, a choice at the top of d3qn_agent.py or on the command line skips the timing, a
+timing is cached per machine, and --resume (the checkpoint's value) and --test (the saved
+network's precision) time nothing. The timings here are fakes (tests/conftest.py forbids the real
 one), but for one that runs the real function on a tiny torso to see it work.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_agent, small_flags
+from conftest import command_line, small_agent, small_flags, the_error_line
 
 import apex
 import d3qn_agent
 from d3qn_agent import DQNAgent
-from d3qn_utils import bfloat16_timing, games, settings
+from d3qn_utils import agent_checkpoint, bfloat16_timing, games, settings
+from d3qn_utils.run_files import LATEST
 
 # tests/conftest.py replaces it for every test; the tiny torso's test calls it
 real_time_gradient_steps = bfloat16_timing.time_gradient_steps
@@ -239,3 +246,147 @@ def test_the_timing_runs_both_precisions_and_leaves_the_agent_s_start_alone(tmp_
     assert all(math.isfinite(ms) and ms > 0 for rounds in milliseconds for ms in rounds)
     after = small_agent(tmp_path).model.get_weights()  # seeded as before: the same network
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+# --- --resume and --test time nothing -------------------------------------------------------
+
+
+def resumed(where: str, **given):
+    """d3qn_agent.py's settings for `--resume where` with these command-line flags."""
+    return settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                            settings.for_mode(given, False, where, d3qn_agent.REPLAY_MEMORIES))
+
+
+def recorded_checkpoint(root: Path, run_id: str, written_ns: int, **given) -> Path:
+    """A checkpoint of a Pong run of `given` flags, under the checkpoint root `root`, written at
+    `written_ns`: its progress.json, all that is read of it before an agent is built."""
+    config, _ = resolve(env_name=PONG, **given)
+    directory = root / run_id / "step-0000000008"
+    directory.mkdir(parents=True)
+    run = {"id": run_id, "started": "2026-01-01 00:00:00", "flags": vars(config), "networks": {}}
+    (directory / "progress.json").write_text(json.dumps(
+        {"format": agent_checkpoint.FORMAT, "run": run, "progress": {"step": 8}}))
+    os.utime(directory, ns=(written_ns, written_ns))
+    return directory
+
+
+@pytest.mark.parametrize("bfloat16", [True, False])
+def test_a_resume_takes_the_checkpoint_s_bfloat16_and_times_nothing(timing, tmp_path, bfloat16):
+    timing.milliseconds = SLOWER if bfloat16 else FASTER  # a timing would choose the other
+    checkpoint = recorded_checkpoint(tmp_path, "run-1", 1, bfloat16=bfloat16)
+    config, notes = resumed(str(checkpoint), env_name=PONG)
+    assert config.bfloat16 is bfloat16
+    assert timing.calls == []
+    assert bfloat16_notes(notes) == [
+        f"bfloat16 {bfloat16} ({PONG} preset: not timed: as checkpoint {checkpoint} records it)"]
+
+
+def test_resume_s_newest_checkpoint_gives_bfloat16_as_it_is_chosen(timing, tmp_path):
+    models = str(tmp_path / "models")
+    config, _ = resolve(env_name=PONG, model_dir=models, bfloat16=False)  # where: not timed
+    root = Path(settings.checkpoint_root(vars(config), d3qn_agent.REPLAY_MEMORIES))
+    recorded_checkpoint(root, "run-1", 1, bfloat16=True, model_dir=models, seed=0)
+    recorded_checkpoint(root, "run-2", 2, bfloat16=False, model_dir=models, seed=1)  # newest
+    for seed, bfloat16 in [(0, True), (1, False), (2, False)]:  # 2: refused, as the newest's
+        config, _ = resumed(LATEST, env_name=PONG, model_dir=models, seed=seed)
+        assert config.bfloat16 is bfloat16
+        if seed == 2:
+            with pytest.raises(ValueError, match=r"\): seed 1 -> 2;") as refused:
+                agent_checkpoint.choose_checkpoint(str(root), LATEST, config)
+            assert "bfloat16" not in str(refused.value)
+    assert timing.calls == []
+
+
+def test_the_checkpoint_root_is_the_agent_s(tmp_path):
+    agent = small_agent(tmp_path, use_per=False)
+    assert settings.checkpoint_root(vars(agent.config), d3qn_agent.REPLAY_MEMORIES) == (
+        agent.checkpoint_root)
+
+
+def test_a_resume_without_a_checkpoint_times_nothing(timing, tmp_path):
+    config, notes = resumed(LATEST, env_name=PONG, model_dir=str(tmp_path))
+    assert not config.bfloat16
+    assert timing.calls == []
+    assert bfloat16_notes(notes) == [
+        f"bfloat16 False ({PONG} preset: not timed: no checkpoint to resume records it)"]
+
+
+def test_test_mode_times_nothing_and_a_game_without_the_preset_is_as_before(timing):
+    given = settings.for_mode({"env_name": PONG}, True, None, d3qn_agent.REPLAY_MEMORIES)
+    config, notes = settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                                     given)
+    assert not config.bfloat16 and timing.calls == []
+    assert bfloat16_notes(notes) == [f"bfloat16 False ({PONG} preset: not timed: --test plays a "
+                                     "saved network in the precision it was saved with)"]
+    for mode in [(True, None), (False, LATEST)]:
+        given = settings.for_mode({"env_name": "CartPole-v1"}, *mode, d3qn_agent.REPLAY_MEMORIES)
+        assert settings.resolve(d3qn_agent, settings.D3QN_FLAGS, settings.d3qn_presets,
+                                given) == resolve(env_name="CartPole-v1")
+
+
+# Pong for 8 steps, no gradient step, a checkpoint and an evaluation (one 10-step episode) at
+# the end.
+PONG_RUN = small_flags(None, env_name=PONG, total_steps=8, learning_starts=1_000,
+                       memory_size=100, batch_size=4, max_episode_steps=10, eval_every=8,
+                       eval_episodes=1, checkpoint_every=8, test_episodes=1)
+
+
+def pong_main(directory: Path, capsys: pytest.CaptureFixture, *flags: str
+              ) -> tuple[int, str, str]:
+    """`python d3qn_agent.py` with PONG_RUN's flags writing under `directory`, in this process:
+    (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = d3qn_agent.main([*command_line(PONG_RUN), "--model-dir", str(directory / "models"),
+                            "--plot-dir", str(directory / "plots"), *flags])
+    return code, *capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def pong_trained(tmp_path_factory) -> Path:
+    """The directory of a PONG_RUN that a timing put in bfloat16, its timing's cache gone."""
+    directory = tmp_path_factory.mktemp("pong")
+    fake = FakeTiming()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bfloat16_timing, "time_gradient_steps", fake)
+        patch.setattr(settings, "native_bfloat16", lambda: "AVX512_BF16")
+        patch.setenv("XDG_CACHE_HOME", str(directory / "cache"))  # removed below: lost
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            code = d3qn_agent.main([*command_line(PONG_RUN), "--model-dir",
+                                    str(directory / "models"), "--plot-dir",
+                                    str(directory / "plots")])
+    assert code == 0 and len(fake.calls) == 1
+    assert f"bfloat16 True ({PONG} preset: bfloat16 gradient step" in log.getvalue()
+    shutil.rmtree(directory / "cache")
+    return directory
+
+
+def test_a_resume_is_not_refused_for_a_timing_it_did_not_ask_for(pong_trained, timing, tmp_path,
+                                                                   capsys):
+    timing.milliseconds = SLOWER  # the timing here would choose float32
+    shutil.copytree(pong_trained / "models", tmp_path / "models")
+    code, _, err = pong_main(tmp_path, capsys, "--resume", "--total-steps", "16",
+                             "--no-bfloat16")  # a flag given is compared
+    assert code == 2
+    assert "bfloat16 True -> False" in the_error_line(err)
+    code, out, err = pong_main(tmp_path, capsys, "--resume", "--total-steps", "16")
+    assert code == 0, err
+    assert f"bfloat16 True ({PONG} preset: not timed: as checkpoint " in out
+    [checkpoint] = (tmp_path / "models").rglob("step-0000000016")
+    assert json.loads((checkpoint / "progress.json").read_text())["run"]["flags"]["bfloat16"]
+    assert timing.calls == []
+
+
+def test_test_mode_plays_the_saved_network_in_its_precision_and_times_nothing(
+        pong_trained, timing, monkeypatch, capsys):
+    timing.milliseconds = SLOWER
+    played = []
+    test = DQNAgent.test
+    monkeypatch.setattr(DQNAgent, "test", lambda agent, *args: played.append(agent)
+                        or test(agent, *args))
+    [model] = (pong_trained / "models").glob("*_last.keras")
+    code, out, err = pong_main(pong_trained, capsys, "--test", "--model", str(model))
+    assert code == 0, err
+    assert "episode: 1/1" in out
+    assert "bfloat16" in {layer.compute_dtype for layer in played[0].model.layers}
+    assert timing.calls == []

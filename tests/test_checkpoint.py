@@ -28,6 +28,7 @@ import pytest
 from conftest import (
     KILL_WHILE_CHECKPOINTING,
     ROOT,
+    assert_same_checkpoint,
     command_line,
     small_agent,
     small_flags,
@@ -117,34 +118,7 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, capsys):
 
     expected, got = checkpoints(straight)[-1], checkpoints(resumed)[-1]
     assert expected.name == got.name == "step-0000000400"
-    expected_progress = json.loads((expected / "progress.json").read_text())["progress"]
-    got_progress = json.loads((got / "progress.json").read_text())["progress"]
-    assert got_progress.keys() == expected_progress.keys()
-    for key, value in expected_progress.items():  # every counter, score and generator state
-        assert got_progress[key] == value, key
-    for file in ("memory.npz", "priority_figure.npz"):
-        expected_memory = atomic_files.read_arrays(expected / file)
-        got_memory = atomic_files.read_arrays(got / file)
-        assert got_memory.keys() == expected_memory.keys()
-        for key, array in expected_memory.items():
-            if array.dtype.kind == "f":  # priorities, beta, IS weights: same up to float rounding
-                np.testing.assert_allclose(got_memory[key], array, rtol=1e-4, err_msg=key)
-            else:  # transitions, counters, generator state: identical
-                np.testing.assert_array_equal(got_memory[key], array, err_msg=key)
-    for name in ("online.weights.h5", "target.weights.h5"):
-        assert_same_weights(expected / name, got / name)
-
-
-def assert_same_weights(expected: Path, got: Path) -> None:
-    import d3qn_agent
-
-    networks = []
-    for path in (expected, got):
-        network = d3qn_agent.OurModel((4,), 2, dueling=True, hidden_units=(16, 16))
-        network.load_weights(path)
-        networks.append(network.get_weights())
-    for expected_array, got_array in zip(*networks, strict=True):
-        np.testing.assert_allclose(got_array, expected_array, rtol=1e-4, atol=1e-6)
+    assert_same_checkpoint(expected, got)
 
 
 @pytest.mark.parametrize("where", ["memory.npz", "before the rename"])

@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DATA, command_line, small_agent, small_flags, the_error_line
+from conftest import (
+    CARTPOLE,
+    DATA,
+    assert_same_checkpoint,
+    command_line,
+    small_agent,
+    small_flags,
+    the_error_line,
+)
 
 import d3qn_agent
 from benchmarks.same_log import without_timings
@@ -122,6 +130,7 @@ RESUMED_RUN = {"n_envs": 3, "total_steps": 120, "checkpoint_every": 70, "eval_ev
                "eval_episodes": 2, "max_episode_steps": 45, "memory_size": 300, "batch_size": 8,
                "learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 2,
                "target_update": 10, "exploration_steps": 80, "hidden_units": (8,), "seed": 2}
+BREAKOUT = "MinAtar/Breakout-v1"
 LINE_STEP = re.compile(r"(?:episode: \d+, step: |evaluation at step )(\d+)")
 
 
@@ -132,40 +141,85 @@ def lines_after(step: int, output: str, directory: Path) -> list[str]:
             if (match := LINE_STEP.match(line)) and int(match[1]) > step]
 
 
+def run_logged(agent: Any) -> str:
+    """`agent.run()`'s log."""
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        agent.run()
+    return log.getvalue()
+
+
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory) -> tuple[Path, Any, str]:
     """RESUMED_RUN in one go: its directory, its agent and its log."""
     directory = tmp_path_factory.mktemp("straight")
     agent = small_agent(directory, **RESUMED_RUN)
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        agent.run()
-    return directory, agent, log.getvalue()
+    return directory, agent, run_logged(agent)
+
+
+def checkpoints_of(directory: Path) -> list[Path]:
+    """The `step-*` checkpoints a run wrote under `directory`, by step."""
+    return sorted(directory.rglob("step-*"))
 
 
 def halfway(directory: Path) -> Path:
     """The run's checkpoint at step 72 (the one at the end is the other one kept)."""
-    [checkpoint, _] = sorted(directory.rglob("step-*"))
+    [checkpoint, _] = checkpoints_of(directory)
     assert checkpoint.name == "step-0000000072"
     return checkpoint
 
 
-def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stopped(
-        straight_run, tmp_path, capsys):
-    directory, straight, log = straight_run
-    checkpoint = halfway(directory)
-    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
-    assert all(episode["actions"] for episode in progress["open_episodes"])  # all mid-episode
-    shutil.copytree(checkpoint, tmp_path / checkpoint.relative_to(directory))
-    resumed = small_agent(tmp_path, **RESUMED_RUN)
+def assert_resumes_as_if_never_stopped(straight_run: tuple[Path, Any, str], checkpoint: Path,
+                                       directory: Path, env_name: str, flags: dict[str, Any]
+                                       ) -> None:
+    """A run of `flags` on `env_name` resumed in `directory` from `checkpoint`, one the straight
+    run wrote mid-way, ends as that run did: its progress, online network, log lines after the
+    checkpoint and last checkpoint (every key of its progress, its memory, priority figure,
+    optimizer and both networks: `assert_same_checkpoint`)."""
+    straight_directory, straight, log = straight_run
+    step = int(checkpoint.name.removeprefix("step-"))
+    shutil.copytree(checkpoint, directory / checkpoint.relative_to(straight_directory))
+    resumed = small_agent(directory, env_name=env_name, **flags)
     resumed.begin(run_files.LATEST)
-    resumed.run()
+    resumed_log = run_logged(resumed)
     assert resumed.state_dict()["progress"] == straight.state_dict()["progress"]
     for got, expected in zip(resumed.model.get_weights(), straight.model.get_weights(),
                              strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
-    assert lines_after(72, capsys.readouterr().out, tmp_path) == lines_after(72, log, directory)
-    assert lines_after(72, log, directory)  # episodes ended and an evaluation after the checkpoint
+    assert (lines_after(step, resumed_log, directory)
+            == lines_after(step, log, straight_directory))
+    assert lines_after(step, log, straight_directory)  # episodes ended, an evaluation after it
+    expected, got = checkpoints_of(straight_directory)[-1], checkpoints_of(directory)[-1]
+    assert got.name == expected.name == f"step-{flags['total_steps']:010d}"
+    assert_same_checkpoint(expected, got)
+
+
+def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stopped(
+        straight_run, tmp_path):
+    checkpoint = halfway(straight_run[0])
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert all(episode["actions"] for episode in progress["open_episodes"])  # all mid-episode
+    assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path, CARTPOLE, RESUMED_RUN)
+
+
+# 120 steps of 3 MinAtar Breakout environments, each frame stored once in its stream: gradient
+# steps from step 30 on, a checkpoint and an evaluation at 60 and 120, episodes of 40 steps at most.
+MINATAR_RUN = {"n_envs": 3, "total_steps": 120, "checkpoint_every": 60, "eval_every": 60,
+               "eval_episodes": 1, "max_episode_steps": 40, "memory_size": 150, "batch_size": 8,
+               "n_step": 3, "learning_starts": 30, "train_frequency": 2,
+               "gradient_steps_per_call": 2, "target_update": 20, "exploration_steps": 90,
+               "seed": 1}
+
+
+def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_path):
+    straight = small_agent(tmp_path / "straight", env_name=BREAKOUT, **MINATAR_RUN)
+    straight_run = (tmp_path / "straight", straight, run_logged(straight))
+    [checkpoint, _] = checkpoints_of(tmp_path / "straight")
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert checkpoint.name == "step-0000000060" and progress["episode"] > 0
+    assert any(episode["actions"] for episode in progress["open_episodes"])  # mid-episode
+    assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path / "resumed", BREAKOUT,
+                                       MINATAR_RUN)
 
 
 def test_a_resume_with_another_n_envs_is_one_error_line_naming_both(straight_run, tmp_path,
