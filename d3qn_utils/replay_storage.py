@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
+from d3qn_utils.stack_gather import gather_stacks
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 # TransitionStorage's columns of one number each, whatever type the environment gives them in.
@@ -608,13 +609,11 @@ class FrameStackStorage(StreamRings):
         """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
         if self.stack_axis is None:
             return self.frames[slots]
-        stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
-        streams = self.segments.stream_of(slots)
-        # One gather per frame position, each written straight into its place: no transpose after.
-        for position, frames in enumerate(self._frames(stacks)):
-            frames[...] = self.frames[self.segments.shift(slots, position - self.stack_size + 1,
-                                                          streams)]
-        return stacks
+        slots = np.asarray(slots)
+        # Each stack's S slots, oldest first, in its stream's ring: (n, S).
+        stack_slots = self.segments.shift(slots[:, None], np.arange(1 - self.stack_size, 1),
+                                          self.segments.stream_of(slots)[:, None])
+        return gather_stacks(self.frames, stack_slots)
 
     def _write(self, frames: list[np.ndarray], stream: int) -> np.ndarray:
         """Write `frames` to the next slots of `stream`; return the slots whose transitions this
