@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
-from d3qn_utils.stack_gather import gather_stacks
+from d3qn_utils.frame_stacks import gather_stacks, shifted_by_one_frame
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 # TransitionStorage's columns of one number each, whatever type the environment gives them in.
@@ -582,9 +582,8 @@ class FrameStackStorage(StreamRings):
                     "slots each)")
             raise ValueError(f"{room} cannot hold one stack of {shape[-1]} frames plus its "
                              "next frame")
-        # Contiguous copies first (np.array): compared in one pass, not through strided views.
-        if not np.array_equal(np.array(self._frames(state)[1:]),
-                              np.array(self._frames(next_state)[:-1])):
+        # Whole states (no stack axis) have no frames to shift.
+        if self.stack_axis is not None and not shifted_by_one_frame(state, next_state):
             raise ValueError("next_state must be state shifted by one frame along the last axis "
                              "(as frame stacking produces)")
         if first:

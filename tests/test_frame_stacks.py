@@ -1,4 +1,4 @@
-"""d3qn_utils/stack_gather.py: the compiled gather of 4-frame stacks gives exactly the arrays of
+"""d3qn_utils/frame_stacks.py: the compiled gather of 4-frame stacks gives exactly the arrays of
 the readable numpy one, alone and in a frame-stack memory's draws over one stream and several."""
 
 from __future__ import annotations
@@ -6,9 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from d3qn_utils import replay_storage, stack_gather
+from d3qn_utils import frame_stacks, replay_storage
+from d3qn_utils.frame_stacks import (
+    frames_shifted_by_one,
+    gather_stacks,
+    shifted_by_one_frame,
+    stacks_by_position,
+)
 from d3qn_utils.replay_storage import FrameStackStorage
-from d3qn_utils.stack_gather import gather_stacks, stacks_by_position
 from PER import Memory
 
 FRAME_SHAPE = (7, 5)  # odd sides: no row or word boundary lines up by chance
@@ -68,8 +73,8 @@ def test_a_memory_draws_the_same_batches_with_the_packed_gather_as_with_numpys(s
                                                                                monkeypatch):
     memory = filled_memory(streams)
     packed_calls = []
-    pack_four = stack_gather._pack_four
-    monkeypatch.setattr(stack_gather, "_pack_four",
+    pack_four = frame_stacks._pack_four
+    monkeypatch.setattr(frame_stacks, "_pack_four",
                         lambda *arrays: packed_calls.append(1) or pack_four(*arrays))
     rng_state, beta = memory.rng.bit_generator.state, memory.beta
     packed = memory.sample(64)
@@ -82,3 +87,45 @@ def test_a_memory_draws_the_same_batches_with_the_packed_gather_as_with_numpys(s
         np.testing.assert_array_equal(packed_column, readable_column)
     states, next_states = packed[1][0], packed[1][3]
     assert states.shape == (64, *FRAME_SHAPE, 4) and next_states.shape == states.shape
+
+
+def shifted_pair(stack_size: int, seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """A random stack of `stack_size` frames and the next one, shifted by a new frame."""
+    frames = random_frames(stack_size + 1, seed)
+    return (np.ascontiguousarray(np.moveaxis(frames[:-1], 0, -1)),
+            np.ascontiguousarray(np.moveaxis(frames[1:], 0, -1)))
+
+
+@pytest.mark.parametrize("stack_size", [4, 3, 1])
+def test_the_shift_check_finds_each_changed_shared_byte_as_numpys(stack_size):
+    state, next_state = shifted_pair(stack_size)
+    assert shifted_by_one_frame(state, next_state) and frames_shifted_by_one(state, next_state)
+    for frame in range(stack_size):
+        for changed, other in ((state, next_state), (next_state, state)):
+            broken = changed.copy()
+            broken[3, 2, frame] ^= 0x80  # a high bit: it would cross into the next byte if shifted
+            pair = (broken, other) if changed is state else (other, broken)
+            # Only frames both stacks share count: state's first and next_state's last do not.
+            shared = frame > 0 if changed is state else frame < stack_size - 1
+            assert shifted_by_one_frame(*pair) is not shared
+            assert frames_shifted_by_one(*pair) is not shared
+
+
+def test_the_shift_check_of_strided_stacks_takes_numpys_path():
+    state, next_state = shifted_pair(4)
+    wide, wide_next = np.tile(state, (1, 2, 1)), np.tile(next_state, (1, 2, 1))
+    assert shifted_by_one_frame(wide[:, ::2], wide_next[:, ::2])  # not contiguous
+    wide[0, 2, 1] += 1
+    assert not shifted_by_one_frame(wide[:, ::2], wide_next[:, ::2])
+
+
+def test_a_frame_storage_refuses_a_next_state_not_shifted_by_one_frame_and_stores_nothing():
+    storage = FrameStackStorage(12)
+    state, next_state = shifted_pair(4)
+    storage.add((state, 1, 0.0, next_state, False))
+    bad = next_state.copy()
+    bad[0, 0, 1] ^= 1  # next_state's frame 1 is state's frame 2
+    with pytest.raises(ValueError, match="next_state must be state shifted by one frame"):
+        storage.add((next_state, 0, 1.0, np.concatenate([bad[..., 1:], bad[..., :1]], -1),
+                     False))
+    assert len(storage) == 1 and storage.written == 5

@@ -1,13 +1,18 @@
-"""Gathering stacked observations out of a ring of single frames: `FrameStackStorage`'s reads
-(d3qn_utils/replay_storage.py), each sampled transition's state and next state.
+"""`FrameStackStorage`'s work on stacked observations (d3qn_utils/replay_storage.py), as numpy
+reads it and, for 4-frame stacks (Atari's), a faster way to the same results.
 
 A stack of S frames is stored as S frames in S slots; a batch of n stacks, shape (n, H, W, S),
 takes frame p of stack i from slot `stack_slots[i, p]`. `stacks_by_position` is that as numpy
 reads it: one gather per position p, written into the strided view out[..., p]. Writing one byte
 in every S is slow in numpy (Pong's draw of 32 stacks of 84x84x4 spent most of its time there),
-so `gather_stacks` builds the common S = 4 case in one pass, compiled by numba: the 4 bytes of a
-pixel's stack packed into one uint32 word and written at once. Both give the same array (the
-tests compare them); other stack sizes take the numpy path.
+so `gather_stacks` builds the S = 4 case in one pass compiled by numba: the 4 bytes of a pixel's
+stack packed into one uint32 word and written at once. Both give the same array (the tests
+compare them); other stack sizes take the numpy path.
+
+Each stored transition's next state must be its state shifted by one frame:
+`shifted_by_one_frame` compares a 4-frame stack's pixels as uint32 words, in one pass; other
+stacks take `frames_shifted_by_one`, the frames copied out and compared (the tests check that
+both answer alike).
 """
 
 from __future__ import annotations
@@ -43,6 +48,24 @@ def stacks_by_position(frames: np.ndarray, stack_slots: np.ndarray) -> np.ndarra
     for position in range(stack_slots.shape[1]):
         stacks[..., position] = frames[stack_slots[:, position]]
     return stacks
+
+
+def shifted_by_one_frame(state: np.ndarray, next_state: np.ndarray) -> bool:
+    """Whether frames 1.. of `state` are frames ..S-2 of `next_state` (S frames stacked on the
+    last axis): two uint8 arrays of one shape. A 4-frame stack is one uint32 word a pixel, the
+    oldest frame in its lowest byte: state's top 3 bytes against next_state's low 3."""
+    if (state.shape[-1] == PACKED_STACK_SIZE and sys.byteorder == "little"
+            and state.flags.c_contiguous and next_state.flags.c_contiguous):
+        words, next_words = state.view(np.uint32), next_state.view(np.uint32)
+        return np.array_equal(words >> 8, next_words & 0x00FFFFFF)
+    return frames_shifted_by_one(state, next_state)
+
+
+def frames_shifted_by_one(state: np.ndarray, next_state: np.ndarray) -> bool:
+    """`shifted_by_one_frame` as numpy reads it: contiguous copies of the frames first, compared
+    in one pass (not through strided views)."""
+    return np.array_equal(np.array(np.moveaxis(state, -1, 0)[1:]),
+                          np.array(np.moveaxis(next_state, -1, 0)[:-1]))
 
 
 @numba.njit(cache=True)
