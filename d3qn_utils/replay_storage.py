@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
+from d3qn_utils.frame_stacks import gather_stacks, shifted_by_one_frame
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
 # TransitionStorage's columns of one number each, whatever type the environment gives them in.
@@ -581,9 +582,8 @@ class FrameStackStorage(StreamRings):
                     "slots each)")
             raise ValueError(f"{room} cannot hold one stack of {shape[-1]} frames plus its "
                              "next frame")
-        # Contiguous copies first (np.array): compared in one pass, not through strided views.
-        if not np.array_equal(np.array(self._frames(state)[1:]),
-                              np.array(self._frames(next_state)[:-1])):
+        # Whole states (no stack axis) have no frames to shift.
+        if self.stack_axis is not None and not shifted_by_one_frame(state, next_state):
             raise ValueError("next_state must be state shifted by one frame along the last axis "
                              "(as frame stacking produces)")
         if first:
@@ -608,13 +608,11 @@ class FrameStackStorage(StreamRings):
         """The stacked observations whose newest frames are in `slots`, shape (n, *state_shape)."""
         if self.stack_axis is None:
             return self.frames[slots]
-        stacks = np.empty((len(slots), *self.state_shape), dtype=np.uint8)
-        streams = self.segments.stream_of(slots)
-        # One gather per frame position, each written straight into its place: no transpose after.
-        for position, frames in enumerate(self._frames(stacks)):
-            frames[...] = self.frames[self.segments.shift(slots, position - self.stack_size + 1,
-                                                          streams)]
-        return stacks
+        slots = np.asarray(slots)
+        # Each stack's S slots, oldest first, in its stream's ring: (n, S).
+        stack_slots = self.segments.shift(slots[:, None], np.arange(1 - self.stack_size, 1),
+                                          self.segments.stream_of(slots)[:, None])
+        return gather_stacks(self.frames, stack_slots)
 
     def _write(self, frames: list[np.ndarray], stream: int) -> np.ndarray:
         """Write `frames` to the next slots of `stream`; return the slots whose transitions this
