@@ -259,6 +259,35 @@ def test_a_memory_with_streams_resumes_from_its_state_and_refuses_other_streams(
         resumed.load_state_dict(older)
 
 
+@pytest.mark.parametrize("storage_name", STORAGES)
+def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
+    # A stream not full has written its slots from its start in order, so its next slot is
+    # start + written; a full stream's may be any of its slots.
+    spec, frames = STORAGES[storage_name]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, frames):
+        storage.add(transition, index)
+    pointer = "next_slot" if frames else "write_pointer"
+    arrays = save_and_load(storage.state_dict())
+    starts, sizes = np.array([0, 12, 25]), np.array([12, 13, 13])
+    full = arrays["written"] == sizes
+    assert full[0] and not full[2]  # stream 0 (every step) wrapped, stream 2 did not
+    np.testing.assert_array_equal(arrays[pointer][~full], (starts + arrays["written"])[~full])
+    for stream in np.flatnonzero(~full):
+        wrong = arrays[pointer].copy()
+        wrong[stream] += 1
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved {pointer}={wrong} disagrees with written={arrays['written']}: a stream "
+                f"not full writes next at its start {starts} + written")):
+            loaded.load_state_dict({**arrays, pointer: wrong})
+        assert states_equal(snapshot(loaded), before)
+    moved = arrays[pointer].copy()
+    moved[full] = starts[full] + (moved[full] - starts[full] + 1) % sizes[full]
+    spec(CAPACITY, STREAMS).load_state_dict({**arrays, pointer: moved})  # a full stream's: any
+
+
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
 @pytest.mark.parametrize("stream", [3, -1, 1.0, True])
 def test_a_stream_the_memory_lacks_is_refused_and_nothing_is_stored(kind, storage_name, stream):
