@@ -40,7 +40,7 @@ class PriorityFigure:
     transitions stored after it. The ages the memory holds are, with `ring` (the memory's
     WRITES_RING), each stream's ring's: 0 .. held - 1 of the transitions it holds, else read slot
     by slot (a reservoir). O(batch + streams) per replay of a ring (O(capacity) of another),
-    O(1) per store, no random numbers, so watching does not change a run."""
+    O(log streams) per store, no random numbers, so watching does not change a run."""
 
     BYTES_PER_SLOT = 16  # replay_counts and stored_at
     COUNTERS = ("replay_counts", "stored_at", "stores", "replays_by_age", "exposure_by_age",
@@ -56,7 +56,8 @@ class PriorityFigure:
         segments = Segments(capacity, streams, 1)
         self.streams, self.starts, self.sizes = segments.streams, segments.starts, segments.sizes
         self._start_slots = self.starts.tolist()  # for bisect: one store, a few comparisons
-        self.stream_stores = np.zeros(self.streams, dtype=np.int64)  # transitions stored in each
+        # The transitions stored in each stream: Python ints, which a store counts fastest.
+        self.stream_stores = [0] * self.streams
         self.replays_by_age = np.zeros(AGE_BINS, dtype=np.int64)
         self.exposure_by_age = np.zeros(AGE_BINS)
         self.uniform_replays_by_age = np.zeros(AGE_BINS)
@@ -69,7 +70,7 @@ class PriorityFigure:
         """A transition went into `slot`; None (the memory dropped it) changes nothing."""
         if slot is None:  # indexing with None would write every slot
             return
-        stream = bisect.bisect_right(self._start_slots, slot) - 1  # the segment `slot` is in
+        stream = bisect.bisect_right(self._start_slots, slot) - 1 if self.streams > 1 else 0
         self.stored_at[slot] = self.stream_stores[stream]
         self.replay_counts[slot] = 0
         self.stream_stores[stream] += 1
@@ -77,7 +78,7 @@ class PriorityFigure:
     @property
     def stores(self) -> int:
         """The transitions stored, in all streams."""
-        return int(self.stream_stores.sum())
+        return sum(self.stream_stores)
 
     def note_sample(self, slots: np.ndarray, size: int | np.ndarray) -> None:
         """Count `slots`, drawn from a memory holding `size` transitions in each stream (an
@@ -108,7 +109,7 @@ class PriorityFigure:
     def ages(self, slots: np.ndarray) -> np.ndarray:
         """Age of the transitions in `slots`: transitions of its stream stored after each one."""
         streams = np.searchsorted(self.starts, slots, side="right") - 1
-        return self.stream_stores[streams] - 1 - self.stored_at[slots]
+        return np.array(self.stream_stores)[streams] - 1 - self.stored_at[slots]
 
     def held_by_age(self, held: np.ndarray) -> np.ndarray:
         """The transitions per age bin of a memory holding `held[i]` in stream i, those of the
@@ -155,7 +156,7 @@ class PriorityFigure:
         """The counters ("stats.<name>"; "stats.stores" one value per stream, a scalar for one
         stream), history and recent weights for a checkpoint, uncopied."""
         return {**{f"stats.{name}": np.asarray(getattr(self, name)) for name in self.COUNTERS},
-                "stats.stores": stream_values(self.stream_stores),
+                "stats.stores": stream_values(np.array(self.stream_stores)),
                 "history": np.array(self.history, dtype=np.float64).reshape(-1, 4),
                 "recent_is_weights": self.recent_is_weights,
                 "recent_batches": np.array(self.recent_batches)}
@@ -170,7 +171,7 @@ class PriorityFigure:
             arrays = {**arrays, **self.ages_by_stream(arrays)}
         saved = {key: saved_array(arrays, key, value.shape, value.dtype)
                  for key, value in current.items() if key != "history"}  # any length
-        self.stream_stores = saved.pop("stats.stores").reshape(-1)
+        self.stream_stores = saved.pop("stats.stores").reshape(-1).tolist()
         for key, value in saved.items():
             setattr(self, key.removeprefix("stats."), value if value.ndim else value.item())
         self.history = [(int(step), float(beta), float(smallest), float(mean))

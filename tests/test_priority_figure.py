@@ -276,7 +276,7 @@ def three_streams() -> PriorityFigure:
 
 def test_three_streams_count_each_transition_s_age_in_its_own_stream_by_hand():
     figure = three_streams()
-    assert figure.stream_stores.tolist() == [3, 1, 4] and figure.stores == 8
+    assert figure.stream_stores == [3, 1, 4] and figure.stores == 8
     # Stream 0 stored 3: slot 0 the last (age 0), slot 1 the one before (age 1). Stream 1: slot
     # 2 (age 0). Stream 2 stored 4: slot 4 the last (0), slot 6 the third (1), slot 5 the
     # second (2). Counted over all streams, slot 5 would be 4 old and slot 1 5.
