@@ -84,16 +84,22 @@ ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling
 LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
-TRAIN_FREQUENCY = 2  # environment steps per gradient step
+# replay() runs once every TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL env steps and takes
+# GRADIENT_STEPS_PER_CALL gradient steps at once: one per TRAIN_FREQUENCY env steps on average.
+TRAIN_FREQUENCY = 2  # env steps per gradient step, on average: replay() takes several at once
 # GRADIENT_STEPS_PER_CALL's gain and cost (priorities up to that many - 1 gradient steps old):
 # docs/benchmarks.md, "Several gradient steps per call".
-GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, taken in one compiled call
+GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, compiled as one (the tutorial: 1)
 # One forward pass picks an action for each of the N_ENVS environments; each keeps its transitions
-# in a stream of its own in the one replay memory, so an n-step return never mixes two. Every step
-# count (TOTAL_STEPS, LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY,
-# the epsilon schedule) counts each environment's steps: one step of all of them adds N_ENVS.
+# in a stream of its own in the one replay memory (a contiguous segment of its slots that only this
+# environment writes, as a ring: its oldest overwritten first), so an n-step return never mixes
+# two. Every step count (TOTAL_STEPS, LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY,
+# CHECKPOINT_EVERY, the epsilon schedule) counts each environment's steps: one step of all of them
+# adds N_ENVS.
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
+# bfloat16: a 16-bit float with float32's exponent range and fewer digits, meant to be faster on
+# CPUs with bfloat16 units (docs/usage.md, "bfloat16").
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (CartPole: 500); the tutorial 4000
@@ -250,6 +256,8 @@ class DQNAgent:
                               config.hidden_units, config.bfloat16, image_torso)
         self.target_model = OurModel(self.state_shape, self.action_size, config.dueling,
                                      config.hidden_units, config.bfloat16, image_torso)
+        # DQN starts with theta- = theta (the tutorial's two networks began unrelated, until its
+        # first copy)
         self.target_model.set_weights(self.model.get_weights())
         self.compile()
 
@@ -319,7 +327,8 @@ class DQNAgent:
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
         (traced into the compiled gradient steps, after each one). Whatever DDQN is: the
-        tutorial's did nothing without DDQN, so its plain DQN kept its first target network."""
+        tutorial's acted only with DDQN, and its plain-DQN target read the online network, so
+        its target network went unused."""
         tau, soft = ops.convert_to_tensor(self.config.tau, "float32"), self.config.soft_update
         for target, online in zip(self.target_model.weights, self.model.weights, strict=True):
             target.assign(tau * online + (1.0 - tau) * target if soft else online)

@@ -322,7 +322,8 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
 
 # bench_n_envs.py's columns, per env step: the parts of bench_atari.py's loop each one sums.
 N_ENVS_COLUMNS = {"environment": ("env step", "env reset"), "action": ("act",),
-                  "store": ("store",), "draw": ("sample", "priorities"), "learn": ("train",)}
+                  "store": ("store",), "draw + priorities": ("sample", "priorities"),
+                  "learn": ("train",)}
 N_ENVS_GAMES = ("CartPole-v1", "MinAtar/Breakout-v1", "PongNoFrameskip-v4")
 
 

@@ -144,8 +144,8 @@ def test_a_checkpoint_of_each_format_resumes_as_the_newest_format_it_becomes(tmp
 
 def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_path,
                                                                             monkeypatch):
-    # Format 3 gives the priority figure a counter, "resumptions"; a checkpoint of format 2,
-    # written before it, means 7.
+    # The format after FORMAT gives the priority figure a counter, "resumptions"; a checkpoint
+    # of FORMAT, written before it, means 7.
     newest = fixture(agent_checkpoint.FORMAT)
     monkeypatch.setattr(agent_checkpoint, "FORMAT", agent_checkpoint.FORMAT + 1)
     monkeypatch.setattr(PriorityFigure, "COUNTERS", (*PriorityFigure.COUNTERS, "resumptions"))
@@ -166,7 +166,7 @@ def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_
     assert_same_state(agent_state(agent), state_in_files(agent_checkpoint.FORMAT - 1))
 
     figure.resumptions = 8
-    agent.run()  # checkpoints at step 800, in format 3
+    agent.run()  # checkpoints at step 800, in the format after FORMAT
     written = sorted((tmp_path / "migrated").rglob("step-0000000800"))[-1]
     progress, arrays = agent_checkpoint.read_state(written)
     assert progress["format"] == agent_checkpoint.FORMAT

@@ -769,8 +769,8 @@ def test_the_many_environments_block_gives_each_n_s_parts_per_env_step_and_its_s
                         "at N = 1 and 8 (medians); the time outside the gradient step per env "
                         f"step, N = 8 over N = 1: 0.20{X} (ranges apart).")
     assert lines[4:8] == [
-        "| N | env steps/s | environment, µs | action, µs | store, µs | draw, µs | learn, µs "
-        "| outside the gradient step, µs | SB3 DQN, env steps/s |", "|---" * 9 + "|",
+        "| N | env steps/s | environment, µs | action, µs | store, µs | draw + priorities, µs "
+        "| learn, µs | outside the gradient step, µs | SB3 DQN, env steps/s |", "|---" * 9 + "|",
         f"| 1 | 3,030 (2,825{DASH}3,268) | 30 (24{DASH}36) | 50 (40{DASH}60) | 10 (8{DASH}12) "
         f"| 20 (16{DASH}24) | 210 (210{DASH}210) | 120 (96{DASH}144) | 700 (650{DASH}720) |",
         f"| 8 | 4,274 (4,188{DASH}4,363) | 6 (5{DASH}7) | 10 (8{DASH}12) | 2 (2{DASH}2) "
