@@ -16,9 +16,10 @@ p_i appears only in `Memory.leaf_priorities`.
 Tutorial -> here: `PER_e`, `PER_a`, `PER_b`, `PER_b_increment_per_sampling` and
 `absolute_error_upper` are `Memory`'s arguments `epsilon`, `alpha`, `beta`, `beta_increment`
 and `abs_err_upper` (the tutorial's values by default; the agent computes `beta_increment` so
-that beta reaches 1 at the end of its run). `SumTree.update`, `total_priority` and `Memory.store`,
-`sample`, `batch_update` keep their names; `get_leaf` is `get_leaves`, a batch of values at a
-time. The tutorial's `SumTree.add` wrote the transition into `tree.data`; here a storage
+that beta reaches 1 by the end of its run: docs/changes_from_the_tutorial.md, β's growth).
+`SumTree.update`, `total_priority` and `Memory.store`, `sample`, `batch_update` keep their
+names; `get_leaf` is `get_leaves`, a batch of values at a time. The tutorial's `SumTree.add`
+wrote the transition into `tree.data`; here a storage
 (d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
 the slot's leaf (`leaf_index`) its priority with `update`.
 

@@ -310,9 +310,9 @@ class DQNAgent:
             after_call=self.greedy_actions.weights_changed)
 
     def beta_increment(self, beta: float, step: int) -> float:
-        """Beta's growth per draw that takes it from `beta` at env step `step` to 1 at the run's
+        """Beta's growth per draw that takes it from `beta` at env step `step` to 1 by the run's
         end: annealed linearly over the gradient steps (Schaul et al. 2016), a draw serving
-        GRADIENT_STEPS_PER_CALL of them."""
+        GRADIENT_STEPS_PER_CALL of them (when exactly: the changes page's row on β's growth)."""
         config = self.config
         draws = (config.total_steps - max(step, config.learning_starts)) // (
             config.train_frequency * config.gradient_steps_per_call)
