@@ -454,6 +454,7 @@ class DQNAgent:
                     self.report.episode(self.step, self.episode, score, self.epsilon,
                                         self.PlotModel(score))
                     self.envs.end_episode(i)
+                    self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
                 if ended:
                     self.start_episode()
                 if crossed(before, self.step, config.eval_every):
