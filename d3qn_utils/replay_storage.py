@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -382,19 +382,24 @@ class TransitionStorage(StreamRings):
         if self.segments.written[stream]:
             self.episode_ends[self.segments.shift(self.segments.next[stream], -1, stream)] = True
 
-    def episode_ends_by_state(self) -> np.ndarray:
-        """Whether each slot's transition ended its episode as told by states alone, for a
-        storage saved before the ends were recorded: the state in the slot after it in its
-        stream is not its next_state. A stream's newest is left unmarked (its next transition
-        is not written yet). O(capacity * state size)."""
+    def episode_ends_by_state(self, goes_on: Callable[[int, np.ndarray], bool]) -> np.ndarray:
+        """Whether each written slot's transition ended its episode, in `state_dict`'s order, as
+        told by states alone (for a storage saved before the ends were recorded): the state in
+        the slot after it in its stream is not its next_state; for a stream's newest, unless
+        `goes_on(stream, its next_state)`, whether its environment's next transition starts
+        from that state. O(capacity * state size)."""
+        ends = np.zeros(self.capacity, dtype=bool)
         if self.fields is None:
-            return np.zeros(self.capacity, dtype=bool)
+            return ends[:0]
         slots = np.arange(self.capacity)
         following = self.successor(slots)
         same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
-        ends = ~same.all(axis=tuple(range(1, same.ndim)))
-        ends[self.segments.shift(self.segments.next, -1, np.arange(self.streams))] = False
-        return ends
+        ends[:] = ~same.all(axis=tuple(range(1, same.ndim)))
+        for stream in range(self.streams):
+            if self.segments.written[stream]:
+                newest = int(self.segments.shift(self.segments.next[stream], -1, stream))
+                ends[newest] = not goes_on(stream, self.fields[3][newest])
+        return self.segments.written_rows(ends).copy()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only, stream after stream)."""

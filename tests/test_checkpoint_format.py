@@ -6,7 +6,8 @@ tests/data/checkpoint_format_<N>/step-0000000400 is the step-400 checkpoint of `
 d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-size 16
 --hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2 --seed 5` at commit
 58876ad (format 1, before checkpoints had a version), at commit 619b399 (format 2) and at commit
-cdcca1c (format 3: an open episode per environment, N_ENVS).
+cdcca1c (format 3: an open episode per environment, N_ENVS) and at commit XXXXXXX (format 4: the
+ends of episodes recorded in the memory, the environments' state under its own key).
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
 with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
@@ -78,6 +79,14 @@ def state_in_files(version: int) -> dict[str, Any]:
             "number": counters["episode"], "actions": counters.pop("episode_actions"),
             "score": counters.pop("episode_score"), "state_sha256": counters.pop("state_sha256")}]
         counters["episodes_started"] = counters["episode"] + 1
+    if version <= 3:  # the environments' state under its own key; the ends of the episodes
+        counters = saved["progress"]
+        counters["environments"] = {"steps_taken": counters["step"], **{
+            key: counters.pop(key) for key in ("episodes_started", "open_episodes")}}
+        # Every episode of these 400 CartPole steps ended terminated (done), none truncated,
+        # and the newest transition's episode is still open: the ends are the dones.
+        assert saved["progress"]["environments"]["open_episodes"][0]["actions"]
+        arrays["memory"]["storage.episode_ends"] = arrays["memory"]["storage.done"]
     owners = {"progress": DQNAgent, "priority_figure": PriorityFigure,  # the optimizer's: Keras'
               "memory": REPLAY_MEMORIES[arrays["memory"]["kind"].item()]}
     state = {"progress": saved["progress"], **arrays}
@@ -144,8 +153,8 @@ def test_a_checkpoint_of_each_format_resumes_as_the_newest_format_it_becomes(tmp
 
 def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_path,
                                                                             monkeypatch):
-    # Format 3 gives the priority figure a counter, "resumptions"; a checkpoint of format 2,
-    # written before it, means 7.
+    # A next format gives the priority figure a counter, "resumptions"; a checkpoint of today's
+    # format, written before it, means 7.
     newest = fixture(agent_checkpoint.FORMAT)
     monkeypatch.setattr(agent_checkpoint, "FORMAT", agent_checkpoint.FORMAT + 1)
     monkeypatch.setattr(PriorityFigure, "COUNTERS", (*PriorityFigure.COUNTERS, "resumptions"))
@@ -166,7 +175,7 @@ def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_
     assert_same_state(agent_state(agent), state_in_files(agent_checkpoint.FORMAT - 1))
 
     figure.resumptions = 8
-    agent.run()  # checkpoints at step 800, in format 3
+    agent.run()  # checkpoints at step 800, in the next format
     written = sorted((tmp_path / "migrated").rglob("step-0000000800"))[-1]
     progress, arrays = agent_checkpoint.read_state(written)
     assert progress["format"] == agent_checkpoint.FORMAT
