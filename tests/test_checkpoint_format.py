@@ -6,7 +6,7 @@ tests/data/checkpoint_format_<N>/step-0000000400 is the step-400 checkpoint of `
 d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-size 16
 --hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2 --seed 5` at commit
 58876ad (format 1, before checkpoints had a version), at commit 619b399 (format 2) and at commit
-cdcca1c (format 3: an open episode per environment, N_ENVS) and at commit XXXXXXX (format 4: the
+cdcca1c (format 3: an open episode per environment, N_ENVS) and at commit 04a9d3b (format 4: the
 ends of episodes recorded in the memory, the environments' state under its own key).
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
