@@ -198,7 +198,8 @@ def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stop
         straight_run, tmp_path):
     checkpoint = halfway(straight_run[0])
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
-    assert all(episode["actions"] for episode in progress["open_episodes"])  # all mid-episode
+    assert all(episode["actions"]  # all mid-episode
+               for episode in progress["environments"]["open_episodes"])
     assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path, CARTPOLE, RESUMED_RUN)
 
 
@@ -217,7 +218,8 @@ def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_pat
     [checkpoint, _] = checkpoints_of(tmp_path / "straight")
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
     assert checkpoint.name == "step-0000000060" and progress["episode"] > 0
-    assert any(episode["actions"] for episode in progress["open_episodes"])  # mid-episode
+    assert any(episode["actions"]  # mid-episode
+               for episode in progress["environments"]["open_episodes"])
     assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path / "resumed", BREAKOUT,
                                        MINATAR_RUN)
 
@@ -238,7 +240,7 @@ def test_a_checkpoint_from_before_n_envs_resumes_only_with_one_environment(tmp_p
         small_agent(tmp_path / "two", n_envs=2, **flags).resume(str(fixture))
     agent = small_agent(tmp_path / "one", **flags)
     agent.resume(str(fixture))
-    [episode] = agent.state_dict()["progress"]["open_episodes"]
+    [episode] = agent.state_dict()["progress"]["environments"]["open_episodes"]
     assert episode["number"] == agent.episode and episode["actions"]
 
 

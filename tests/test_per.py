@@ -359,7 +359,7 @@ def sampled_by_slot(memory: UniformMemory, draws: int = 300) -> dict[int, tuple]
 
 def test_n_step_returns_by_hand():
     # gamma = 1/2, n = 3. Episode A terminates after three steps; episode B is truncated after
-    # two (its last transition is not done, and the next one starts elsewhere); C is running.
+    # two (its last transition is not done; the caller says its episode ended); C is running.
     memory = UniformMemory(6, rng=0, n_step=3, gamma=0.5)
     episodes = [
         [(0, 1.0, False), (1, 2.0, False), (2, 4.0, True)],  # (state, reward, done)
@@ -370,6 +370,8 @@ def test_n_step_returns_by_hand():
         for state, reward, done in episode:
             memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
                           np.float32), done))
+        if episode is not episodes[-1]:
+            memory.end_episode()
     assert sampled_by_slot(memory) == {
         0: (1 + 2 / 2 + 4 / 4, 3, True, 1 / 8),  # the whole of episode A
         1: (2 + 4 / 2, 3, True, 1 / 4),
