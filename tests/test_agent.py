@@ -331,7 +331,7 @@ def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and
          "EPSILON_MIN (0.5) must not exceed EPSILON_START (0.2)"),
         # 89 TiB: one line before anything is allocated, not a MemoryError traceback
         (["--memory-size", "1000000000000"], "MEMORY_SIZE (--memory-size) 1,000,000,000,000 "
-         "needs a replay memory of 91,269.6 GiB (98 bytes per transition of (4,) float32 "
+         "needs a replay memory of 92,200.9 GiB (99 bytes per transition of (4,) float32 "
          "states, proportional replay), more than this machine's"),
     ],
 )
