@@ -262,3 +262,43 @@ def test_beta_reaches_1_at_the_end_of_a_resumed_run_whatever_its_new_budget(tmp_
     assert 0.4 < beta < 1.0
     agent.run()
     assert agent.MEMORY.beta == pytest.approx(1.0)
+
+
+def test_format_3_s_memory_gets_the_episode_ends_format_3_s_code_inferred():
+    # Format 3 recorded no ends: its code took a transition to go on into the next slot's when
+    # that slot's state was its next_state, and the newest into the transition stored after the
+    # resume, which starts from its environment's observation (the open episode's digest).
+    directory = fixture(3)
+    progress = json.loads((directory / "progress.json").read_text())
+    memory = read_arrays(directory / "memory.npz")
+
+    def ends(edit_memory=lambda arrays: None, digest: str | None = "unchanged") -> np.ndarray:
+        saved = json.loads(json.dumps(progress))
+        arrays = {"memory": {key: np.array(value) for key, value in memory.items()}}
+        edit_memory(arrays["memory"])
+        if digest != "unchanged":
+            saved["progress"]["open_episodes"][0]["state_sha256"] = digest
+        saved, arrays = agent_checkpoint.MIGRATIONS[3](saved, arrays)
+        assert "open_episodes" not in saved["progress"]
+        assert saved["progress"]["environments"]["steps_taken"] == 400
+        return arrays["memory"]["storage.episode_ends"]
+
+    dones = memory["storage.done"]
+    assert dones.sum() == 14 and not dones[-1]  # 14 episodes ended; the 15th is open
+    np.testing.assert_array_equal(ends(), dones)
+    # No episode open (its reset failed): the newest transition ended its episode.
+    np.testing.assert_array_equal(ends(digest=None)[-1], True)
+    first_end = int(np.flatnonzero(dones)[0])
+
+    def truncated(arrays: dict) -> None:  # the first episode cut, not done: its end stays
+        arrays["storage.done"][first_end] = False
+
+    np.testing.assert_array_equal(ends(truncated), dones)
+
+    def reset_to_its_last_state(arrays: dict) -> None:  # format 3 took it to go on
+        truncated(arrays)
+        arrays["storage.state"][first_end + 1] = arrays["storage.next_state"][first_end]
+
+    expected = dones.copy()
+    expected[first_end] = False
+    np.testing.assert_array_equal(ends(reset_to_its_last_state), expected)
