@@ -30,7 +30,32 @@ import d3qn_agent
 from benchmarks.same_log import without_timings
 from d3qn_agent import episode_seed
 from d3qn_utils import run_files
-from d3qn_utils.environments import crossed
+from d3qn_utils.environments import Environments, crossed
+from d3qn_utils.training_session import NonFiniteError
+
+# --- Environments: the steps they took, counted by themselves ------------------------------
+
+
+def test_environments_count_their_own_steps_and_name_the_one_that_returned_nan():
+    import gymnasium as gym
+
+    def nan_reward_on_its_third_step() -> gym.Env:
+        steps = iter(range(1, 100))
+        return gym.wrappers.TransformReward(
+            gym.make(CARTPOLE), lambda reward: np.nan if next(steps) == 3 else reward)
+
+    others = iter([nan_reward_on_its_third_step(), gym.make(CARTPOLE)])
+    envs = Environments(gym.make(CARTPOLE), 3, lambda: next(others),
+                        seed_of=lambda number: number)
+    envs.start_episodes()
+    for _ in range(2):
+        envs.step([0, 0, 0])
+    assert envs.state_dict()["steps_taken"] == 6
+    # Environment 1 of 3 in the third step of all three: env step 6 + 1 + 1.
+    with pytest.raises(NonFiniteError, match=r"reward nan at env step 8$"):
+        envs.step([0, 0, 0])
+    assert envs.steps_taken == 6  # the step that stopped counts nothing
+
 
 # --- crossed: how often a schedule is due after a step of N environments -------------------
 
