@@ -374,9 +374,9 @@ class DQNAgent:
         abs_errors, losses = self.learn(batches, self.step)
         # 5. Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
-        self.report.gradient_steps(self.step, self.MEMORY.slots_of(tree_idx), len(self.MEMORY),
-                                   losses, abs_errors, batches.is_weights, self.epsilon,
-                                   self.MEMORY.beta)
+        self.report.gradient_steps(self.step, self.MEMORY.slots_of(tree_idx),
+                                   self.MEMORY.held_per_stream(), losses, abs_errors,
+                                   batches.is_weights, self.epsilon, self.MEMORY.beta)
         return losses
 
     def load(self, name: str) -> None:

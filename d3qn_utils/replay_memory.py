@@ -115,6 +115,14 @@ class ReplayMemory(metaclass=ReplayMemoryType):
     def __len__(self) -> int:
         return len(self.storage)
 
+    def held_per_stream(self) -> np.ndarray:
+        """The transitions each stream holds, in stream order (`len` for one stream): what the
+        priority figure's ages need. O(1) for one stream, else O(capacity)."""
+        if self.streams == 1:
+            return np.array([len(self)])
+        starts = [self.storage.segment(stream).start for stream in range(self.streams)]
+        return np.diff(np.searchsorted(self.storage.held_slots(), [*starts, self.capacity]))
+
     @classmethod
     def bytes_per_slot(cls, storage: StorageSpec, state_shape: tuple[int, ...],
                        state_dtype: Any) -> int:

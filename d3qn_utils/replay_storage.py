@@ -204,13 +204,19 @@ class Segments:
     def load_state_dict(self, arrays: dict[str, np.ndarray], written_key: str,
                         next_key: str) -> None:
         """Take back what `state_dict` gave; ValueError, nothing changed, for another number of
-        streams or a count of written slots outside a stream's size."""
+        streams, a count of written slots outside a stream's size, or a next slot that is not
+        the one after the written slots of a stream not full (they are written in order)."""
         check_saved_streams(arrays, self.streams)
         written = saved_stream_values(arrays, written_key, self.streams)
         next_slots = saved_stream_values(arrays, next_key, self.streams)
         if ((written < 0) | (written > self.sizes)).any():
             raise ValueError(f"saved {written_key}={stream_values(written)} is outside "
                              f"0..{stream_values(self.sizes)} (slots per stream)")
+        filling = written < self.sizes
+        if (next_slots[filling] != self.starts[filling] + written[filling]).any():
+            raise ValueError(f"saved {next_key}={stream_values(next_slots)} disagrees with "
+                             f"{written_key}={stream_values(written)}: a stream not full writes "
+                             f"next at its start {stream_values(self.starts)} + {written_key}")
         self.written, self.total_written = written, int(written.sum())
         self.next = self.shift(next_slots, 0, np.arange(self.streams))
 
@@ -461,7 +467,9 @@ class FrameStackStorage(StreamRings):
     slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
     the last axis; None, MinAtar's single frames (S = 1). With `streams` (`Segments`), each
     stream is such a ring in its own segment, "mod capacity" being within the segment, with its
-    own previous next_state: each environment's frames are stored once, as with one.
+    own previous next_state: each environment's frames are stored once, as with one. Rewards
+    are float32 (`TransitionStorage`'s float64): frame games' rewards are small integers (Atari's
+    signs, MinAtar's 0 .. 10), which float32 holds exactly.
     """
 
     def __init__(self, capacity: int, stack_axis: int | None = -1, streams: int = 1) -> None:
@@ -586,8 +594,8 @@ class FrameStackStorage(StreamRings):
                 **{name: getattr(self, name).copy() for name in SLOT_ARRAYS}}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what `state_dict` returned; the capacity and the streams must match this
-        storage's."""
+        """Restore what `state_dict` returned; the capacity, the stack axis and the streams must
+        match this storage's."""
         require(arrays, ("capacity", "stack_axis", "state_shape", "streams", "next_slot",
                          "pending_slot", "written", "frames", *SLOT_ARRAYS),
                 "frame stack storage")
@@ -600,10 +608,11 @@ class FrameStackStorage(StreamRings):
         if not 0 <= written <= self.capacity or (shape and frames.shape[0] != written):
             raise ValueError(f"saved written={written} does not match frames {frames.shape}")
         saved_axis = np.asarray(arrays["stack_axis"]).reshape(-1).tolist()  # [] for None
-        if saved_axis not in ([], [-1]):
-            raise ValueError(f"saved stack_axis {saved_axis} is neither [-1] nor [] (none)")
+        axis = [] if self.stack_axis is None else [-1]
+        if saved_axis != axis:  # another game's frames: its stacks would be read wrong
+            raise ValueError(f"saved stack_axis {saved_axis} differs from this storage's {axis} "
+                             "([-1]: frames stacked on the last axis, []: none)")
         self.segments.load_state_dict(arrays, "written", "next_slot")
-        self.stack_axis = -1 if saved_axis else None
         self.frames, self.state_shape, self._pending_stacks = None, None, None
         if shape:
             self._allocate(shape)

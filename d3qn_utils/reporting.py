@@ -153,7 +153,8 @@ class TrainingReport:
         self.prioritized = prioritized  # the memory's PRIORITIZED: beta and IS weights to log
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.image_states, self.warning = image_states, warning
-        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size, ring)
+        self.priority_figure = PriorityFigure(config.memory_size, config.batch_size, ring,
+                                              config.n_envs)  # a stream per environment
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self.training_means = TrainingMeans()  # since TensorBoard's last training scalars
@@ -207,12 +208,13 @@ class TrainingReport:
         the memory dropped it."""
         self.priority_figure.note_store(slot)
 
-    def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int,
+    def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int | np.ndarray,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
         """Note one `replay` call's gradient steps (one row each), numbered by env step (step //
-        TRAIN_FREQUENCY: the same in every run, learning started or not); every TENSORBOARD_EVERY
-        steps their averaged scalars go to TensorBoard."""
+        TRAIN_FREQUENCY: the same in every run, learning started or not), drawn from
+        `memory_size` transitions in each stream (`ReplayMemory.held_per_stream`); every
+        TENSORBOARD_EVERY steps their averaged scalars go to TensorBoard."""
         last = step // self.config.train_frequency
         self.priority_figure.note_replay(slots, memory_size, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())

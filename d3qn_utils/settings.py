@@ -60,6 +60,9 @@ DIRECTORY_OR_NONE = ("a directory name, not empty", lambda value: value != "")  
 MAX_EVAL_EPISODES = 1_000
 EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
                        lambda value: 1 <= value <= MAX_EVAL_EPISODES)
+# N_ENVS steps its environments side by side, as an evaluation plays its episodes: the same bound.
+N_ENVS_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
+                lambda value: 1 <= value <= MAX_EVAL_EPISODES)
 # The largest value of an integer flag (all are counts or sizes): the schedules and plots compute
 # in float64, exact for integers up to 2**53; no run takes that many steps.
 LARGEST_INTEGER = 2**53
@@ -99,8 +102,7 @@ D3QN_FLAGS: dict[str, Flag] = {
     "learning_starts": Flag(1_000, NON_NEGATIVE),
     "train_frequency": Flag(2, POSITIVE),
     "gradient_steps_per_call": Flag(16, POSITIVE),
-    # Environments stepped side by side, as an evaluation plays its episodes: the same bound.
-    "n_envs": Flag(1, EVAL_EPISODES_RANGE),
+    "n_envs": Flag(1, N_ENVS_RANGE),
     "xla": Flag(True),
     "bfloat16": Flag(False),
     "hidden_units": Flag((256, 256), POSITIVE_SIZES, kind=int),

@@ -4,8 +4,12 @@ every replay variant (d3qn_agent.REPLAY_MEMORIES and the tests' reservoir, which
 
 import numpy as np
 import pytest
+from conftest import DATA
+from matplotlib.figure import Figure
 from memory_helpers import ReservoirMemory, experience, registered_memories, save_and_load
 
+from d3qn_utils.agent_checkpoint import FORMAT
+from d3qn_utils.atomic_files import read_arrays
 from d3qn_utils.priority_figure import AGE_BINS, PriorityFigure, age_bins
 from PER import Memory, UniformMemory
 
@@ -212,3 +216,128 @@ def test_priority_figure_before_the_first_batch_draws_nothing_and_says_so(tmp_pa
     memory.store((np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False))
     assert figure.draw(str(path), memory, "t") is True
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_stream_counts_one_ring_of_every_transition_stored():
+    # One stream (N_ENVS 1): a transition's age is every transition stored after it, and the
+    # memory holds one of each age below its size: the counters and what they save are those.
+    figure = PriorityFigure(32, batch_size=8)
+    memory = Memory(32, rng=0)
+    stored_at, counts = np.zeros(32, np.int64), np.zeros(32, np.int64)
+    replays, exposure, uniform = np.zeros(AGE_BINS, np.int64), np.zeros(AGE_BINS), np.zeros(
+        AGE_BINS)
+    for i in range(100):
+        slot = memory.store(experience(i))
+        figure.note_store(slot)
+        stored_at[slot], counts[slot] = i, 0
+        if i >= 7:
+            slots = memory.slots_of(memory.sample(8)[0])
+            figure.note_sample(slots, memory.held_per_stream())
+            np.add.at(counts, slots, 1)
+            replays += np.bincount(age_bins(i - stored_at[slots]), minlength=AGE_BINS)
+            held = np.bincount(age_bins(np.arange(len(memory))), minlength=AGE_BINS)
+            exposure += held
+            uniform += held * (8 / len(memory))
+    assert memory.held_per_stream().tolist() == [32]
+    state = figure.state_dict()
+    expected = {"stats.replay_counts": counts, "stats.stored_at": stored_at,
+                "stats.stores": np.array(100), "stats.replays_by_age": replays,
+                "stats.exposure_by_age": exposure, "stats.uniform_replays_by_age": uniform}
+    for key, value in expected.items():
+        assert state[key].shape == value.shape and state[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(state[key], value)
+
+
+def test_one_stream_loads_and_saves_the_arrays_of_a_checkpoint_unchanged():
+    # The step-400 checkpoint of tests/test_checkpoint_format.py's newest fixture, one
+    # environment: its priority_figure.npz comes back key for key, dtype, shape and value.
+    saved = read_arrays(DATA / f"checkpoint_format_{FORMAT}" / "step-0000000400" /
+                        "priority_figure.npz")
+    figure = PriorityFigure(500, batch_size=16)
+    figure.load_state_dict(dict(saved))
+    again = save_and_load(figure.state_dict())
+    assert list(again) == list(saved)
+    for key, value in saved.items():
+        assert again[key].dtype == value.dtype and again[key].shape == value.shape, key
+        np.testing.assert_array_equal(again[key], value)
+
+
+def three_streams() -> PriorityFigure:
+    """A figure of 7 slots in 3 streams, segments [0, 2), [2, 4) and [4, 7), given eight
+    stores in turn: stream 0 in slots 0, 1, 0 (a ring of 2), stream 1 in slot 2, stream 2 in
+    slots 4, 5, 6, 4 (a ring of 3)."""
+    figure = PriorityFigure(7, batch_size=3, streams=3)
+    np.testing.assert_array_equal(figure.starts, [0, 2, 4])
+    np.testing.assert_array_equal(figure.sizes, [2, 2, 3])
+    for slot in (0, 4, 2, 1, 5, 6, 0, 4):
+        figure.note_store(slot)
+    return figure
+
+
+def test_three_streams_count_each_transition_s_age_in_its_own_stream_by_hand():
+    figure = three_streams()
+    assert figure.stream_stores == [3, 1, 4] and figure.stores == 8
+    # Stream 0 stored 3: slot 0 the last (age 0), slot 1 the one before (age 1). Stream 1: slot
+    # 2 (age 0). Stream 2 stored 4: slot 4 the last (0), slot 6 the third (1), slot 5 the
+    # second (2). Counted over all streams, slot 5 would be 4 old and slot 1 5.
+    held = np.array([0, 1, 2, 4, 5, 6])
+    np.testing.assert_array_equal(figure.ages(held), [0, 1, 0, 0, 2, 1])
+    # The streams hold 2, 1 and 3: ages 0, 1 | 0 | 0, 1, 2, so 3 of age 0 and 3 of ages 1-2.
+    figure.note_sample(np.array([1, 5, 6]), [2, 1, 3])  # ages 1, 2, 1: all of bin 1
+    np.testing.assert_array_equal(figure.replays_by_age[:3], [0, 3, 0])
+    np.testing.assert_array_equal(figure.exposure_by_age[:3], [3, 3, 0])
+    np.testing.assert_allclose(figure.uniform_replays_by_age[:3], [1.5, 1.5, 0])  # 3 draws of 6
+    np.testing.assert_array_equal(figure.replay_counts, [0, 1, 0, 0, 0, 1, 1])
+    assert figure.data(Memory(7, rng=0))["streams"] == 3
+    # A memory that is not a ring has its ages read slot by slot, each stream's newest held.
+    slot_by_slot = three_streams()
+    slot_by_slot.ring = False
+    np.testing.assert_array_equal(slot_by_slot.held_by_age(np.array([2, 1, 3]))[:3], [3, 3, 0])
+    np.testing.assert_array_equal(slot_by_slot.held_by_age(np.array([1, 0, 2]))[:3], [2, 1, 0])
+    # One count for three streams is refused, naming it.
+    with pytest.raises(ValueError, match=r"each of the 3 streams, got 6"):
+        figure.note_sample(np.array([0]), 6)
+    # Saved: one count of stores per stream (one stream's is a scalar, as before streams).
+    state = save_and_load(figure.state_dict())
+    assert state["stats.stores"].tolist() == [3, 1, 4]
+    restored = PriorityFigure(7, batch_size=3, streams=3)
+    restored.load_state_dict(state)
+    np.testing.assert_array_equal(restored.ages(held), figure.ages(held))
+
+
+def test_streams_saved_with_one_count_of_stores_load_with_each_stream_s_ages():
+    # A figure of several streams saved while it counted every stream's stores together: the
+    # slot of each store in the order of all stores, "stats.stores" one scalar.
+    figure = three_streams()
+    older = {**save_and_load(figure.state_dict()), "stats.stores": np.array(8),
+             "stats.stored_at": np.array([6, 3, 2, 0, 7, 4, 5])}
+    restored = PriorityFigure(7, batch_size=3, streams=3)
+    restored.load_state_dict(older)
+    held = np.array([0, 1, 2, 4, 5, 6])
+    np.testing.assert_array_equal(restored.ages(held), figure.ages(held))
+    for each in (figure, restored):  # and both go on alike: stream 1 stores in slot 3
+        each.note_store(3)
+    np.testing.assert_array_equal(restored.ages(np.append(held, 3)),
+                                  figure.ages(np.append(held, 3)))
+    # The sums counted before come back as saved.
+    np.testing.assert_array_equal(restored.exposure_by_age, figure.exposure_by_age)
+
+
+def test_the_age_axis_says_which_transitions_an_age_counts(tmp_path, monkeypatch):
+    labels, savefig = [], Figure.savefig
+
+    def save_noting_the_label(figure: Figure, *args, **kwargs) -> None:
+        labels.append(figure.axes[3].get_xlabel())  # the bottom right panel's: ages
+        savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", save_noting_the_label)
+    memory = Memory(7, rng=0)
+    memory.store(experience(0))
+    one_stream = PriorityFigure(7, batch_size=3)
+    one_stream.note_store(0)
+    for figure in (one_stream, three_streams()):
+        figure.note_replay(np.array([0]), [1] * figure.streams, step=1, last_gradient_step=0,
+                           beta=0.4, is_weights=np.ones((1, 3), np.float32))
+        assert figure.draw(str(tmp_path / "priorities.png"), memory, "t")
+    assert labels == ["age + 1 (transitions stored after it, log bins)",
+                      "age + 1 (transitions its environment stored after it, log bins)"]

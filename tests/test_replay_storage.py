@@ -244,11 +244,31 @@ def test_load_state_dict_refuses_another_capacity_and_names_missing_arrays():
     arrays = FrameStackStorage(capacity=10).state_dict()
     with pytest.raises(ValueError, match="saved capacity is 10, but this memory has 11"):
         FrameStackStorage(capacity=11).load_state_dict(arrays)
-    with pytest.raises(ValueError, match=r"saved stack_axis \[0\] is neither"):
-        FrameStackStorage(capacity=10).load_state_dict({**arrays, "stack_axis": np.array([0])})
     del arrays["frames"], arrays["dones"]
     with pytest.raises(ValueError, match=r"saved frame stack storage lacks \['frames', 'dones'\]"):
         FrameStackStorage(capacity=10).load_state_dict(arrays)
+
+
+def test_load_state_dict_refuses_another_stack_axis_and_changes_nothing():
+    # Atari's stacks (-1) and MinAtar's single frames (None) read their frames differently: a
+    # storage keeps its own axis and refuses another game's, before anything changes.
+    stacked = FrameStackStorage(capacity=10)
+    stacked.add(good_experience())
+    single = FrameStackStorage(capacity=10, stack_axis=None)
+    single.add(good_experience())
+    for storage, other, saved, own in ((stacked, single, r"\[\]", r"\[-1\]"),
+                                       (single, stacked, r"\[-1\]", r"\[\]")):
+        before = {key: value.copy() for key, value in storage.state_dict().items()}
+        with pytest.raises(ValueError, match=f"saved stack_axis {saved} differs from this "
+                                             f"storage's {own}"):
+            storage.load_state_dict(other.state_dict())
+        after = storage.state_dict()
+        assert before.keys() == after.keys()
+        assert all(np.array_equal(before[key], after[key]) for key in before)
+    arrays = stacked.state_dict()
+    with pytest.raises(ValueError, match=r"saved stack_axis \[0\] differs from this storage's"):
+        FrameStackStorage(capacity=10).load_state_dict({**arrays, "stack_axis": np.array([0])})
+    FrameStackStorage(capacity=10).load_state_dict(arrays)  # its own axis loads
 
 
 # --- FrameStackStorage inside PER.py's memories

@@ -3,9 +3,10 @@ reservoir among them), in both storages, keeps each stream's transitions in its 
 slots, exactly as separate one-stream memories would (n-step returns, discounts, dones, frame
 stacks, next states), stores each stream's frames once, draws by P(i) over all streams at once,
 saves and loads its streams, and refuses a stream, a number of streams or a capacity that does not
-fit. With one stream a memory is the one it was before streams, slot for slot (checked against
-the step-400 checkpoint of tests/test_checkpoint_format.py, written before streams; the frame
-ring's one-stream layout is tested in test_replay_storage.py)."""
+fit; its priority figure counts each stream's ages as a memory of its own would. With one stream a
+memory is the one it was before streams, slot for slot (checked against the step-400 checkpoint
+of tests/test_checkpoint_format.py, written before streams; the frame ring's one-stream layout is
+tested in test_replay_storage.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from memory_helpers import (
 )
 
 from d3qn_utils.atomic_files import read_arrays
+from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec, TransitionStorage
 from PER import Memory
 
@@ -155,6 +157,39 @@ def test_n_streams_keep_exactly_what_n_separate_one_stream_memories_keep(kind, s
 
 
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
+def test_the_priority_figure_counts_each_stream_as_a_memory_of_its_own(kind, storage_name):
+    # However the streams take turns and whatever slots a frame ring's episode starts take, a
+    # figure of STREAMS streams gives each held transition the age, and counts the transitions
+    # held by age, that each stream's own one-stream memory's figure gives.
+    combined = memory_of(kind, storage_name, CAPACITY, STREAMS)
+    segments = [combined.storage.segment(index) for index in range(STREAMS)]
+    separate = [memory_of(kind, storage_name, len(segment)) for segment in segments]
+    ring = MEMORIES[kind].WRITES_RING
+    figure = PriorityFigure(CAPACITY, 8, ring, STREAMS)
+    figures = [PriorityFigure(len(segment), 8, ring) for segment in segments]
+    samples = 0
+    for step, index, transition, _ in vector_steps(59 if ring else 12,
+                                                   STORAGES[storage_name][1]):
+        figure.note_store(combined.store(transition, index))
+        figures[index].note_store(separate[index].store(transition))
+        held = combined.held_per_stream()
+        assert held.tolist() == [len(memory) for memory in separate]
+        if step % 4 == 3 and held.all():  # each stream's held transitions, drawn once
+            figure.note_sample(combined.storage.held_slots(), held)
+            for memory, own in zip(separate, figures, strict=True):
+                own.note_sample(memory.storage.held_slots(), len(memory))
+            samples += 1
+    assert samples >= 2
+    for segment, memory, own in zip(segments, separate, figures, strict=True):
+        theirs = memory.storage.held_slots()
+        np.testing.assert_array_equal(figure.ages(segment.start + theirs), own.ages(theirs))
+    for counts in ("replays_by_age", "exposure_by_age"):
+        np.testing.assert_array_equal(getattr(figure, counts),
+                                      sum(getattr(own, counts) for own in figures))
+    assert figure.exposure_by_age[1:].sum() > 0  # ages above 0 were held
+
+
+@pytest.mark.parametrize(("kind", "storage_name"), CASES)
 def test_sampling_follows_p_i_over_all_streams_at_once(kind, storage_name):
     memory = memory_of(kind, storage_name, 24, STREAMS, rng=42)  # 8 slots a stream
     frames = STORAGES[storage_name][1]
@@ -267,6 +302,35 @@ def test_a_memory_with_streams_resumes_from_its_state_and_refuses_other_streams(
     memory_of(kind, storage_name, CAPACITY, rng=1).load_state_dict(older)
     with pytest.raises(ValueError, match=f"made for N_ENVS 1 .*this one for {STREAMS}$"):
         resumed.load_state_dict(older)
+
+
+@pytest.mark.parametrize("storage_name", STORAGES)
+def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
+    # A stream not full has written its slots from its start in order, so its next slot is
+    # start + written; a full stream's may be any of its slots.
+    spec, frames = STORAGES[storage_name]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, frames):
+        storage.add(transition, index)
+    pointer = "next_slot" if frames else "write_pointer"
+    arrays = save_and_load(storage.state_dict())
+    starts, sizes = np.array([0, 12, 25]), np.array([12, 13, 13])
+    full = arrays["written"] == sizes
+    assert full[0] and not full[2]  # stream 0 (every step) wrapped, stream 2 did not
+    np.testing.assert_array_equal(arrays[pointer][~full], (starts + arrays["written"])[~full])
+    for stream in np.flatnonzero(~full):
+        wrong = arrays[pointer].copy()
+        wrong[stream] += 1
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved {pointer}={wrong} disagrees with written={arrays['written']}: a stream "
+                f"not full writes next at its start {starts} + written")):
+            loaded.load_state_dict({**arrays, pointer: wrong})
+        assert states_equal(snapshot(loaded), before)
+    moved = arrays[pointer].copy()
+    moved[full] = starts[full] + (moved[full] - starts[full] + 1) % sizes[full]
+    spec(CAPACITY, STREAMS).load_state_dict({**arrays, pointer: moved})  # a full stream's: any
 
 
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
