@@ -145,6 +145,10 @@ class FixedBatchMemory:
         assert np.array_equal(tree_idx, self.tree_idx)
         return self.slots
 
+    def held_per_stream(self) -> np.ndarray:
+        """One stream holding the batch: what the priority figure's ages ask of a memory."""
+        return np.array([len(self)])
+
 
 def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
     """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
