@@ -277,7 +277,7 @@ class DQNAgent:
         self.envs = Environments(
             env, config.n_envs, functools.partial(make_env, config.env_name,
                                                   config.max_episode_steps),
-            steps_taken=lambda: self.step, seed_of=functools.partial(episode_seed, config.seed, 0))
+            seed_of=functools.partial(episode_seed, config.seed, 0))
         self.env = self.envs.envs[0]  # the first: --test plays in it
 
         self.name = settings.run_name(config, memory_class.RUN_SUFFIX)  # the tutorial's: DDQN_...
@@ -463,6 +463,7 @@ class DQNAgent:
                     self.report.episode(self.step, self.episode, score, self.epsilon,
                                         self.PlotModel(score))
                     self.envs.end_episode(i)
+                    self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
                 if ended:
                     self.start_episode()
                 if crossed(before, self.step, config.eval_every):
@@ -558,7 +559,7 @@ class DQNAgent:
             "step": self.step, "episode": self.episode, "epsilon": self.epsilon,
             "scores": self.scores, "average": self.average, "evaluations": self.evaluations,
             "best_evaluation": self.best_evaluation, "steps_to_solve": self.steps_to_solve,
-            "rng": self.rng.bit_generator.state, **self.envs.state_dict()}
+            "rng": self.rng.bit_generator.state, "environments": self.envs.state_dict()}
         optimizer = {str(i): var.numpy() for i, var in enumerate(self.optimizer.variables)}
         return {"progress": progress, "optimizer": optimizer, "memory": self.MEMORY.state_dict(),
                 "priority_figure": self.report.state_dict()}
@@ -580,7 +581,7 @@ class DQNAgent:
         self.best_evaluation = float(progress["best_evaluation"])
         solved = progress["steps_to_solve"]
         self.steps_to_solve = None if solved is None else int(solved)
-        self.envs.load_state_dict(progress)  # replays the episodes in progress
+        self.envs.load_state_dict(progress["environments"])  # replays the episodes in progress
 
     def save_checkpoint(self) -> str:
         """Write the networks and `state_dict` to a new checkpoint of this run; its path."""

@@ -33,7 +33,10 @@ class BlockMemory(Memory):
         last `context` transitions are stored only so that the n-step chains of the others run
         through to their end (the actor sends them again at the head of its next block): they get
         priority 0 and are never sampled. Slots the block frees get 0; a slot written twice keeps
-        its last priority.
+        its last priority. The block's last transition ends its chain (`end_episode`): the
+        blocks of all actors go to one stream, so the next block is another actor's, or this
+        actor's next one, which opens with the context again or a new episode. An actor ends a
+        block where its episode ends (terminated or truncated): every episode's end is marked.
 
         Bad input (lengths, shapes, NaN, infinite or negative errors, a transition that `store`
         would refuse) raises ValueError and changes nothing, but for a frame storage's refusal of
@@ -60,6 +63,7 @@ class BlockMemory(Memory):
                 stored += len(slots)
         finally:  # one tree update for the block: far cheaper than one per transition
             if writes:
+                self.end_episode()  # no chain runs on into the next block
                 leaves = np.concatenate([slots for slots, _ in writes]).astype(np.int64)
                 values = np.concatenate([values for _, values in writes])
                 self.write_priorities(self.tree.leaf_index(leaves), values)

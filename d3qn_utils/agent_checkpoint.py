@@ -43,9 +43,10 @@ from d3qn_utils import run_files
 from d3qn_utils.atomic_files import atomic_file, read_arrays, write_arrays
 from d3qn_utils.checks import is_integer
 from d3qn_utils.priority_figure import PriorityFigure
+from d3qn_utils.replay_storage import TransitionStorage
 from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
 
-FORMAT = 3
+FORMAT = 4
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # The flags a resumed run may change (docs/usage.md lists them): its budget, the cadence of
 # evaluations, checkpoints and logs, where files go, and the fast path (the same gradient steps
@@ -328,8 +329,36 @@ def from_format_2(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarr
     return progress, arrays
 
 
+def from_format_3(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarray]]
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Format 3 to 4: the environments' state ("episodes_started", "open_episodes") moves from
+    the counters under their own "environments", with the environment steps they took (the
+    step). A memory of vector states gets the ends of its episodes, which format 3 did not
+    record, as format 3's code inferred them (`TransitionStorage.episode_ends_by_state`): the
+    next slot's state is not a transition's next_state, or, for a stream's newest, its
+    environment's observation (`open_episodes`' digest) is not; a frame memory's format 3
+    state is already whole (its next `add` still compares the pending next state)."""
+    counters = progress["progress"]
+    episodes = counters.pop("open_episodes")
+    counters["environments"] = {"steps_taken": counters["step"],
+                                "episodes_started": counters.pop("episodes_started"),
+                                "open_episodes": episodes}
+    memory = arrays["memory"]
+    if "storage.frames" not in memory:
+        saved = {key.removeprefix("storage."): value for key, value in memory.items()
+                 if key.startswith("storage.")}
+        saved.setdefault("streams", np.array(1))  # a memory saved before streams: one
+        storage = TransitionStorage(int(saved["capacity"]), int(saved["streams"]))
+        written = int(np.sum(saved["written"]))
+        storage.load_state_dict({**saved, "episode_ends": np.zeros(written, dtype=bool)})
+        ends = storage.episode_ends_by_state(
+            lambda stream, state: state_digest(state) == episodes[stream]["state_sha256"])
+        arrays = {**arrays, "memory": {**memory, "storage.episode_ends": ends}}
+    return progress, arrays
+
+
 # MIGRATIONS[n] turns a checkpoint of format n into one of format n + 1 (`read_state`).
-MIGRATIONS = {1: from_format_1, 2: from_format_2}
+MIGRATIONS = {1: from_format_1, 2: from_format_2, 3: from_format_3}
 
 
 def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Path:

@@ -6,6 +6,7 @@ but an episode that ends stays as it ended until `start_episodes` resets its env
 agent stores its last transition and reports it first. Every episode starts from `reset(seed=)`
 with its number's own seed, numbered in the order episodes start, and each open episode's actions
 and score are kept, so a checkpoint replays every open episode exactly (`state_dict`).
+It counts the environment steps it has taken, which `FiniteSteps` names in its messages.
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ def crossed(before: int, after: int, period: int) -> int:
 
 class Environments:
     """N environments of one game, each wrapped in `FiniteSteps` (NaN or inf stops the run): the
-    `first`, made by the caller, and N - 1 more from `make()`. `steps_taken()`: the environment
-    steps before this vector step; environment i takes env step steps_taken() + i + 1.
-    `seed_of(number)`: the reset seed of the episode of that number (0, 1, ...)."""
+    `first`, made by the caller, and N - 1 more from `make()`. `steps_taken`: the environment
+    steps of all of them before this vector step; environment i takes env step steps_taken +
+    i + 1. `seed_of(number)`: the reset seed of the episode of that number (0, 1, ...)."""
 
     def __init__(self, first: gym.Env, count: int, make: Callable[[], gym.Env],
-                 steps_taken: Callable[[], int], seed_of: Callable[[int], int]) -> None:
+                 seed_of: Callable[[int], int]) -> None:
         made = [first, *(make() for _ in range(1, count))]
-        self.envs = [FiniteSteps(env, steps_taken, position=i) for i, env in enumerate(made)]
+        self.envs = [FiniteSteps(env, lambda: self.steps_taken, position=i)
+                     for i, env in enumerate(made)]
         self.seed_of = seed_of
+        self.steps_taken = 0
         self.episodes_started = 0
         # Each environment's episode in progress: its number (None until its first), its state,
         # actions and score (the sum of the rewards as the environment gave them).
@@ -50,14 +53,15 @@ class Environments:
     def step(self, actions: Sequence[int]) -> tuple[list, list, list, list, list]:
         """Step environment i with actions[i]: (next_states, rewards, terminated, truncated,
         infos), each a list with one entry per environment as it returned it. The open episodes
-        take their actions and rewards once every environment has stepped, so a NaN that stops
-        the run leaves them as they were before this step."""
+        take their actions and rewards, and `steps_taken` its N steps, once every environment
+        has stepped, so a NaN that stops the run leaves them as they were before this step."""
         results = [env.step(action) for env, action in zip(self.envs, actions, strict=True)]
         next_states, rewards, terminated, truncated, infos = (list(part) for part in
                                                               zip(*results, strict=True))
         for i, (action, reward) in enumerate(zip(actions, rewards, strict=True)):
             self.actions[i].append(action)
             self.scores[i] += reward
+        self.steps_taken += len(self.envs)
         self.states = list(next_states)  # its own list: a reset replaces an entry
         return next_states, rewards, terminated, truncated, infos
 
@@ -80,22 +84,26 @@ class Environments:
 
     def state_dict(self) -> dict[str, Any]:
         """The open episodes, one per environment, as JSON holds them: each one's number,
-        actions, score and the digest of its observation, and the episodes started so far."""
-        return {"episodes_started": self.episodes_started, "open_episodes": [
+        actions, score and the digest of its observation; the episodes started and the
+        environment steps taken so far."""
+        return {"steps_taken": self.steps_taken, "episodes_started": self.episodes_started,
+                "open_episodes": [
             {"number": number, "actions": actions, "score": score,
              "state_sha256": state_digest(state)}
             for number, actions, score, state in zip(self.numbers, self.actions, self.scores,
                                                      self.states, strict=True)]}
 
-    def load_state_dict(self, progress: dict[str, Any]) -> None:
-        """Take back what `state_dict` gave (a checkpoint's progress holds it) and replay each
-        open episode: reset with its number's seed, then its actions. ValueError for a count of
-        episodes other than the environments', or an observation the replay does not reproduce."""
-        episodes = progress["open_episodes"]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what `state_dict` gave (a checkpoint's progress holds it under
+        "environments") and replay each open episode: reset with its number's seed, then its
+        actions. ValueError for a count of episodes other than the environments', or an
+        observation the replay does not reproduce."""
+        episodes = state["open_episodes"]
         if len(episodes) != len(self.envs):
             raise ValueError(f"it holds {len(episodes)} open episodes, one per environment, "
                              f"but this run steps {len(self.envs)} (N_ENVS)")
-        self.episodes_started = int(progress["episodes_started"])
+        self.steps_taken = int(state["steps_taken"])
+        self.episodes_started = int(state["episodes_started"])
         for i, episode in enumerate(episodes):
             number = episode["number"]
             self.numbers[i] = None if number is None else int(number)

@@ -159,6 +159,13 @@ class ReplayMemory(metaclass=ReplayMemoryType):
         agent's report ignores None. ValueError naming the field, and nothing written, for a
         transition `check_transition` refuses, or naming a stream the memory lacks."""
 
+    def end_episode(self, stream: int = 0) -> None:
+        """The transition last stored in `stream` ended its episode (terminated or truncated):
+        no n-step return runs past it, whatever the state the stream's next transition starts
+        from (a reset may give the state a truncated episode ended in). ValueError naming a
+        stream the memory lacks."""
+        self.storage.end_episode(stream)
+
     @abc.abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
         """Draw n transitions: (indices for `batch_update` and `slots_of`, the `n_step_batch` of
@@ -253,8 +260,8 @@ class ReplayMemory(metaclass=ReplayMemoryType):
         """The n-step transitions from `slots`, `sample`'s batch: (states, actions, rewards,
         next_states, dones, discounts) with rewards the discounted sum over the k <= n_step
         transitions of the episode, the state after the k-th, whether it terminated, gamma^k. A
-        chain follows its stream's ring and stops at a termination, a truncation, the stream's
-        newest transition. O(n_step * n)."""
+        chain follows its stream's ring and stops at a termination, an episode's end
+        (`end_episode`), the stream's newest transition. O(n_step * n)."""
         if self.n_step == 1:  # the stored transitions as they are: no chain to follow
             states, actions, rewards, next_states, dones = self.storage.get(slots)
             return (states, actions, rewards.astype(np.float64), next_states, dones.astype(bool),

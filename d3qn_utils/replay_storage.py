@@ -6,17 +6,19 @@ and shift. `TransitionStorage` keeps one row per transition (vector states) and 
 the transition of a chosen slot (`SlotStorage`, for a memory that decides where a transition
 goes); `FrameStackStorage` keeps each uint8 frame once (Atari: one 84x84 frame a slot, not two
 stacks of four; `bytes_per_slot` counts it), written in order only, since neighbouring slots
-share frames. Each keeps `streams` rings in one (`Segments`: one contiguous segment per
-environment), so that a chain of transitions or a stack of frames never joins two environments.
-`StorageSpec` is a storage class with its options before any storage exists: what
-a game family gives, sized (`ReplayMemory.check_fits`) before a run allocates one.
+share frames. Each learns from its caller where a stream's episode ended (`end_episode`), so an
+n-step chain stops there whatever the next state is. Each keeps `streams` rings in one
+(`Segments`: one contiguous segment per environment), so that a chain of transitions or a stack
+of frames never joins two environments. `StorageSpec` is a storage class with its options before
+any storage exists: what a game family gives, sized (`ReplayMemory.check_fits`) before a run
+allocates one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -90,6 +92,10 @@ class ReplayStorage(Protocol):
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
         """Whether each slot's `successor` holds the transition that followed slot's in its
         episode."""
+
+    def end_episode(self, stream: int = 0) -> None:
+        """`stream`'s newest transition is its episode's last (terminated or truncated): no
+        chain of `next_in_episode` runs past it, whatever the next transition's state."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The storage as plain arrays."""
@@ -275,6 +281,8 @@ class TransitionStorage(StreamRings):
         self.capacity = check_integer("capacity", capacity, 1)
         self.segments = Segments(self.capacity, streams, self.min_capacity(()))
         self.holds_transition = np.zeros(self.capacity, dtype=bool)
+        # Whether the slot's transition was its episode's last (`end_episode`): a chain stops.
+        self.episode_ends = np.zeros(self.capacity, dtype=bool)
         self.fields: tuple[np.ndarray, ...] | None = None
 
     def __len__(self) -> int:
@@ -282,8 +290,9 @@ class TransitionStorage(StreamRings):
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any) -> int:
-        """Bytes per slot of a full storage: two states, int64 action, float64 reward, 2 flags."""
-        return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1
+        """Bytes per slot of a full storage: two states, int64 action, float64 reward, 3 flags
+        (done, holds a transition, ends its episode)."""
+        return 2 * math.prod(state_shape) * np.dtype(state_dtype).itemsize + 8 + 8 + 1 + 1 + 1
 
     @staticmethod
     def min_capacity(state_shape: tuple[int, ...]) -> int:
@@ -313,12 +322,14 @@ class TransitionStorage(StreamRings):
 
     def put(self, slot: int, experience: tuple) -> None:
         """Replace the transition of `slot`, one written before; the ring's next slot stays.
-        ValueError, nothing written, for another slot or a bad shape."""
+        The transition joins no chain: neither it nor the one before it in the ring continues
+        into the next slot. ValueError, nothing written, for another slot or a bad shape."""
         if not (0 <= slot < self.capacity and self.segments.was_written(slot)):
             raise ValueError(f"slot {slot} was never written (written: {self.written})")
         self._check_shapes([(np.shape(value), np.asarray(value).dtype) for value in experience])
         for field, value in zip(self.fields, experience, strict=True):
             field[slot] = value
+        self.episode_ends[[slot, int(self.segments.shift(slot, -1))]] = True
 
     def _put(self, slots: int | np.ndarray, values: Sequence[Any], stream: int, count: int
              ) -> int | np.ndarray:
@@ -327,6 +338,7 @@ class TransitionStorage(StreamRings):
         for field, value in zip(self.fields, values, strict=True):
             field[slots] = value
         self.holds_transition[slots] = True
+        self.episode_ends[slots] = False  # until `end_episode` says otherwise
         self.segments.advance(stream, count)
         return slots
 
@@ -362,29 +374,58 @@ class TransitionStorage(StreamRings):
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
         """Whether the slot after each in its stream holds the transition after slot's, in its
-        episode: it holds one, not yet overwritten by the stream's newest, whose state is slot's
-        next_state. O(n * state size)."""
+        episode: slot's did not end its episode (`end_episode`), and the next slot holds one,
+        not yet overwritten by the stream's newest. O(n log N)."""
         streams = self.segments.stream_of(slots)
         following = self.segments.shift(slots, 1, streams)
-        same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
-        same = same.all(axis=tuple(range(1, same.ndim)))
-        return (same & self.holds_transition[following]
+        return (~self.episode_ends[slots] & self.holds_transition[following]
                 & (following != self.segments.next[streams]))
+
+    def end_episode(self, stream: int = 0) -> None:
+        """Mark `stream`'s newest transition its episode's last (none written: nothing to mark);
+        ValueError naming a stream this storage lacks."""
+        stream = self.segments.check(stream)
+        if self.segments.written[stream]:
+            self.episode_ends[self.segments.shift(self.segments.next[stream], -1, stream)] = True
+
+    def episode_ends_by_state(self, goes_on: Callable[[int, np.ndarray], bool]) -> np.ndarray:
+        """Whether each written slot's transition ended its episode, in `state_dict`'s order, as
+        told by states alone (for a storage saved before the ends were recorded): the state in
+        the slot after it in its stream is not its next_state; for a stream's newest, unless
+        `goes_on(stream, its next_state)`, whether its environment's next transition starts
+        from that state. O(capacity * state size)."""
+        ends = np.zeros(self.capacity, dtype=bool)
+        if self.fields is None:
+            return ends[:0]
+        slots = np.arange(self.capacity)
+        following = self.successor(slots)
+        same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
+        ends[:] = ~same.all(axis=tuple(range(1, same.ndim)))
+        for stream in range(self.streams):
+            if self.segments.written[stream]:
+                newest = int(self.segments.shift(self.segments.next[stream], -1, stream))
+                ends[newest] = not goes_on(stream, self.fields[3][newest])
+        return self.segments.written_rows(ends).copy()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only, stream after stream)."""
         return {"capacity": np.array(self.capacity),
                 **self.segments.state_dict("written", "write_pointer"),
-                **dict(zip(FIELDS, self.columns() if self.fields else (), strict=False))}
+                **dict(zip(FIELDS, self.columns() if self.fields else (), strict=False)),
+                "episode_ends": self.segments.written_rows(self.episode_ends).copy()}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned. ValueError if it does not fit this storage (its
         capacity, its streams), checked before anything changes."""
-        require(arrays, ("capacity", "streams", "written", "write_pointer"),
+        require(arrays, ("capacity", "streams", "written", "write_pointer", "episode_ends"),
                 "transition storage")
         check_saved_value(arrays, "capacity", self.capacity)
         check_saved_streams(arrays, self.streams)
         written = int(saved_stream_values(arrays, "written", self.streams).sum())
+        episode_ends = np.asarray(arrays["episode_ends"], dtype=bool)
+        if episode_ends.shape != (written,):
+            raise ValueError(f"saved episode_ends has shape {episode_ends.shape}, not "
+                             f"({written},) (one per written slot)")
         rows = []
         if written:
             require(arrays, FIELDS, "transition storage")
@@ -400,6 +441,8 @@ class TransitionStorage(StreamRings):
                 field[slots] = row
         self.holds_transition[:] = False
         self.holds_transition[self.written_slots()] = True
+        self.episode_ends[:] = False
+        self.episode_ends[self.written_slots()] = episode_ends
 
 
 class FrameStackStorage(StreamRings):
@@ -419,7 +462,8 @@ class FrameStackStorage(StreamRings):
     (whatever `FrameStackObservation` padded with), t_i is the transition from observation i to
     i+1, and transition t_i reads slots 10+i .. 14+i. An `add` whose state equals the previous
     next_state writes one slot, any other S+1, so padding at episode starts comes back exactly
-    and no earlier episode's frame leaks into a stack. Writing slot w breaks the transitions of
+    and no earlier episode's frame leaks into a stack; after `end_episode` (its episode ended)
+    the next `add` writes S+1 slots whatever its state. Writing slot w breaks the transitions of
     slots w .. w+S-1 (`add` reports them freed). `stack_axis`: -1, Atari's frames stacked on
     the last axis; None, MinAtar's single frames (S = 1). With `streams` (`Segments`), each
     stream is such a ring in its own segment, "mod capacity" being within the segment, with its
@@ -442,8 +486,8 @@ class FrameStackStorage(StreamRings):
         self.frames: np.ndarray | None = None  # (capacity, *frame_shape) uint8
         self.state_shape: tuple[int, ...] | None = None
         self.stack_size = 0  # frames per stacked state
-        # Per stream: the slot of its last next_state's newest frame (-1: none) and a copy of
-        # that next_state, to compare (allocated with the frames).
+        # Per stream: the slot of its last next_state's newest frame (-1: none, or its episode
+        # ended) and a copy of that next_state, to compare (allocated with the frames).
         self._pending_slots = np.full(self.streams, -1, dtype=np.int64)
         self._pending_stacks: np.ndarray | None = None  # (streams, *state_shape) uint8
         self._count = 0  # slots that hold a transition, kept so len() is O(1)
@@ -519,8 +563,14 @@ class FrameStackStorage(StreamRings):
 
     def next_in_episode(self, slots: np.ndarray) -> np.ndarray:
         """As `TransitionStorage.next_in_episode`: whether the slot after each in its stream
-        holds a transition. O(n)."""
+        holds a transition (an episode's last next state is a frame that holds none). O(n)."""
         return self.holds_transition[self.successor(slots)]
+
+    def end_episode(self, stream: int = 0) -> None:
+        """`stream`'s newest transition ended its episode: the next `add` to it writes its
+        state's frames anew, whatever that state, so no transition follows it in the ring.
+        ValueError naming a stream this storage lacks."""
+        self._pending_slots[self.segments.check(stream)] = -1
 
     def _checked_slots(self, slots: np.ndarray) -> np.ndarray:
         """`slots`, or ValueError naming those outside the ring or holding no transition (their

@@ -145,6 +145,10 @@ class FixedBatchMemory:
         assert np.array_equal(tree_idx, self.tree_idx)
         return self.slots
 
+    def held_per_stream(self) -> np.ndarray:
+        """One stream holding the batch: what the priority figure's ages ask of a memory."""
+        return np.array([len(self)])
+
 
 def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
     """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
@@ -331,7 +335,7 @@ def test_smoke_run_per_classic_control_game_uses_its_preset_and_writes_model_and
          "EPSILON_MIN (0.5) must not exceed EPSILON_START (0.2)"),
         # 89 TiB: one line before anything is allocated, not a MemoryError traceback
         (["--memory-size", "1000000000000"], "MEMORY_SIZE (--memory-size) 1,000,000,000,000 "
-         "needs a replay memory of 91,269.6 GiB (98 bytes per transition of (4,) float32 "
+         "needs a replay memory of 92,200.9 GiB (99 bytes per transition of (4,) float32 "
          "states, proportional replay), more than this machine's"),
     ],
 )

@@ -315,7 +315,7 @@ def test_killed_actor_is_restarted_and_the_run_finishes(local_ray, tmp_path):
         (["--address", "nowhere"], "--address must be auto, host:port or ray://host:port"),
         (["--epsilon", "1.5"], "error: EPSILON (--epsilon) must be in [0, 1], got 1.5"),
         (["--memory-size", "1000000000000"], "error: MEMORY_SIZE (--memory-size) "
-         "1,000,000,000,000 needs a replay memory of 83,819.0 GiB (90 bytes per transition of "
+         "1,000,000,000,000 needs a replay memory of 84,750.4 GiB (91 bytes per transition of "
          "(4,) float32 states, proportional replay), more than this machine's"),
     ],
 )

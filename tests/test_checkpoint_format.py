@@ -6,7 +6,8 @@ tests/data/checkpoint_format_<N>/step-0000000400 is the step-400 checkpoint of `
 d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-size 16
 --hidden-units 16 16 --checkpoint-every 400 --eval-every 400 --eval-episodes 2 --seed 5` at commit
 58876ad (format 1, before checkpoints had a version), at commit 619b399 (format 2) and at commit
-cdcca1c (format 3: an open episode per environment, N_ENVS).
+cdcca1c (format 3: an open episode per environment, N_ENVS) and at commit 04a9d3b (format 4: the
+ends of episodes recorded in the memory, the environments' state under its own key).
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
 with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
@@ -78,6 +79,14 @@ def state_in_files(version: int) -> dict[str, Any]:
             "number": counters["episode"], "actions": counters.pop("episode_actions"),
             "score": counters.pop("episode_score"), "state_sha256": counters.pop("state_sha256")}]
         counters["episodes_started"] = counters["episode"] + 1
+    if version <= 3:  # the environments' state under its own key; the ends of the episodes
+        counters = saved["progress"]
+        counters["environments"] = {"steps_taken": counters["step"], **{
+            key: counters.pop(key) for key in ("episodes_started", "open_episodes")}}
+        # Every episode of these 400 CartPole steps ended terminated (done), none truncated,
+        # and the newest transition's episode is still open: the ends are the dones.
+        assert saved["progress"]["environments"]["open_episodes"][0]["actions"]
+        arrays["memory"]["storage.episode_ends"] = arrays["memory"]["storage.done"]
     owners = {"progress": DQNAgent, "priority_figure": PriorityFigure,  # the optimizer's: Keras'
               "memory": REPLAY_MEMORIES[arrays["memory"]["kind"].item()]}
     state = {"progress": saved["progress"], **arrays}
@@ -253,3 +262,43 @@ def test_beta_reaches_1_at_the_end_of_a_resumed_run_whatever_its_new_budget(tmp_
     assert 0.4 < beta < 1.0
     agent.run()
     assert agent.MEMORY.beta == pytest.approx(1.0)
+
+
+def test_format_3_s_memory_gets_the_episode_ends_format_3_s_code_inferred():
+    # Format 3 recorded no ends: its code took a transition to go on into the next slot's when
+    # that slot's state was its next_state, and the newest into the transition stored after the
+    # resume, which starts from its environment's observation (the open episode's digest).
+    directory = fixture(3)
+    progress = json.loads((directory / "progress.json").read_text())
+    memory = read_arrays(directory / "memory.npz")
+
+    def ends(edit_memory=lambda arrays: None, digest: str | None = "unchanged") -> np.ndarray:
+        saved = json.loads(json.dumps(progress))
+        arrays = {"memory": {key: np.array(value) for key, value in memory.items()}}
+        edit_memory(arrays["memory"])
+        if digest != "unchanged":
+            saved["progress"]["open_episodes"][0]["state_sha256"] = digest
+        saved, arrays = agent_checkpoint.MIGRATIONS[3](saved, arrays)
+        assert "open_episodes" not in saved["progress"]
+        assert saved["progress"]["environments"]["steps_taken"] == 400
+        return arrays["memory"]["storage.episode_ends"]
+
+    dones = memory["storage.done"]
+    assert dones.sum() == 14 and not dones[-1]  # 14 episodes ended; the 15th is open
+    np.testing.assert_array_equal(ends(), dones)
+    # No episode open (its reset failed): the newest transition ended its episode.
+    np.testing.assert_array_equal(ends(digest=None)[-1], True)
+    first_end = int(np.flatnonzero(dones)[0])
+
+    def truncated(arrays: dict) -> None:  # the first episode cut, not done: its end stays
+        arrays["storage.done"][first_end] = False
+
+    np.testing.assert_array_equal(ends(truncated), dones)
+
+    def reset_to_its_last_state(arrays: dict) -> None:  # format 3 took it to go on
+        truncated(arrays)
+        arrays["storage.state"][first_end + 1] = arrays["storage.next_state"][first_end]
+
+    expected = dones.copy()
+    expected[first_end] = False
+    np.testing.assert_array_equal(ends(reset_to_its_last_state), expected)

@@ -252,7 +252,8 @@ def straight_and_resumed(tmp_path, env_name: str) -> tuple[Any, Any, dict[str, A
                          ids=lambda family: family.name)
 def test_a_resumed_run_of_each_family_matches_an_uninterrupted_one(family, toy_family, tmp_path):
     straight, resumed, halfway = straight_and_resumed(tmp_path, EXAMPLE_GAMES[family.name])
-    assert halfway["open_episodes"][0]["actions"]  # an episode in progress, replayed from its seed
+    # An episode in progress, replayed from its seed:
+    assert halfway["environments"]["open_episodes"][0]["actions"]
     assert len(halfway["evaluations"]) == 1 and len(straight.evaluations) == 2
     assert resumed.state_dict()["progress"] == straight.state_dict()["progress"]
     for got, expected in zip(resumed.model.get_weights(), straight.model.get_weights(),

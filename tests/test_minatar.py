@@ -217,5 +217,5 @@ def test_a_resumed_minatar_run_matches_an_uninterrupted_one(tmp_path, capsys):
     assert len(finished) == 1
     expected = json.loads((steps[1] / "progress.json").read_text())["progress"]
     got = json.loads((finished[0] / "progress.json").read_text())["progress"]
-    for key in ("step", "episode", "scores", "rng", "open_episodes"):
+    for key in ("step", "episode", "scores", "rng", "environments"):
         assert got[key] == expected[key], key

@@ -30,7 +30,32 @@ import d3qn_agent
 from benchmarks.same_log import without_timings
 from d3qn_agent import episode_seed
 from d3qn_utils import run_files
-from d3qn_utils.environments import crossed
+from d3qn_utils.environments import Environments, crossed
+from d3qn_utils.training_session import NonFiniteError
+
+# --- Environments: the steps they took, counted by themselves ------------------------------
+
+
+def test_environments_count_their_own_steps_and_name_the_one_that_returned_nan():
+    import gymnasium as gym
+
+    def nan_reward_on_its_third_step() -> gym.Env:
+        steps = iter(range(1, 100))
+        return gym.wrappers.TransformReward(
+            gym.make(CARTPOLE), lambda reward: np.nan if next(steps) == 3 else reward)
+
+    others = iter([nan_reward_on_its_third_step(), gym.make(CARTPOLE)])
+    envs = Environments(gym.make(CARTPOLE), 3, lambda: next(others),
+                        seed_of=lambda number: number)
+    envs.start_episodes()
+    for _ in range(2):
+        envs.step([0, 0, 0])
+    assert envs.state_dict()["steps_taken"] == 6
+    # Environment 1 of 3 in the third step of all three: env step 6 + 1 + 1.
+    with pytest.raises(NonFiniteError, match=r"reward nan at env step 8$"):
+        envs.step([0, 0, 0])
+    assert envs.steps_taken == 6  # the step that stopped counts nothing
+
 
 # --- crossed: how often a schedule is due after a step of N environments -------------------
 
@@ -198,7 +223,8 @@ def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stop
         straight_run, tmp_path):
     checkpoint = halfway(straight_run[0])
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
-    assert all(episode["actions"] for episode in progress["open_episodes"])  # all mid-episode
+    assert all(episode["actions"]  # all mid-episode
+               for episode in progress["environments"]["open_episodes"])
     assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path, CARTPOLE, RESUMED_RUN)
 
 
@@ -217,7 +243,8 @@ def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_pat
     [checkpoint, _] = checkpoints_of(tmp_path / "straight")
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
     assert checkpoint.name == "step-0000000060" and progress["episode"] > 0
-    assert any(episode["actions"] for episode in progress["open_episodes"])  # mid-episode
+    assert any(episode["actions"]  # mid-episode
+               for episode in progress["environments"]["open_episodes"])
     assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path / "resumed", BREAKOUT,
                                        MINATAR_RUN)
 
@@ -238,7 +265,7 @@ def test_a_checkpoint_from_before_n_envs_resumes_only_with_one_environment(tmp_p
         small_agent(tmp_path / "two", n_envs=2, **flags).resume(str(fixture))
     agent = small_agent(tmp_path / "one", **flags)
     agent.resume(str(fixture))
-    [episode] = agent.state_dict()["progress"]["open_episodes"]
+    [episode] = agent.state_dict()["progress"]["environments"]["open_episodes"]
     assert episode["number"] == agent.episode and episode["actions"]
 
 

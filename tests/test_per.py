@@ -359,7 +359,7 @@ def sampled_by_slot(memory: UniformMemory, draws: int = 300) -> dict[int, tuple]
 
 def test_n_step_returns_by_hand():
     # gamma = 1/2, n = 3. Episode A terminates after three steps; episode B is truncated after
-    # two (its last transition is not done, and the next one starts elsewhere); C is running.
+    # two (its last transition is not done; the caller says its episode ended); C is running.
     memory = UniformMemory(6, rng=0, n_step=3, gamma=0.5)
     episodes = [
         [(0, 1.0, False), (1, 2.0, False), (2, 4.0, True)],  # (state, reward, done)
@@ -370,6 +370,8 @@ def test_n_step_returns_by_hand():
         for state, reward, done in episode:
             memory.store((np.array([state], np.float32), 0, reward, np.array([state + 1],
                           np.float32), done))
+        if episode is not episodes[-1]:
+            memory.end_episode()
     assert sampled_by_slot(memory) == {
         0: (1 + 2 / 2 + 4 / 4, 3, True, 1 / 8),  # the whole of episode A
         1: (2 + 4 / 2, 3, True, 1 / 4),
@@ -713,12 +715,12 @@ def test_replay_bytes_per_slot_is_what_a_full_memory_holds(kind, storage, state_
 
 
 @pytest.mark.parametrize(("size", "storage", "state_shape", "dtype", "kind", "needs"), [
-    # per slot: state and next state (16 + 16), action 8, reward 8, two flags, sum and min
-    # trees (32), and the 16 bytes the caller keeps beside it: 98
-    (10_000_000, StorageSpec(), (4,), np.float32, "proportional", None),  # 0.91 GiB
-    (20_000_000, StorageSpec(), (4,), np.float32, "proportional", "1.8 GiB (98 bytes"),
-    (16_000_000, StorageSpec(), (4,), np.float32, "uniform", None),  # 66 bytes a slot: 0.98 GiB
-    (20_000_000, StorageSpec(), (4,), np.float32, "rank-based", "1.8 GiB (99 bytes"),  # 33 ranks
+    # per slot: state and next state (16 + 16), action 8, reward 8, three flags, sum and min
+    # trees (32), and the 16 bytes the caller keeps beside it: 99
+    (10_000_000, StorageSpec(), (4,), np.float32, "proportional", None),  # 0.92 GiB
+    (20_000_000, StorageSpec(), (4,), np.float32, "proportional", "1.8 GiB (99 bytes"),
+    (16_000_000, StorageSpec(), (4,), np.float32, "uniform", None),  # 67 bytes a slot: 1.00 GiB
+    (20_000_000, StorageSpec(), (4,), np.float32, "rank-based", "1.9 GiB (100 bytes"),  # 33 ranks
     # one 84 x 84 frame, action 8, reward 4, two flags, trees 32, the caller's 16: 7,118
     (150_000, ATARI_FRAMES, (84, 84, 4), np.uint8, "proportional", None),  # 0.994 GiB
     (200_000, ATARI_FRAMES, (84, 84, 4), np.uint8, "proportional", "1.3 GiB (7118 bytes"),
@@ -850,6 +852,18 @@ def test_store_block_enters_with_the_given_priorities_and_context_is_never_sampl
     np.testing.assert_array_equal(rewards[third], 2 + 3 / 2 + 4 / 4)
     np.testing.assert_array_equal(next_states[third, 0], 5)
     np.testing.assert_array_equal(discounts[third], np.float32(1 / 8))
+
+
+def test_a_block_s_last_transition_ends_its_chains_even_when_the_next_block_starts_there():
+    # An actor's episode cut by its time limit (not done) ends its block; the next block, whose
+    # first state is that episode's last next state (a reset may give it), is a new episode.
+    memory = BlockMemory(16, rng=0, n_step=3, gamma=0.5)
+    memory.store_block(block(0, 3), np.ones(3))
+    memory.store_block(block(3, 3), np.ones(3))  # starts from state 3, the first's last next
+    _, _, returns, next_states, _, discounts = memory.n_step_batch(np.arange(6))
+    np.testing.assert_array_equal(returns[:3], [0 + 1 / 2 + 2 / 4, 1 + 2 / 2, 2])
+    np.testing.assert_array_equal(next_states[:3, 0], [3, 3, 3])
+    np.testing.assert_array_equal(discounts, np.float32([1 / 8, 1 / 4, 1 / 2] * 2))
 
 
 def test_store_block_matches_store_then_batch_update():

@@ -10,7 +10,7 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.wrappers import FrameStackObservation
-from memory_helpers import experience, holds_frames, registered_memories
+from memory_helpers import experience, holds_frames, registered_memories, save_and_load
 
 from atari_wrappers import ChannelsLast, make_env
 from d3qn_utils.checks import check_indices, first_bad_pair, first_outside
@@ -447,3 +447,73 @@ def test_a_transition_storage_types_its_columns_whatever_the_first_transition_gi
                                                                     [False, True])
     assert (actions.dtype, rewards.dtype, dones.dtype, states.dtype) == (
         np.int64, np.float64, np.bool_, np.float32)
+
+
+# --- Episode ends, recorded where the caller says, not guessed from states
+
+
+def truncated_then_reset_to_its_last_state(frames: bool) -> list[tuple[tuple, bool]]:
+    """(transition, whether its episode ended with it): an episode of two steps cut by a time
+    limit (not done), then a new one whose reset state equals that episode's last next_state,
+    as a reset may give. Rewards 1, 2, then 100, 200. Vectors: float32 (2,); frames: uint8
+    stacks of two 1x1 frames, each next state its state shifted by one frame."""
+    def state(*values: int) -> np.ndarray:
+        if frames:
+            return np.array(values, np.uint8).reshape(1, 1, 2)
+        return np.array(values, np.float32)
+
+    return [((state(0, 1), 0, 1.0, state(1, 2), False), False),
+            ((state(1, 2), 1, 2.0, state(2, 3), False), True),  # truncated
+            ((state(2, 3), 2, 100.0, state(3, 4), False), False),  # reset to the last state
+            ((state(3, 4), 0, 200.0, state(4, 5), False), False)]
+
+
+@pytest.mark.parametrize("frames", [False, True], ids=["vectors", "frame stacks"])
+def test_an_n_step_return_stops_where_the_caller_said_the_episode_ended(frames):
+    memory = registered_memories()["uniform"](
+        8, storage=FrameStackStorage(8) if frames else TransitionStorage(8), rng=0, n_step=3,
+        gamma=0.5)
+    slots, transitions = [], truncated_then_reset_to_its_last_state(frames)
+    for transition, ended in transitions:
+        slots.append(memory.store(transition))
+        if ended:
+            memory.end_episode()
+    _, _, returns, next_states, dones, discounts = memory.n_step_batch(np.array(slots))
+    # The first episode's returns take its own rewards only (guessed from states, the first
+    # would have been 1 + 2/2 + 100/4 and run on into the next episode).
+    np.testing.assert_array_equal(returns, [1 + 2 / 2, 2, 100 + 200 / 2, 200])
+    np.testing.assert_array_equal(discounts, np.float32([0.25, 0.5, 0.25, 0.5]))
+    last_next_state = transitions[1][0][3]
+    np.testing.assert_array_equal(next_states[:2], [last_next_state, last_next_state])
+    assert not dones.any()
+    if frames:  # the new episode's state written anew: its own stack, not the ended one's frames
+        assert slots[2] - slots[1] == 3
+
+
+@pytest.mark.parametrize("storage_class", [TransitionStorage, FrameStackStorage])
+def test_episode_ends_survive_a_state_dict_and_an_overwritten_slot_forgets_its_end(
+        storage_class):
+    frames = storage_class is FrameStackStorage
+    transitions = [transition for transition, _ in truncated_then_reset_to_its_last_state(frames)]
+    storage = storage_class(8)
+    storage.add(transitions[0])
+    storage.add(transitions[1])
+    storage.end_episode()  # truncated
+    restored = storage_class(8)
+    restored.load_state_dict(save_and_load(storage.state_dict()))
+    transition = transitions[2]  # its state is the ended episode's last next_state
+    slot, _ = restored.add(transition)
+    restored.add(transitions[3])
+    first = slot - (3 if frames else 1)  # the ended episode's last transition
+    np.testing.assert_array_equal(restored.next_in_episode(np.array([first, slot])),
+                                  [False, True])
+    with pytest.raises(ValueError, match=r"stream must be an integer in 0\.\.0"):
+        restored.end_episode(1)
+    if not frames:
+        ring = TransitionStorage(2)
+        ring.add(transition)
+        ring.end_episode()
+        ring.add(transition)
+        ring.add(transition)  # overwrites slot 0: a new transition, its episode not ended
+        ring.add(transition)
+        np.testing.assert_array_equal(ring.next_in_episode(np.array([0])), [True])

@@ -108,8 +108,10 @@ def memory_of(kind: str, storage_name: str, capacity: int, streams: int = 1, rng
 def filled(kind: str, storage_name: str, steps: int = 60) -> object:
     """A memory of STREAMS streams given `steps` steps of `vector_steps`."""
     memory = memory_of(kind, storage_name, CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(steps, STORAGES[storage_name][1]):
+    for _, index, transition, ended in vector_steps(steps, STORAGES[storage_name][1]):
         memory.store(transition, index)
+        if ended:  # as the agent says where its environments' episodes end
+            memory.end_episode(index)
     return memory
 
 
@@ -128,6 +130,9 @@ def test_n_streams_keep_exactly_what_n_separate_one_stream_memories_keep(kind, s
     for step, index, transition, ended in vector_steps(steps, STORAGES[storage_name][1]):
         slot = combined.store(transition, index)
         assert slot == segments[index].start + separate[index].store(transition)
+        if ended:
+            combined.end_episode(index)
+            separate[index].end_episode()
         ends_at[step] += ended
         stored[index] += 1
     assert max(ends_at.values()) >= 2  # episodes of two environments end at one step
@@ -247,14 +252,16 @@ def test_one_stream_is_the_memory_written_before_streams_slot_for_slot():
     slots = [memory.store(transition) for transition in zip(*columns, strict=True)]
     assert slots == list(range(400))
     state = memory.state_dict()
-    assert state.keys() == {*saved, "storage.streams"} and state["storage.streams"] == 1
+    # Two keys added since: the streams, and where episodes ended (none was said here).
+    added = {"storage.streams": np.array(1), "storage.episode_ends": np.zeros(400, bool)}
+    assert state.keys() == {*saved, *added} and state["storage.streams"] == 1
     for key in saved:
         if key.startswith("storage."):
             np.testing.assert_array_equal(state[key], saved[key], err_msg=key)
             assert state[key].shape == saved[key].shape, key
     # Its state loads as one stream's, and gives back what it holds.
-    memory.load_state_dict(saved)
-    assert states_equal(memory.state_dict(), {**saved, "storage.streams": np.array(1)})
+    memory.load_state_dict({**saved, "storage.episode_ends": added["storage.episode_ends"]})
+    assert states_equal(memory.state_dict(), {**saved, **added})
     # A smaller ring wraps as before: transition i in slot i % capacity.
     ring = Memory(150)
     assert [ring.store(transition) for transition in zip(*columns, strict=True)] == [
@@ -275,8 +282,11 @@ def test_a_memory_with_streams_resumes_from_its_state_and_refuses_other_streams(
     environments = [Environment(index + 10, frames) for index in range(STREAMS)]
     for step in range(20):  # each stream's next transition follows its own previous one
         index = step % STREAMS
-        transition = environments[index].step()[0]
+        transition, ended = environments[index].step()
         assert resumed.store(transition, index) == memory.store(transition, index)
+        if ended:
+            resumed.end_episode(index)
+            memory.end_episode(index)
     assert states_equal(snapshot(resumed), snapshot(memory))
     np.testing.assert_array_equal(resumed.sample(16)[0], memory.sample(16)[0])
 
