@@ -284,7 +284,8 @@ class DQNAgent:
             prioritized=memory_class.PRIORITIZED, ring=memory_class.WRITES_RING,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
-                self.first_gradient_step(), config.total_steps, config.learning_starts))
+                self.first_gradient_step(), config.total_steps, config.learning_starts,
+                config.n_envs))
 
     def compile(self) -> None:
         """Adam (or OPTIMIZER "rmsprop", the tutorial's), the greedy policy and the compiled
@@ -311,10 +312,15 @@ class DQNAgent:
         return (1.0 - beta) / max(1, draws)
 
     def first_gradient_step(self) -> int:
-        """The first env step at which `run` trains: the first multiple of TRAIN_FREQUENCY *
-        GRADIENT_STEPS_PER_CALL with LEARNING_STARTS steps and a batch collected."""
-        period = self.config.train_frequency * self.config.gradient_steps_per_call
-        return -(-max(self.config.learning_starts, self.config.batch_size, 1) // period) * period
+        """The first env step at which `run` trains: the step count (a multiple of N_ENVS) that
+        first passes a multiple of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL at or past
+        LEARNING_STARTS with a batch collected (N_ENVS transitions a step)."""
+        config = self.config
+        period, n = config.train_frequency * config.gradient_steps_per_call, config.n_envs
+        batch_step = -(-config.batch_size // n) * n  # the first step count holding a batch
+        # A multiple passed at batch_step or later is one past batch_step - N.
+        due = -(-max(config.learning_starts, batch_step - n + 1, 1) // period) * period
+        return -(-due // n) * n
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target

@@ -93,6 +93,24 @@ def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp
     assert calls["save_checkpoint"] == [*first_steps_past(25, 1, 90, n_envs), 90]
 
 
+# (flags, the step of the first replay()) for 3 environments, replay() due every 4 or 32 steps:
+# LEARNING_STARTS 20 is first passed at 21; a batch of 16 is first held at 18, when 16 is passed;
+# at 33 the multiple 32 past both.
+@pytest.mark.parametrize(("flags", "first"), [
+    ({"learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 2}, 21),
+    ({"learning_starts": 0, "train_frequency": 1, "gradient_steps_per_call": 4}, 18),
+    ({"learning_starts": 10, "train_frequency": 2, "gradient_steps_per_call": 16}, 33),
+])
+def test_the_first_gradient_step_of_three_environments_is_where_run_first_trains(
+        tmp_path, flags, first):
+    agent = small_agent(tmp_path, n_envs=3, total_steps=36, eval_every=1_000, eval_episodes=1,
+                        **flags)
+    calls: list[int] = []
+    agent.replay = recording(calls, agent, agent.replay)
+    agent.run()
+    assert agent.first_gradient_step() == calls[0] == first
+
+
 def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_start(
         tmp_path, capsys):
     # CartPole cannot fail within 5 steps: every episode of each environment ends at its 5th.
