@@ -145,6 +145,9 @@ class FixedBatchMemory:
         assert np.array_equal(tree_idx, self.tree_idx)
         return self.slots
 
+    def held_per_stream(self) -> np.ndarray:
+        return np.array([len(self)])  # one stream
+
 
 def use_fixed_batches(agent: DQNAgent, memory: FixedBatchMemory) -> None:
     """Give `agent` the fixed memory, its transitions noted as stored (the priority figure's
