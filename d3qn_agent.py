@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Any, ClassVar
 
-# First, before TensorFlow: it hides TensorFlow's start-up lines and makes a Ctrl-C
-# during the imports one line (docs/reference.md)
+# First, before numpy and TensorFlow: it hides TensorFlow's start-up lines, makes a Ctrl-C
+# during the imports one line and holds OpenBLAS to one thread (docs/reference.md)
 from d3qn_utils import quiet_startup  # isort: skip
 import gymnasium as gym
 import keras

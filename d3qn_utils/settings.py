@@ -60,7 +60,7 @@ DIRECTORY_OR_NONE = ("a directory name, not empty", lambda value: value != "")  
 MAX_EVAL_EPISODES = 1_000
 EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
                        lambda value: 1 <= value <= MAX_EVAL_EPISODES)
-# N_ENVS keeps its environments open side by side, as an evaluation does: as many fit in memory.
+# N_ENVS environments are open at once, each with its emulator or frames: more would not fit.
 MAX_N_ENVS = 1_000
 N_ENVS_RANGE = (f"in [1, {MAX_N_ENVS:,}] (one environment each, side by side)",
                 lambda value: 1 <= value <= MAX_N_ENVS)
