@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Any, ClassVar
 
-# First, before TensorFlow: it hides TensorFlow's start-up lines and makes a Ctrl-C
-# during the imports one line (docs/reference.md)
+# First, before numpy and TensorFlow: it hides TensorFlow's start-up lines, makes a Ctrl-C
+# during the imports one line and holds OpenBLAS to one thread (docs/reference.md)
 from d3qn_utils import quiet_startup  # isort: skip
 import gymnasium as gym
 import keras
@@ -292,7 +292,8 @@ class DQNAgent:
             prioritized=memory_class.PRIORITIZED, ring=memory_class.WRITES_RING,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
-                self.first_gradient_step(), config.total_steps, config.learning_starts))
+                self.first_gradient_step(), config.total_steps, config.learning_starts,
+                config.n_envs))
 
     def compile(self) -> None:
         """Adam (or OPTIMIZER "rmsprop", the tutorial's), the greedy policy and the compiled
@@ -319,10 +320,15 @@ class DQNAgent:
         return (1.0 - beta) / max(1, draws)
 
     def first_gradient_step(self) -> int:
-        """The first env step at which `run` trains: the first multiple of TRAIN_FREQUENCY *
-        GRADIENT_STEPS_PER_CALL with LEARNING_STARTS steps and a batch collected."""
-        period = self.config.train_frequency * self.config.gradient_steps_per_call
-        return -(-max(self.config.learning_starts, self.config.batch_size, 1) // period) * period
+        """The first env step at which `run` trains: the step count (a multiple of N_ENVS) that
+        first passes a multiple of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL at or past
+        LEARNING_STARTS with a batch collected (N_ENVS transitions a step)."""
+        config = self.config
+        period, n = config.train_frequency * config.gradient_steps_per_call, config.n_envs
+        batch_step = -(-config.batch_size // n) * n  # the first step count holding a batch
+        # A multiple passed at batch_step or later is one past batch_step - N.
+        due = -(-max(config.learning_starts, batch_step - n + 1, 1) // period) * period
+        return -(-due // n) * n
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -447,15 +453,6 @@ class DQNAgent:
                     # Only a real termination stops bootstrapping; a time-limit cut does not.
                     self.remember(states[i], actions[i], reward, next_states[i], terminated[i],
                                   stream=i)
-                # A schedule is due once per multiple of its period the step passed (`crossed`).
-                if len(self.MEMORY) >= config.batch_size:
-                    # The periods' ends passed since the last step, from LEARNING_STARTS on (an
-                    # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).
-                    for _ in range(crossed(max(before, config.learning_starts - 1), self.step,
-                                           replay_period)):
-                        self.replay()  # first at env step `first_gradient_step()`
-                if not config.soft_update and crossed(before, self.step, config.target_update):
-                    self.update_target_model()
                 ended = [i for i in range(config.n_envs) if terminated[i] or truncated[i]]
                 for i in ended:
                     self.episode += 1
@@ -466,23 +463,42 @@ class DQNAgent:
                     self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
                 if ended:
                     self.start_episode()
+                # A schedule is due once per multiple of its period the step passed (`crossed`).
+                # With N_ENVS = 1: replay() once whenever self.step is a multiple of
+                # TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL and at least LEARNING_STARTS (the
+                # memory holding a batch).
+                if len(self.MEMORY) >= config.batch_size:
+                    # The periods' ends passed since the last step, from LEARNING_STARTS on (an
+                    # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).
+                    for _ in range(crossed(max(before, config.learning_starts - 1), self.step,
+                                           replay_period)):
+                        self.replay()  # first at env step `first_gradient_step()`
+                if not config.soft_update and crossed(before, self.step, config.target_update):
+                    self.update_target_model()
                 if crossed(before, self.step, config.eval_every):
                     self.evaluate_and_keep_best(stop)
                 if config.checkpoint_every and crossed(before, self.step, config.checkpoint_every):
                     print(f"checkpoint: {self.save_checkpoint()}", flush=True)
-            stopped = self.step < config.total_steps  # by a signal: --resume goes on from here
-            if not stopped and self.unevaluated():
-                stopped = not self.evaluate_and_keep_best(stop)  # a stop signal cuts it short
-            checkpoint = self.save_checkpoint() if stopped or config.checkpoint_every else ""
-            self.save(self.Last_model_name)
-            plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
-                                     self.MEMORY)
-            if stopped:
-                self.report.stopped(self.step, stop.signal_name, checkpoint,
-                                    self.Last_model_name, plots)
-            else:
-                self.report.finish(self.step, self.evaluations[-1][2], self.best_evaluation,
-                                   self.steps_to_solve, self.Model_name, plots)
+            self.finish(stop)
+
+    def finish(self, stop: StopRequest) -> None:
+        """What the tutorial's run lacked at its end: the final greedy evaluation (unless the
+        last step had one), a checkpoint (always after a stop signal; with CHECKPOINT_EVERY at
+        the end too), the last network to `Last_model_name`, the plots and the last line: the
+        run's summary, or where a stop left everything."""
+        stopped = self.step < self.config.total_steps  # by a signal: --resume goes on from here
+        if not stopped and self.unevaluated():
+            stopped = not self.evaluate_and_keep_best(stop)  # a stop signal cuts it short
+        checkpoint = self.save_checkpoint() if stopped or self.config.checkpoint_every else ""
+        self.save(self.Last_model_name)
+        plots = self.report.draw(self.step, self.scores, self.average, self.evaluations,
+                                 self.MEMORY)
+        if stopped:
+            self.report.stopped(self.step, stop.signal_name, checkpoint, self.Last_model_name,
+                                plots)
+        else:
+            self.report.finish(self.step, self.evaluations[-1][2], self.best_evaluation,
+                               self.steps_to_solve, self.Model_name, plots)
 
     def test(self, model: str | None = None, record: str | None = None) -> list[float]:
         """Play TEST_EPISODES greedy episodes of the network in `model` (default `Model_name`),

@@ -8,7 +8,8 @@ run as a script) that drops them and passes the rest on at once; a process, so t
 writes last still gets out. Before that, a KERAS_BACKEND that `import keras` would fail on is one
 `error:` line (exit 2), and Ctrl-C while the script imports is one `stopped:` line and exit 130
 at once (`stop_at_once`), not a traceback; the script's `main` then takes Ctrl-C back
-(`main_started`).
+(`main_started`). Whoever imports it also gets OpenBLAS held to one thread
+(OPENBLAS_NUM_THREADS=1, unless set), which numpy reads as it loads.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ READ_BYTES = 65536
 KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's later INFO and WARNING lines
+# numpy's OpenBLAS threads, once woken by a batch (the numpy forward pass that acts for N_ENVS
+# environments, greedy_policy.py), keep spinning beside TensorFlow's gradient steps on a few
+# cores and slow them (docs/benchmarks.md, "Many environments, one memory"). Set in this module,
+# which the programs import before numpy, so that importing PER.py alone leaves a user's BLAS
+# threading as it was; an OPENBLAS_NUM_THREADS set by the user wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def filtered(line: bytes) -> bytes:

@@ -117,11 +117,8 @@ class ReplayMemory(metaclass=ReplayMemoryType):
 
     def held_per_stream(self) -> np.ndarray:
         """The transitions each stream holds, in stream order (`len` for one stream): what the
-        priority figure's ages need. O(1) for one stream, else O(capacity)."""
-        if self.streams == 1:
-            return np.array([len(self)])
-        starts = [self.storage.segment(stream).start for stream in range(self.streams)]
-        return np.diff(np.searchsorted(self.storage.held_slots(), [*starts, self.capacity]))
+        priority figure's ages need. O(streams): each storage keeps the counts."""
+        return self.storage.held_per_stream()
 
     @classmethod
     def bytes_per_slot(cls, storage: StorageSpec, state_shape: tuple[int, ...],

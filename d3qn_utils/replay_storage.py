@@ -81,6 +81,9 @@ class ReplayStorage(Protocol):
     def held_slots(self) -> np.ndarray:
         """The slots that hold a transition, ascending. O(capacity)."""
 
+    def held_per_stream(self) -> np.ndarray:
+        """The transitions each stream holds, in stream order. O(streams)."""
+
     def get(self, slots: np.ndarray, last_slots: np.ndarray | None = None
             ) -> tuple[np.ndarray, ...]:
         """(states, actions, rewards, next_states, dones) of `slots`, which must hold
@@ -369,6 +372,11 @@ class TransitionStorage(StreamRings):
     def held_slots(self) -> np.ndarray:
         return np.flatnonzero(self.holds_transition)
 
+    def held_per_stream(self) -> np.ndarray:
+        """Each stream's slots written: a written slot holds its transition for good (a row is
+        replaced, never freed). O(streams)."""
+        return self.segments.written.copy()
+
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.fields[2][slots], self.fields[4][slots]
 
@@ -491,6 +499,7 @@ class FrameStackStorage(StreamRings):
         self._pending_slots = np.full(self.streams, -1, dtype=np.int64)
         self._pending_stacks: np.ndarray | None = None  # (streams, *state_shape) uint8
         self._count = 0  # slots that hold a transition, kept so len() is O(1)
+        self._held = [0] * self.streams  # of them, each stream's (`held_per_stream`)
 
     def __len__(self) -> int:
         return self._count
@@ -531,6 +540,7 @@ class FrameStackStorage(StreamRings):
         self.dones[slot] = done
         self.holds_transition[slot] = True
         self._count += 1
+        self._held[stream] += 1
         self._pending_slots[stream] = self.segments.shift(slot, 1, stream)
         self._pending_stacks[stream] = next_state
         return slot, freed[freed != slot]
@@ -557,6 +567,9 @@ class FrameStackStorage(StreamRings):
 
     def held_slots(self) -> np.ndarray:
         return np.flatnonzero(self.holds_transition)
+
+    def held_per_stream(self) -> np.ndarray:
+        return np.array(self._held)
 
     def rewards_and_dones(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.rewards[slots], self.dones[slots]
@@ -623,6 +636,8 @@ class FrameStackStorage(StreamRings):
         for name in SLOT_ARRAYS:
             getattr(self, name)[:] = arrays[name]
         self._count = int(self.holds_transition.sum())
+        self._held = np.add.reduceat(self.holds_transition, self.segments.starts,
+                                     dtype=np.int64).tolist()
 
     def _check_frames(self, state: np.ndarray, next_state: np.ndarray) -> None:
         """ValueError naming a state that is not uint8 frames of the shape, or a next_state that
@@ -681,6 +696,7 @@ class FrameStackStorage(StreamRings):
         broken = readers[self.holds_transition[readers]]
         self.holds_transition[broken] = False
         self._count -= broken.size
+        self._held[stream] -= broken.size  # `readers` are the stream's own slots
         for slot, frame in zip(readers.tolist(), frames, strict=False):
             self.frames[slot] = frame
         self.segments.advance(stream, len(frames))

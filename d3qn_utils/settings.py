@@ -60,9 +60,10 @@ DIRECTORY_OR_NONE = ("a directory name, not empty", lambda value: value != "")  
 MAX_EVAL_EPISODES = 1_000
 EVAL_EPISODES_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
                        lambda value: 1 <= value <= MAX_EVAL_EPISODES)
-# N_ENVS steps its environments side by side, as an evaluation plays its episodes: the same bound.
-N_ENVS_RANGE = (f"in [1, {MAX_EVAL_EPISODES:,}] (one environment each, side by side)",
-                lambda value: 1 <= value <= MAX_EVAL_EPISODES)
+# N_ENVS environments are open at once, each with its emulator or frames: more would not fit.
+MAX_N_ENVS = 1_000
+N_ENVS_RANGE = (f"in [1, {MAX_N_ENVS:,}] (one environment each, side by side)",
+                lambda value: 1 <= value <= MAX_N_ENVS)
 # The largest value of an integer flag (all are counts or sizes): the schedules and plots compute
 # in float64, exact for integers up to 2**53; no run takes that many steps.
 LARGEST_INTEGER = 2**53
@@ -293,14 +294,17 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
                              f"{flag.multiple_of.upper()} ({values[flag.multiple_of]})")
 
 
-def no_training_warning(first_step: int, total_steps: int, learning_starts: int) -> str | None:
-    """A warning line if TOTAL_STEPS ends before env step `first_step`, the first gradient step,
-    or None (not refused: some runs only collect on purpose, benchmarks/bench_checkpoint.py)."""
+def no_training_warning(first_step: int, total_steps: int, learning_starts: int,
+                        n_envs: int = 1) -> str | None:
+    """A warning line if TOTAL_STEPS ends before env step `first_step`, the first gradient step
+    (a step count, so a multiple of `n_envs`: the line names N_ENVS when it is over 1), or None
+    (not refused: some runs only collect on purpose, benchmarks/bench_checkpoint.py)."""
     if first_step <= total_steps:
         return None
+    environments = f", N_ENVS being {n_envs:,}" if n_envs > 1 else ""
     return (f"warning: TOTAL_STEPS ({total_steps:,}) ends before the first gradient step "
-            f"(env step {first_step:,}, LEARNING_STARTS being {learning_starts:,}): this run "
-            "will not train, and the network it saves as best is the untrained one")
+            f"(env step {first_step:,}, LEARNING_STARTS being {learning_starts:,}{environments}): "
+            "this run will not train, and the network it saves as best is the untrained one")
 
 
 def flag_type(flag: Flag) -> tuple[str, Callable[[Any], bool]]:

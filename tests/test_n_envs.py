@@ -117,6 +117,24 @@ def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp
     assert calls["save_checkpoint"] == [*first_steps_past(25, 1, 90, n_envs), 90]
 
 
+# (flags, the step of the first replay()) for 3 environments, replay() due every 4 or 32 steps:
+# LEARNING_STARTS 20 is first passed at 21; a batch of 16 is first held at 18, when 16 is passed;
+# at 33 the multiple 32 past both.
+@pytest.mark.parametrize(("flags", "first"), [
+    ({"learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 2}, 21),
+    ({"learning_starts": 0, "train_frequency": 1, "gradient_steps_per_call": 4}, 18),
+    ({"learning_starts": 10, "train_frequency": 2, "gradient_steps_per_call": 16}, 33),
+])
+def test_the_first_gradient_step_of_three_environments_is_where_run_first_trains(
+        tmp_path, flags, first):
+    agent = small_agent(tmp_path, n_envs=3, total_steps=36, eval_every=1_000, eval_episodes=1,
+                        **flags)
+    calls: list[int] = []
+    agent.replay = recording(calls, agent, agent.replay)
+    agent.run()
+    assert agent.first_gradient_step() == calls[0] == first
+
+
 def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_start(
         tmp_path, capsys):
     # CartPole cannot fail within 5 steps: every episode of each environment ends at its 5th.
@@ -288,3 +306,61 @@ def test_a_bad_n_envs_is_one_error_line_before_any_step(tmp_path, capsys, flags,
     error = the_error_line(capsys.readouterr().err)
     assert all(part in error for part in said), error
     assert not (tmp_path / "m").exists()
+
+
+# --- NaN in training at a step that ends episodes --------------------------------------------
+
+# 3 environments in episodes of 5 steps (CartPole cannot fail sooner): all three end at step 15,
+# the step of the first replay() (one a step from LEARNING_STARTS on, the memory holding a batch).
+ENDING_RUN = {"n_envs": 3, "total_steps": 30, "max_episode_steps": 5, "learning_starts": 15,
+              "batch_size": 8, "train_frequency": 1, "gradient_steps_per_call": 1,
+              "eval_every": 1_000, "eval_episodes": 1}
+
+
+def steps_past_an_end(agent: Any) -> list[int]:
+    """Fill, as `agent` runs, a list of the environments stepped after their episode ended (a
+    terminated or truncated step) and before their next reset."""
+    ended, stepped = [False] * len(agent.envs.envs), []
+    for i, env in enumerate(agent.envs.envs):
+        def step(action: int, i: int = i, env_step: Callable = env.step) -> tuple:
+            if ended[i]:
+                stepped.append(i)
+            result = env_step(action)
+            ended[i] = result[2] or result[3]
+            return result
+
+        def reset(i: int = i, env_reset: Callable = env.reset, **options: Any) -> tuple:
+            ended[i] = False
+            return env_reset(**options)
+
+        env.step, env.reset = step, reset
+    return stepped
+
+
+def test_nan_in_training_at_a_step_that_ends_episodes_checkpoints_them_ended(tmp_path):
+    agent = small_agent(tmp_path, **ENDING_RUN)
+    learn = agent.learn
+
+    def diverging(batches: Any, step: int) -> Any:
+        if step == 15:
+            raise NonFiniteError("non-finite loss at env step 15")
+        return learn(batches, step)
+
+    agent.learn = diverging
+    with pytest.raises(NonFiniteError, match="Last good state saved"):
+        run_logged(agent)
+    [checkpoint] = checkpoints_of(tmp_path)
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert (progress["step"], progress["episode"], progress["scores"]) == (15, 3, [5.0] * 3)
+    # The three ended episodes counted, their successors open and not yet stepped.
+    assert [(episode["number"], episode["actions"]) for episode in progress["open_episodes"]] == [
+        (3, []), (4, []), (5, [])]
+
+    resumed = small_agent(tmp_path, **ENDING_RUN)
+    stepped_past_an_end = steps_past_an_end(resumed)
+    resumed.begin(run_files.LATEST)
+    log = run_logged(resumed)
+    assert stepped_past_an_end == []
+    assert (resumed.step, resumed.episode) == (30, 6)
+    assert [line for line in lines_after(15, log, tmp_path) if line.startswith("episode:")] == [
+        f"episode: {n}, step: 30/30, score: 5, e: 1.00, average: 5.0" for n in (4, 5, 6)]

@@ -135,3 +135,20 @@ def test_main_started_changes_nothing_outside_a_script(monkeypatch):
     handler = signal.getsignal(signal.SIGINT)
     quiet_startup.main_started()  # pytest's handler is not stop_at_once
     assert (sys.unraisablehook, signal.getsignal(signal.SIGINT)) == (hook, handler)
+
+
+def test_openblas_threads_are_set_by_quiet_startup_not_by_importing_per():
+    # Importing PER.py (the package d3qn_utils with it) leaves a user's BLAS threading alone; a
+    # program importing quiet_startup first gets one thread, unless the variable was set.
+    program = ("import importlib, os\nimport PER\n"
+               "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+               "from d3qn_utils import quiet_startup\n"
+               "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+               "os.environ['OPENBLAS_NUM_THREADS'] = '3'\n"
+               "importlib.reload(quiet_startup)\n"
+               "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    environment = {name: value for name, value in os.environ.items()
+                   if name != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=environment)
+    assert (done.returncode, done.stdout) == (0, "None\n1\n3\n"), done.stderr

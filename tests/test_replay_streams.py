@@ -304,6 +304,40 @@ def test_a_memory_with_streams_resumes_from_its_state_and_refuses_other_streams(
         resumed.load_state_dict(older)
 
 
+def recount(storage: object) -> list[int]:
+    """The transitions each stream of `storage` holds, counted slot by slot."""
+    return [int(storage.holds(np.array(storage.segment(stream))).sum())
+            for stream in range(storage.streams)]
+
+
+@pytest.mark.parametrize("streams", [1, STREAMS])
+@pytest.mark.parametrize("storage_name", STORAGES)
+def test_each_streams_held_count_is_its_recount_after_adds_wraps_frees_and_a_load(
+        storage_name, streams):
+    # Adds to streams drawn at random (seed 0), a vector storage's rows replaced now and then,
+    # until every stream wrapped; frame rings free transitions as new episodes take slots.
+    spec, frames = STORAGES[storage_name]
+    storage = spec(CAPACITY, streams)
+    environments = [Environment(index, frames) for index in range(streams)]
+    rng = np.random.default_rng(0)
+    freed = 0
+    for _ in range(200):
+        index = int(rng.integers(streams))
+        transition, _ = environments[index].step()
+        freed += storage.add(transition, index)[1].size
+        if not frames and rng.random() < 0.2:
+            storage.put(int(rng.choice(storage.held_slots())), transition)
+        assert storage.held_per_stream().tolist() == recount(storage)
+    assert storage.written == CAPACITY and (freed > 0) == frames
+    loaded = spec(CAPACITY, streams)
+    loaded.load_state_dict(save_and_load(storage.state_dict()))
+    assert loaded.held_per_stream().tolist() == recount(loaded) == recount(storage)
+    for _ in range(20):  # and the loaded storage counts on
+        index = int(rng.integers(streams))
+        loaded.add(environments[index].step()[0], index)
+        assert loaded.held_per_stream().tolist() == recount(loaded)
+
+
 @pytest.mark.parametrize("storage_name", STORAGES)
 def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
     # A stream not full has written its slots from its start in order, so its next slot is

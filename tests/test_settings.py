@@ -259,18 +259,26 @@ def test_an_exploration_rate_that_would_rise_is_refused(monkeypatch):
       "gradient_steps_per_call": 1}, 128),  # a batch of 128 is not collected
     ({"total_steps": 128, "learning_starts": 0, "train_frequency": 1,
       "gradient_steps_per_call": 1}, None),
+    # 3 environments: the step count passes 1,024 at 1,026; a batch of 128 is held at 129
+    ({"total_steps": 1_023, "n_envs": 3, "learning_starts": 1_000}, 1_026),
+    ({"total_steps": 1_026, "n_envs": 3, "learning_starts": 1_000}, None),
+    ({"total_steps": 126, "n_envs": 3, "learning_starts": 0, "train_frequency": 1,
+      "gradient_steps_per_call": 1}, 129),
 ])
 def test_a_run_that_cannot_train_is_warned_of(given, first):
     config, _ = resolve(**given)
     step = DQNAgent.first_gradient_step(types.SimpleNamespace(config=config))  # its config alone
-    warning = settings.no_training_warning(step, config.total_steps, config.learning_starts)
+    warning = settings.no_training_warning(step, config.total_steps, config.learning_starts,
+                                           config.n_envs)
     if first is None:
         assert warning is None
     else:
+        environments = f", N_ENVS being {given['n_envs']}" if "n_envs" in given else ""
         assert warning == (
             f"warning: TOTAL_STEPS ({given['total_steps']:,}) ends before the first gradient "
-            f"step (env step {first:,}, LEARNING_STARTS being {given['learning_starts']:,}): "
-            "this run will not train, and the network it saves as best is the untrained one")
+            f"step (env step {first:,}, LEARNING_STARTS being {given['learning_starts']:,}"
+            f"{environments}): this run will not train, and the network it saves as best is "
+            "the untrained one")
 
 
 def test_an_apex_run_that_cannot_train_is_warned_of(capsys):
