@@ -353,7 +353,8 @@ def test_nan_in_training_at_a_step_that_ends_episodes_checkpoints_them_ended(tmp
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
     assert (progress["step"], progress["episode"], progress["scores"]) == (15, 3, [5.0] * 3)
     # The three ended episodes counted, their successors open and not yet stepped.
-    assert [(episode["number"], episode["actions"]) for episode in progress["open_episodes"]] == [
+    open_episodes = progress["environments"]["open_episodes"]
+    assert [(episode["number"], episode["actions"]) for episode in open_episodes] == [
         (3, []), (4, []), (5, [])]
 
     resumed = small_agent(tmp_path, **ENDING_RUN)
