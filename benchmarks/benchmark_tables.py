@@ -346,8 +346,9 @@ def n_envs_figures(measured: dict[str, Any]) -> dict[str, Spread]:
 
 def n_envs_game(env_name: str, results: Path) -> str:
     """One game's speed at each N from bench_n_envs.py's newest file of it: a sentence with the
-    gradient step's share of an env step at each N and the time outside it at the largest N over
-    the smallest (drawn only where the rounds' ranges are apart), then the table; or a line
+    gradient step's share of an env step at each N, and the time outside it and the env steps per
+    second at the largest N over the smallest (drawn only where the rounds' ranges are apart),
+    then the table; or a line
     naming the command where there is no file."""
     game = GAMES.get(env_name, env_name)
     newest = newest_matching(results, "bench_n_envs", env_name=env_name)
@@ -361,10 +362,12 @@ def n_envs_game(env_name: str, results: Path) -> str:
     shares = in_words([f"{figure['learn'].median / figure['total'].median:.0%}"
                        for figure in figures.values()])
     outside = "outside the gradient step"
+    largest_over_smallest = f"N = {max(figures, key=int)} over N = {min(figures, key=int)}"
     sentence = (f"**{game}**: the gradient step takes {shares} of an env step at N = "
-                f"{in_words(list(figures))} (medians); the time {outside} per env step, N = "
-                f"{max(figures, key=int)} over N = {min(figures, key=int)}: "
-                f"{timing.ratio(last[outside], first[outside])}.\n\n")
+                f"{in_words(list(figures))} (medians); the time {outside} per env step, "
+                f"{largest_over_smallest}: {timing.ratio(last[outside], first[outside])}; "
+                f"env steps per second, {largest_over_smallest}: "
+                f"{timing.ratio(last['env steps/s'], first['env steps/s'])}.\n\n")
     sb3 = found["sb3"] or {}
     columns = ["env steps/s", *N_ENVS_COLUMNS, outside]
     header = ["N", "env steps/s", *(f"{column}, µs" for column in columns[1:]),
