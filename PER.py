@@ -275,7 +275,10 @@ class Memory(ReplayMemory):
         """
         tree_idx, abs_errors = check_indices(tree_idx, abs_errors, self.tree.leaves)
         priorities = self.leaf_priorities(abs_errors)
-        if len(self.storage) < self.capacity:  # in a full memory every slot holds a transition
+        # len() counts the slots that hold a transition, so at capacity every slot holds one: a
+        # full vector memory. A frame memory never gets there (its last next state's frame, and
+        # Atari's older frames of a stack, sit in slots that hold none), so it always checks.
+        if len(self.storage) < self.capacity:
             # A slot overwritten since it was drawn (Ape-X's actors store while its learner
             # trains; d3qn_agent.py stores nothing in between) holds no transition: leaf at 0.
             priorities *= self.storage.holds(self.tree.slot(tree_idx))

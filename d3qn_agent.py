@@ -2,9 +2,10 @@
 
 `python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
 `plots/`); `--test` plays the saved network. A flag edited below acts as the same flag on the
-command line (`--help`), the command line winning; an edit back to the shipped value counts as no
-edit, so a game's preset (or TUTORIAL) may then set it. The pylessons tutorial "D3QN Agent with
-Prioritized Experience Replay" reads alongside: its names, in its order (README: Reading along).
+command line (`--help`). Presets (d3qn_utils/settings.py: other games' values, rank-based PER's,
+TUTORIAL's) fill only the flags still at their shipped value; the command line always wins. The
+pylessons tutorial "D3QN Agent with Prioritized Experience Replay" reads alongside: its names, in
+its order (README: Reading along).
 The replay memories come from PER.py and rank_based.py; what the tutorial lacks (flags and presets,
 games, compiled gradient steps, reports and plots, checkpoints) from d3qn_utils/, one module a job
 (README: Files).
@@ -91,11 +92,11 @@ TRAIN_FREQUENCY = 2  # env steps per gradient step, on average: replay() takes s
 # docs/benchmarks.md, "Several gradient steps per call".
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, compiled as one (the tutorial: 1)
 # One forward pass picks an action for each of the N_ENVS environments; each keeps its transitions
-# in a stream of its own in the one replay memory (a contiguous segment of its slots that only this
-# environment writes, as a ring: its oldest overwritten first), so an n-step return never mixes
-# two. Every step count (TOTAL_STEPS, LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY,
-# CHECKPOINT_EVERY, the epsilon schedule) counts each environment's steps: one step of all of them
-# adds N_ENVS.
+# in a stream of its own in the one replay memory (a contiguous segment of its slots,
+# MEMORY_SIZE // N_ENVS of them or one more, that only this environment writes, as a ring: its
+# oldest overwritten first), so an n-step return never mixes two. Every step count (TOTAL_STEPS,
+# LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY, the epsilon
+# schedule) counts each environment's steps: one step of all of them adds N_ENVS.
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 # bfloat16: a 16-bit float with float32's exponent range and fewer digits, meant to be faster on
@@ -125,8 +126,9 @@ REPLAY_MEMORIES = {memory.kind: memory for memory in (UniformMemory, Memory, Ran
 class DuelingCombine(keras.layers.Layer):
     """Combine the dueling streams [value (batch, 1), advantage (batch, n_actions)]: Q(s, a) =
     V(s) + A(s, a) - mean over a' of A(s, a'), the mean per sample (the tutorial's Lambda averaged
-    over the batch too), which makes V and A identifiable. A registered layer, not a `Lambda`, so
-    `.keras` files load in Keras' safe mode."""
+    over the batch too), which fixes the split between V and A (without it, any constant could
+    move from V into every A(s, a) and Q would not change). A registered layer, not a `Lambda`,
+    so `.keras` files load in Keras' safe mode."""
 
     def call(self, inputs: list) -> Any:
         value, advantage = inputs
@@ -374,8 +376,9 @@ class DQNAgent:
            with gamma^j (`td_errors`; DDQN off: max_a Q_target(s'_i, a)).
         3. IS-weighted Huber loss L = mean_i w_i huber(delta_i) (`weighted_loss`).
         4. An optimizer step on grad L, its global norm clipped to GRAD_CLIP.
-        5. New priorities from the |delta_i| before the step (the tutorial's `target_old`):
-           p_i^alpha, p_i = min(|delta_i| + epsilon, abs_err_upper) for proportional PER.
+        5. New priorities from each |delta_i|, measured with the weights before that gradient
+           step (the tutorial's |target_old - target| before its `fit`): p_i^alpha,
+           p_i = min(|delta_i| + epsilon, abs_err_upper) for proportional PER.
         Steps 2-4 run K times in one compiled call, `self.learn` from `compile()`
         (tensorflow_backend.py or jax_backend.py: the gradient of `weighted_loss`, clipped, applied
         by the optimizer, then the soft update if SOFT_UPDATE), which returns (|delta| per
@@ -446,6 +449,7 @@ class DQNAgent:
                 actions = self.act(states)
                 next_states, rewards, terminated, truncated, infos = self.envs.step(actions)
                 before, self.step = self.step, self.step + config.n_envs
+                # N_ENVS = 1 (the default): one entry in each list, the tutorial's one environment.
                 for i in range(config.n_envs):  # each environment's transition to its own stream
                     reward = rewards[i]
                     if terminated[i] and config.failure_reward is not None:

@@ -523,7 +523,8 @@ def bench_apex_projection(results: Path) -> str:
               f"{row['updates']:,.0f}", f"{100 * row['replay_busy']:.0f}%",
               f"{row['store_mb']:.1f}", row["bottleneck"]] for row in rows])
         last = rows[-1]
-        text.append(f"At {title}:\n\n{table}\nAt {last['actors']} actors: "
+        text.append(f"Projected (arithmetic on the measured medians, not measured), at {title}:"
+                    f"\n\n{table}\nAt {last['actors']} actors: "
                     f"{math.ceil(last['demand'] / last['replay_limit']):,} replay actors' and "
                     f"{math.ceil(last['demand'] / last['learner_limit']):,} learners' worth of "
                     "work "
