@@ -85,10 +85,11 @@ def stamp_cells(run: dict[str, Any]) -> list[str]:
     return [f"`{run['command']}`", provenance.machine_label(run), provenance.commit_label(run)]
 
 
-def load(run: dict[str, Any]) -> str:
+def load(run: dict[str, Any], cores: bool = True) -> str:
     """The load a timing was taken under (`provenance.load_label`: refused if the machine was
-    busy)."""
-    return provenance.load_label(run, f"results file {run['file']}")
+    busy); without the core count (`cores` False) in a line that names the machine, whose label
+    holds it."""
+    return provenance.load_label(run, f"results file {run['file']}", cores)
 
 
 def bench_per(results: Path) -> str:
@@ -108,7 +109,7 @@ def bench_per(results: Path) -> str:
     each = (f"{found['rounds']} timed runs each" if "rounds" in found
             else f"median of {found['repeats']} timed runs each")
     facts = [f"capacity {found['capacity']:,}, {each}",
-             *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run)]
+             *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run, cores=False)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -171,7 +172,8 @@ def bench_atari(env_name: str, results: Path) -> str:
     rows.append(["agent steps/s", *(timing.shown(spread(found[name]["steps_per_second"]), rate)
                                     for name in variants), ""])
     facts = [f"{GAMES.get(env_name, env_name)}, {now['steps']:,} timed agent steps"
-             + (f" in each of {found['rounds']} rounds" if "rounds" in found else ""), load(run)]
+             + (f" in each of {found['rounds']} rounds" if "rounds" in found else ""),
+             load(run, cores=False)]
     if "before" in found:
         facts.insert(1, "now / before " + timing.ratio(spread(now["steps_per_second"]),
                                                        spread(found["before"]["steps_per_second"])))
@@ -258,7 +260,7 @@ def bench_steps_per_call(results: Path) -> str:
               "agent steps/s, K per call", "gain",
               f"at least {found['gain_needed']:.0%}, ranges apart"]
     facts = [f"{found['rounds']} alternating windows of {found['window']:,} agent steps each",
-             load(run)]
+             load(run, cores=False)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -282,7 +284,7 @@ def bench_pong_kernels(results: Path) -> str:
              f"each figure over {found['rounds']} alternating rounds, a round's value the median "
              f"of its {found['calls_per_round']} calls"
              + ("" if matmul.rounds > 1 else " (the rounds not kept: one median each)"),
-             load(run)]
+             load(run, cores=False)]
     return steps + "\n" + actions + stamp_line(run, *facts)
 
 
@@ -293,7 +295,7 @@ def pong_xla(results: Path) -> str:
     seconds = run["results"]["gradient_step_seconds"]
     on, off = spread(seconds["Conv2D, XLA on"]), spread(seconds["Conv2D, XLA off"])
     return (f"{timing.ratio(on, off)}: `{run['command']}` on {provenance.machine_label(run)}, "
-            f"commit {provenance.commit_label(run)}, {load(run)}.\n")
+            f"commit {provenance.commit_label(run)}, {load(run, cores=False)}.\n")
 
 
 def rate(per_second: float) -> str:
@@ -314,7 +316,8 @@ def bench_vs_sb3(env_name: str, results: Path) -> str:
                  for agent, speed in speeds.items() if not agent.startswith("SB3")]
     installed = found["versions"]
     facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
-             f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds", load(run),
+             f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds",
+             load(run, cores=False),
              *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
                 f"{installed['torch']}"] if sb3 else [])]
     return markdown_table(["agent", "env steps/s"], rows) + stamp_line(run, *facts)
@@ -378,7 +381,7 @@ def n_envs_game(env_name: str, results: Path) -> str:
              f"timed env steps per N after {found['warmup']:,} untimed",
              f"a gradient step every {found['train_frequency']} env steps, "
              f"{found['gradient_steps_per_call']} per call, batch {found['batch_size']}, "
-             f"memory {found['memory_size']:,}", load(run)]
+             f"memory {found['memory_size']:,}", load(run, cores=False)]
     if sb3:
         installed = found["versions"]
         frequencies = ", ".join(f"{each['train_freq_and_gradient_steps'][0]}/"
@@ -418,7 +421,7 @@ def bench_tensorboard(results: Path) -> str:
              "`Memory.sample(128)` on a full 50,000-slot memory "
              f"{timed(sample['without replay statistics'], '{:.1f}', ' µs')} without the replay "
              f"statistics, {timed(sample['with replay statistics'], '{:.1f}', ' µs')} with them",
-             load(run)]
+             load(run, cores=False)]
     rounds = found.get("rounds", found.get("repeats"))
     return markdown_table(["variant", f"ms per env step ({rounds} runs)",
                            "against no TensorBoard"], rows) + stamp_line(run, *facts)
@@ -454,7 +457,8 @@ def bench_checkpoint(results: Path) -> str:
              f"{found['memory_size']:,}-slot replay",
              f"saved in {timed(spread(found['save_seconds']), '{:.1f}', ' s')} "
              f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
-             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}", load(run)]
+             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}",
+             load(run, cores=False)]
     return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
 
 
@@ -470,7 +474,7 @@ def bench_apex_solved(results: Path) -> str:
     rows = [[str(seed["seed"]), seconds(seed["apex.py"]), seconds(seed["d3qn_agent.py"])]
             for seed in run["results"]["solved_seconds"]]
     return markdown_table(["seed", "`python apex.py` (2 actors), s", "`python d3qn_agent.py`, s"],
-                          rows) + stamp_line(run, load(run))
+                          rows) + stamp_line(run, load(run, cores=False))
 
 
 def bench_apex_throughput(results: Path) -> str:
@@ -483,7 +487,8 @@ def bench_apex_throughput(results: Path) -> str:
              timed(spread(row["updates_per_second"]), "{:,.0f}")]
             for row in found["throughput"]]
     return markdown_table(["actors", "pacing", "env steps/s collected", "learner updates/s"],
-                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run", load(run))
+                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run",
+                                             load(run, cores=False))
 
 
 def bench_apex_costs(results: Path) -> str:
@@ -505,7 +510,7 @@ def bench_apex_costs(results: Path) -> str:
     rows = [[name, timed(spread(costs[key]).scaled(1e3), "{:.3f}", " ms") if unit == "ms"
              else timed(spread(costs[key]).scaled(1e6), "{:.1f}", " µs")]
             for name, key, unit in parts]
-    return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run))
+    return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run, cores=False))
 
 
 def bench_apex_projection(results: Path) -> str:

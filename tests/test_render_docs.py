@@ -286,6 +286,9 @@ def timed(before: float, after: float) -> dict:
 def test_the_pages_show_a_timings_load_and_refuse_one_taken_on_a_busy_machine():
     assert provenance.load_label(timed(0.3, 2.4)) == (
         "load average 0.3 before, 2.4 after, 2 cores")  # its own threads count after
+    # A line that names the machine (whose label holds the cores) says them once.
+    assert provenance.load_label(timed(0.3, 2.4), with_cores=False) == (
+        "load average 0.3 before, 2.4 after")
     with pytest.raises(ValueError, match=r"load average of 2\.10 on 2 cores"):
         provenance.load_label(timed(2.1, 2.0))
     older = {"results": {"load_average_before": [1.5, 0, 0], "load_average_after": [2.5, 0, 0]}}
@@ -477,7 +480,8 @@ def write_bench(results: Path, script: str, when: str, measured: dict, command: 
             "load_average_before": [0.5, 0.0, 0.0], "load_average_after": [2.0, 0.0, 0.0]}}))
 
 
-LOAD = "load average 0.5 before, 2.0 after, 2 cores"
+LOAD = "load average 0.5 before, 2.0 after"  # in a line that names the machine and its cores
+LOAD_CELL = f"{LOAD}, 2 cores"  # in a table's own column
 
 
 def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_path):
@@ -566,12 +570,12 @@ def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(
         "| ms per greedy action | … right after a step | load | command | machine | commit |",
         "|---" * 11 + "|",
         f"| Pong | tensorflow | cpu | 10.00 (9.00{DASH}11.00) | 9.00 (1 round) | 0.50 (1 round) "
-        f"| 0.75 (1 round) | {LOAD} | "
+        f"| 0.75 (1 round) | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD} | "
+        f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
         "| CartPole | tensorflow | cpu | 1.00 (1 round) | 0.50 (1 round) | 0.01 (1 round) "
-        f"| 0.02 (1 round) | {LOAD} | "
+        f"| 0.02 (1 round) | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
         "| Some CPU, 2 cores (AVX2) | def5678 |"]
 
@@ -642,7 +646,9 @@ def test_the_backends_ratios_are_tensorflow_over_jax_drawn_only_where_apart(tmp_
 def test_pong_s_xla_ratio_is_drawn_only_where_the_ranges_are_apart(tmp_path):
     write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {"gradient_step_seconds": {
         "Conv2D, XLA off": [0.020, 0.021, 0.022], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
-    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(f"1.24{X} (ranges apart): ")
+    line = render_docs.RENDERERS["pong_xla"](tmp_path)
+    assert line.startswith(f"1.24{X} (ranges apart): ")
+    assert line.count(" cores") == 1 and line.endswith(f", {LOAD}.\n"), line
     write_bench(tmp_path, "bench_pong_kernels", "20261128T010000Z", {"gradient_step_seconds": {
         "Conv2D, XLA off": [0.020, 0.021, 0.026], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
     assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(
