@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout"
 TIMES = "\N{MULTIPLICATION SIGN}"
 # A measured setting's value in a results file written before its script recorded it.
 SETTINGS_BEFORE_RECORDED = {"n_envs": 1}
+# The gradient steps per compiled call of ours' rows in bench_vs_sb3.py's files from before it
+# recorded them: each game's preset (MinAtar's shares a call among 64; SB3's DQN takes 1).
+VS_SB3_STEPS_PER_CALL_BEFORE_RECORDED = {"MinAtar/Breakout-v1": 64, "PongNoFrameskip-v4": 1}
 
 
 def newest_results(results: Path, script: str, command: str | None = None, **settings: Any
@@ -304,23 +308,39 @@ def rate(per_second: float) -> str:
 
 
 def bench_vs_sb3(env_name: str, results: Path) -> str:
-    """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
+    """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run; a ratio
+    against SB3 only for a row of ours at one gradient step per call, as SB3's train() takes."""
     run = newest_results(results, "bench_vs_sb3", env_name=env_name)
     found = run["results"]
     speeds = {agent: spread(rounds) for agent, rounds in found["env_steps_per_second"].items()}
-    rows = [[agent, timing.shown(speed, rate)] for agent, speed in speeds.items()]
+    ours = [agent for agent in speeds if not agent.startswith("SB3")]
+    per_call = found.get("gradient_steps_per_call") or dict.fromkeys(
+        ours, VS_SB3_STEPS_PER_CALL_BEFORE_RECORDED[env_name])
+    rows = [[flags_as_code(agent), timing.shown(speed, rate)] for agent, speed in speeds.items()]
     sb3 = [speed for agent, speed in speeds.items() if agent.startswith("SB3")]
+    like_for_like = [agent for agent in ours if per_call[agent] == 1]
     if sb3:
         fastest = max(sb3, key=lambda speed: speed.median)
-        rows += [[f"**{agent} / SB3's faster**", f"**{timing.ratio(speed, fastest)}**"]
-                 for agent, speed in speeds.items() if not agent.startswith("SB3")]
+        rows += [[f"**{flags_as_code(agent)} / SB3's faster**",
+                  f"**{timing.ratio(speeds[agent], fastest)}**"] for agent in like_for_like]
+    counts = sorted(set(per_call.values()), reverse=True)
     installed = found["versions"]
     facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
              f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds",
+             f"ours at {' and '.join(f'{count:,}' for count in counts)} gradient "
+             f"step{'s' if counts != [1] else ''} per compiled call"
+             + (", SB3's DQN at 1 per train()" if sb3 else ""),
+             *(["no ratio against SB3: this file has no row of ours at 1 gradient step per call "
+                "(timed before that row was added)"] if sb3 and not like_for_like else []),
              load(run, cores=False),
              *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
                 f"{installed['torch']}"] if sb3 else [])]
     return markdown_table(["agent", "env steps/s"], rows) + stamp_line(run, *facts)
+
+
+def flags_as_code(label: str) -> str:
+    """A row's label with the flags it names as code: "ours, `--gradient-steps-per-call 1`"."""
+    return re.sub(r"(--[a-z0-9-]+ \S+)", r"`\1`", label)
 
 
 # bench_n_envs.py's columns, per env step: the parts of bench_atari.py's loop each one sums.
