@@ -683,3 +683,24 @@ def one_quantity(results: Path) -> str:
         return markdown_table(header, rows) + f"\nAll on {machines[0]}.\n"
     return markdown_table([*header, "machine"], [
         [*cells, machine] for cells, machine in zip(rows, machines, strict=True)])
+
+
+def same_log(results: Path) -> str:
+    """Which games' seeded runs logged the same lines, timings left out, on the two commits of
+    benchmarks/same_log.py's newest file, with its command, machine and commit; or that none
+    was checked yet."""
+    found = newest_matching(results, "same_log")
+    if found is None:
+        return ("Not yet checked: no results file of `python benchmarks/same_log.py` under "
+                "`benchmarks/results/same_log/`.\n")
+    run = found[1]
+    measured = run["results"]
+    games = measured["games"]
+    identical = [f"{game} ({each['lines_now']:,} lines)" for game, each in games.items()
+                 if each["verdict"] == "identical"]
+    different = [f"{game} ({each['first_difference'].splitlines()[0].rstrip(':')})"
+                 for game, each in games.items() if each["verdict"] != "identical"]
+    said = [f"identical logs for {', '.join(identical)}"] if identical else []
+    said += [f"different logs for {', '.join(different)}"] if different else []
+    return (f"Between commits {measured['before']} and {measured['now']}: {'; '.join(said)}.\n"
+            + stamp_line(run))
