@@ -51,7 +51,7 @@ def test_the_comparison_is_written_stamped_and_rendered_with_each_game_s_verdict
     text = benchmark_tables.same_log(results)
     assert text.startswith(f"Between commits {head} and {head}: identical logs for steady "
                            "(2 lines); different logs for changed (line 2).\n"), text
-    assert f"`python benchmarks/same_log.py --before HEAD --results {path}` on " in text
+    assert f"python benchmarks/same_log.py --before HEAD --results {path}` on " in text
 
 
 def test_the_block_says_not_yet_checked_without_a_results_file(tmp_path):
