@@ -434,12 +434,12 @@ class DQNAgent:
         config = self.config
         if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
-        self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
-        self.report.start(self.step, self.settings_notes)
         # NaN or inf from training or the environment: checkpoint the last good state, then stop
         with (self.training_run,  # lets go of the lock of the run's files when the run ends
               training_session.stop_requests() as stop, self.report,
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
+            self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
+            self.report.start(self.step, self.settings_notes)
             self.redo_evaluation_cut_short(stop)  # a resumed run: the evaluation a stop cut short
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:

@@ -24,6 +24,12 @@ one thread and once with one per core (torch.set_num_threads; on a shared CPU tw
 be the slower), and its faster run counts; it plays the same environment
 (`games.make_env`; SB3 moves the channels first and scales by 1/255 itself).
 
+Ours takes the preset's gradient steps per compiled call (MinAtar's 64: between two calls it
+acts with a network up to 255 env steps old), SB3's DQN one per train(). Where the preset takes
+more than one, ours also runs at `--gradient-steps-per-call 1` (ONE_PER_CALL) in the same rounds,
+and only a row of ours at one per call is compared with SB3, like for like; the results file
+records each row's gradient steps per call.
+
 Ours runs in float32, as the Pong preset does on a CPU without bfloat16 units; `--bfloat16` adds
 ours with BFLOAT16 (its convolutions in bfloat16, games.nature_torso: the Pong preset's choice on
 AVX512_BF16 or AMX where it times faster) as one more agent of each round; SB3 stays in float32,
@@ -64,6 +70,9 @@ from d3qn_utils.games import make_env
 
 ENV_NAME = "MinAtar/Breakout-v1"  # the game both agents play
 SEED = 0  # seeds both agents and their environments
+# Ours at one gradient step per compiled call, as SB3's DQN takes one per train(): the row a
+# ratio against SB3 compares like for like where the preset takes more per call (MinAtar: 64).
+ONE_PER_CALL = "ours, float32, --gradient-steps-per-call 1"
 # Per kind of game: timed steps, untimed warm-up steps, the run a speed projects to (frames),
 # and the values that differ from the preset for a short benchmark (none for MinAtar).
 MINATAR = {"steps": 20_000, "warmup": 6_000, "budget": 2_000_000, "changes": {}}
@@ -80,11 +89,13 @@ def game_settings(env_name: str) -> tuple[dict, dict]:
     return {**family.preset, **family.game_presets.get(env_name, {}), **ATARI["changes"]}, ATARI
 
 
-def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bool = False
-                 ) -> float:
+def measure_ours(env_name: str, steps: int, warmup: int, seed: int, bfloat16: bool = False,
+                 gradient_steps_per_call: int | None = None) -> float:
     """Env steps/s of d3qn_agent.py's own training loop on `env_name` (its preset), with its
-    convolutions in bfloat16 if `bfloat16`."""
+    convolutions in bfloat16 if `bfloat16`, with `gradient_steps_per_call` where given."""
     changes = game_settings(env_name)[1]["changes"]
+    if gradient_steps_per_call is not None:
+        changes = {**changes, "gradient_steps_per_call": gradient_steps_per_call}
     with tempfile.TemporaryDirectory() as work_dir:
         agent = DQNAgent(env_name, seed=seed, exploration_steps=1, bfloat16=bfloat16,
                          model_dir=work_dir, plot_dir=work_dir, checkpoint_every=0, **changes)
@@ -185,9 +196,16 @@ def main() -> None:
     load_before = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average before {load_before[0]:.2f} (1 min)")
     agents = {"ours, float32": lambda: measure_ours(args.env_name, steps, warmup, args.seed)}
+    # Each of ours' gradient steps per compiled call; SB3's DQN takes 1 per train().
+    per_call = {"ours, float32": preset["gradient_steps_per_call"]}
+    if per_call["ours, float32"] != 1:  # the preset shares a call: ours at 1 too, like for like
+        agents[ONE_PER_CALL] = lambda: measure_ours(args.env_name, steps, warmup, args.seed,
+                                                    gradient_steps_per_call=1)
+        per_call[ONE_PER_CALL] = 1
     if args.bfloat16:
         agents["ours, bfloat16 convs"] = lambda: measure_ours(args.env_name, steps, warmup,
                                                               args.seed, bfloat16=True)
+        per_call["ours, bfloat16 convs"] = preset["gradient_steps_per_call"]
     if args.sb3 and importlib.util.find_spec("stable_baselines3") is not None:
         for threads in sorted({1, os.cpu_count() or 1}):
             agents[f"SB3 DQN, {threads} thread{'s' if threads > 1 else ''}"] = (
@@ -212,14 +230,14 @@ def main() -> None:
         print(f"{agent:<22} {medians[agent]:12,.1f} {each:>18} "
               f"{budget / medians[agent] / 60:16.1f} min")
     sb3 = [speed for agent, speed in medians.items() if agent.startswith("SB3")]
-    for agent, speed in medians.items():
-        if sb3 and not agent.startswith("SB3"):
-            print(f"{agent} / SB3 (its faster run): {speed / max(sb3):.2f}x")
+    for agent, steps_per_call in per_call.items():
+        if sb3 and steps_per_call == 1:  # like for like: one gradient step per call each
+            print(f"{agent} / SB3 (its faster run): {medians[agent] / max(sb3):.2f}x")
     installed = {name: importlib.metadata.version(name) if importlib.util.find_spec(name)
                  else None for name in ("stable_baselines3", "torch")}
     provenance.write_results(args.results, {
         "env_name": args.env_name, "steps": steps, "warmup": warmup, "rounds": args.rounds,
-        "env_steps_per_second": speeds, "versions": installed})
+        "env_steps_per_second": speeds, "gradient_steps_per_call": per_call, "versions": installed})
 
 
 if __name__ == "__main__":

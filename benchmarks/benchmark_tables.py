@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ GAMES = {"PongNoFrameskip-v4": "Pong", "MinAtar/Breakout-v1": "MinAtar Breakout"
 TIMES = "\N{MULTIPLICATION SIGN}"
 # A measured setting's value in a results file written before its script recorded it.
 SETTINGS_BEFORE_RECORDED = {"n_envs": 1}
+# The gradient steps per compiled call of ours' rows in bench_vs_sb3.py's files from before it
+# recorded them: each game's preset (MinAtar's shares a call among 64; SB3's DQN takes 1).
+VS_SB3_STEPS_PER_CALL_BEFORE_RECORDED = {"MinAtar/Breakout-v1": 64, "PongNoFrameskip-v4": 1}
 
 
 def newest_results(results: Path, script: str, command: str | None = None, **settings: Any
@@ -85,10 +89,11 @@ def stamp_cells(run: dict[str, Any]) -> list[str]:
     return [f"`{run['command']}`", provenance.machine_label(run), provenance.commit_label(run)]
 
 
-def load(run: dict[str, Any]) -> str:
+def load(run: dict[str, Any], cores: bool = True) -> str:
     """The load a timing was taken under (`provenance.load_label`: refused if the machine was
-    busy)."""
-    return provenance.load_label(run, f"results file {run['file']}")
+    busy); without the core count (`cores` False) in a line that names the machine, whose label
+    holds it."""
+    return provenance.load_label(run, f"results file {run['file']}", cores)
 
 
 def bench_per(results: Path) -> str:
@@ -108,7 +113,7 @@ def bench_per(results: Path) -> str:
     each = (f"{found['rounds']} timed runs each" if "rounds" in found
             else f"median of {found['repeats']} timed runs each")
     facts = [f"capacity {found['capacity']:,}, {each}",
-             *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run)]
+             *([f"cpprb {found['cpprb']}"] if cpprb else []), load(run, cores=False)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -171,7 +176,8 @@ def bench_atari(env_name: str, results: Path) -> str:
     rows.append(["agent steps/s", *(timing.shown(spread(found[name]["steps_per_second"]), rate)
                                     for name in variants), ""])
     facts = [f"{GAMES.get(env_name, env_name)}, {now['steps']:,} timed agent steps"
-             + (f" in each of {found['rounds']} rounds" if "rounds" in found else ""), load(run)]
+             + (f" in each of {found['rounds']} rounds" if "rounds" in found else ""),
+             load(run, cores=False)]
     if "before" in found:
         facts.insert(1, "now / before " + timing.ratio(spread(now["steps_per_second"]),
                                                        spread(found["before"]["steps_per_second"])))
@@ -258,7 +264,7 @@ def bench_steps_per_call(results: Path) -> str:
               "agent steps/s, K per call", "gain",
               f"at least {found['gain_needed']:.0%}, ranges apart"]
     facts = [f"{found['rounds']} alternating windows of {found['window']:,} agent steps each",
-             load(run)]
+             load(run, cores=False)]
     return markdown_table(header, rows) + stamp_line(run, *facts)
 
 
@@ -282,7 +288,7 @@ def bench_pong_kernels(results: Path) -> str:
              f"each figure over {found['rounds']} alternating rounds, a round's value the median "
              f"of its {found['calls_per_round']} calls"
              + ("" if matmul.rounds > 1 else " (the rounds not kept: one median each)"),
-             load(run)]
+             load(run, cores=False)]
     return steps + "\n" + actions + stamp_line(run, *facts)
 
 
@@ -293,7 +299,7 @@ def pong_xla(results: Path) -> str:
     seconds = run["results"]["gradient_step_seconds"]
     on, off = spread(seconds["Conv2D, XLA on"]), spread(seconds["Conv2D, XLA off"])
     return (f"{timing.ratio(on, off)}: `{run['command']}` on {provenance.machine_label(run)}, "
-            f"commit {provenance.commit_label(run)}, {load(run)}.\n")
+            f"commit {provenance.commit_label(run)}, {load(run, cores=False)}.\n")
 
 
 def rate(per_second: float) -> str:
@@ -302,22 +308,39 @@ def rate(per_second: float) -> str:
 
 
 def bench_vs_sb3(env_name: str, results: Path) -> str:
-    """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run."""
+    """Env steps/s of ours and of Stable-Baselines3's DQN, side by side in one run; a ratio
+    against SB3 only for a row of ours at one gradient step per call, as SB3's train() takes."""
     run = newest_results(results, "bench_vs_sb3", env_name=env_name)
     found = run["results"]
     speeds = {agent: spread(rounds) for agent, rounds in found["env_steps_per_second"].items()}
-    rows = [[agent, timing.shown(speed, rate)] for agent, speed in speeds.items()]
+    ours = [agent for agent in speeds if not agent.startswith("SB3")]
+    per_call = found.get("gradient_steps_per_call") or dict.fromkeys(
+        ours, VS_SB3_STEPS_PER_CALL_BEFORE_RECORDED[env_name])
+    rows = [[flags_as_code(agent), timing.shown(speed, rate)] for agent, speed in speeds.items()]
     sb3 = [speed for agent, speed in speeds.items() if agent.startswith("SB3")]
+    like_for_like = [agent for agent in ours if per_call[agent] == 1]
     if sb3:
         fastest = max(sb3, key=lambda speed: speed.median)
-        rows += [[f"**{agent} / SB3's faster**", f"**{timing.ratio(speed, fastest)}**"]
-                 for agent, speed in speeds.items() if not agent.startswith("SB3")]
+        rows += [[f"**{flags_as_code(agent)} / SB3's faster**",
+                  f"**{timing.ratio(speeds[agent], fastest)}**"] for agent in like_for_like]
+    counts = sorted(set(per_call.values()), reverse=True)
     installed = found["versions"]
     facts = [f"{GAMES.get(env_name, env_name)}, {found['steps']:,} timed env steps each after "
-             f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds", load(run),
+             f"{found['warmup']:,} untimed", f"{found['rounds']} alternating rounds",
+             f"ours at {' and '.join(f'{count:,}' for count in counts)} gradient "
+             f"step{'s' if counts != [1] else ''} per compiled call"
+             + (", SB3's DQN at 1 per train()" if sb3 else ""),
+             *(["no ratio against SB3: this file has no row of ours at 1 gradient step per call "
+                "(timed before that row was added)"] if sb3 and not like_for_like else []),
+             load(run, cores=False),
              *([f"Stable-Baselines3 {installed['stable_baselines3']} on torch "
                 f"{installed['torch']}"] if sb3 else [])]
     return markdown_table(["agent", "env steps/s"], rows) + stamp_line(run, *facts)
+
+
+def flags_as_code(label: str) -> str:
+    """A row's label with the flags it names as code: "ours, `--gradient-steps-per-call 1`"."""
+    return re.sub(r"(--[a-z0-9-]+ \S+)", r"`\1`", label)
 
 
 # bench_n_envs.py's columns, per env step: the parts of bench_atari.py's loop each one sums.
@@ -381,7 +404,7 @@ def n_envs_game(env_name: str, results: Path) -> str:
              f"timed env steps per N after {found['warmup']:,} untimed",
              f"a gradient step every {found['train_frequency']} env steps, "
              f"{found['gradient_steps_per_call']} per call, batch {found['batch_size']}, "
-             f"memory {found['memory_size']:,}", load(run)]
+             f"memory {found['memory_size']:,}", load(run, cores=False)]
     if sb3:
         installed = found["versions"]
         frequencies = ", ".join(f"{each['train_freq_and_gradient_steps'][0]}/"
@@ -421,7 +444,7 @@ def bench_tensorboard(results: Path) -> str:
              "`Memory.sample(128)` on a full 50,000-slot memory "
              f"{timed(sample['without replay statistics'], '{:.1f}', ' µs')} without the replay "
              f"statistics, {timed(sample['with replay statistics'], '{:.1f}', ' µs')} with them",
-             load(run)]
+             load(run, cores=False)]
     rounds = found.get("rounds", found.get("repeats"))
     return markdown_table(["variant", f"ms per env step ({rounds} runs)",
                            "against no TensorBoard"], rows) + stamp_line(run, *facts)
@@ -457,7 +480,8 @@ def bench_checkpoint(results: Path) -> str:
              f"{found['memory_size']:,}-slot replay",
              f"saved in {timed(spread(found['save_seconds']), '{:.1f}', ' s')} "
              f"({found['save_peak_allocated_bytes'] / 1e6:,.0f} MB allocated while saving), "
-             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}", load(run)]
+             f"loaded in {timed(spread(found['load_seconds']), '{:.1f}', ' s')}",
+             load(run, cores=False)]
     return markdown_table(["file", "MB"], rows) + stamp_line(run, *facts)
 
 
@@ -473,7 +497,7 @@ def bench_apex_solved(results: Path) -> str:
     rows = [[str(seed["seed"]), seconds(seed["apex.py"]), seconds(seed["d3qn_agent.py"])]
             for seed in run["results"]["solved_seconds"]]
     return markdown_table(["seed", "`python apex.py` (2 actors), s", "`python d3qn_agent.py`, s"],
-                          rows) + stamp_line(run, load(run))
+                          rows) + stamp_line(run, load(run, cores=False))
 
 
 def bench_apex_throughput(results: Path) -> str:
@@ -486,7 +510,8 @@ def bench_apex_throughput(results: Path) -> str:
              timed(spread(row["updates_per_second"]), "{:,.0f}")]
             for row in found["throughput"]]
     return markdown_table(["actors", "pacing", "env steps/s collected", "learner updates/s"],
-                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run", load(run))
+                          rows) + stamp_line(run, f"{found['steps']:,} env steps a run",
+                                             load(run, cores=False))
 
 
 def bench_apex_costs(results: Path) -> str:
@@ -508,7 +533,7 @@ def bench_apex_costs(results: Path) -> str:
     rows = [[name, timed(spread(costs[key]).scaled(1e3), "{:.3f}", " ms") if unit == "ms"
              else timed(spread(costs[key]).scaled(1e6), "{:.1f}", " µs")]
             for name, key, unit in parts]
-    return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run))
+    return markdown_table(["part", "cost"], rows) + stamp_line(run, load(run, cores=False))
 
 
 def bench_apex_projection(results: Path) -> str:
@@ -662,3 +687,24 @@ def one_quantity(results: Path) -> str:
         return markdown_table(header, rows) + f"\nAll on {machines[0]}.\n"
     return markdown_table([*header, "machine"], [
         [*cells, machine] for cells, machine in zip(rows, machines, strict=True)])
+
+
+def same_log(results: Path) -> str:
+    """Which games' seeded runs logged the same lines, timings left out, on the two commits of
+    benchmarks/same_log.py's newest file, with its command, machine and commit; or that none
+    was checked yet."""
+    found = newest_matching(results, "same_log")
+    if found is None:
+        return ("Not yet checked: no results file of `python benchmarks/same_log.py` under "
+                "`benchmarks/results/same_log/`.\n")
+    run = found[1]
+    measured = run["results"]
+    games = measured["games"]
+    identical = [f"{game} ({each['lines_now']:,} lines)" for game, each in games.items()
+                 if each["verdict"] == "identical"]
+    different = [f"{game} ({each['first_difference'].splitlines()[0].rstrip(':')})"
+                 for game, each in games.items() if each["verdict"] != "identical"]
+    said = [f"identical logs for {', '.join(identical)}"] if identical else []
+    said += [f"different logs for {', '.join(different)}"] if different else []
+    return (f"Between commits {measured['before']} and {measured['now']}: {'; '.join(said)}.\n"
+            + stamp_line(run))

@@ -240,9 +240,11 @@ def commit_label(result: dict[str, Any]) -> str:
                                                 if result.get("uncommitted_changes") else "")
 
 
-def load_label(result: dict[str, Any], source: str = "a results file") -> str:
-    """A timing's load in a page: the 1-minute load average as it began and as it ended. A timing
-    taken under the measuring lock that began with a load above the core count is refused
+def load_label(result: dict[str, Any], source: str = "a results file",
+               with_cores: bool = True) -> str:
+    """A timing's load in a page: the 1-minute load average as it began and as it ended, and on
+    how many cores (not `with_cores`: a line that names the machine, whose label says them). A
+    timing taken under the measuring lock that began with a load above the core count is refused
     (ValueError naming `source`): another process shared the cores. Files older than the lock
     give the load their script printed into them, marked so."""
     alone = result.get("timed_alone")
@@ -258,7 +260,9 @@ def load_label(result: dict[str, Any], source: str = "a results file") -> str:
     if before > cores:
         raise ValueError(f"{source} was timed with a load average of {before:.2f} on {cores} "
                          "cores as it began: measure it again with the machine otherwise idle")
-    label = f"load average {before:.1f} before, {after:.1f} after, {cores} cores"
+    label = f"load average {before:.1f} before, {after:.1f} after"
+    if with_cores:
+        label += f", {cores} cores"
     if before > quiet_load(cores):
         label += f" ({above_quiet_line(before, cores)})"
     return label

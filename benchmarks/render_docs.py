@@ -272,6 +272,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_apex_costs": tables.bench_apex_costs,
     "bench_apex_projection": tables.bench_apex_projection,
     "one_quantity": tables.one_quantity,
+    "same_log": tables.same_log,  # docs/reference.md: which games logged the same on two commits
 }
 
 

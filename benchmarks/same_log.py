@@ -10,18 +10,28 @@ evaluation and summary line the same, only speeds and durations differing. Each 
 empty directory of its own with `--model-dir models --plot-dir plots`, so the paths a log names
 are the same on both sides. The two sides run one after the other, each printing its wall time
 (a rough check only: `bench_agent.py` and `bench_vs_sb3.py` time the agent properly). Exits 1
-if any game's logs differ, after printing the first line that does.
+if any game's logs differ, after printing the first line that does. Either way it writes the
+two commits and each game's lines compared and verdict to a results file stamped as the other
+scripts' are (`--results`, by default under benchmarks/results/same_log/), from which
+docs/reference.md's reproducibility section says which games logged the same between which
+commits.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 # The last commit before d3qn_agent.py and PER.py were cut back to the tutorial's story.
@@ -92,23 +102,35 @@ def first_difference(before: list[str], now: list[str]) -> str | None:
     return None
 
 
-def compare(revision: str, runs: dict[str, list[str]]) -> bool:
-    """Train each of `runs` (name -> d3qn_agent.py flags) at `revision` and in this checkout;
-    print each verdict; True if all logs match."""
-    same = True
+@contextlib.contextmanager
+def checkout(revision: str) -> Iterator[Path]:
+    """The files of commit `revision`, in a temporary directory while inside."""
     with tempfile.TemporaryDirectory() as code:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", code], input=archive, check=True)
+        yield Path(code)
+
+
+def compare(revision: str, runs: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Train each of `runs` (name -> d3qn_agent.py flags) at `revision` and in this checkout;
+    print each verdict; each game's record: its lines before and now, whether they are
+    "identical" or "different", the first difference (None where identical) and the seconds."""
+    compared = {}
+    with checkout(revision) as code:
         for game, flags in runs.items():
-            before, before_seconds = train(Path(code), flags)
+            before, before_seconds = train(code, flags)
             now, now_seconds = train(ROOT, flags)
             difference = first_difference(before, now)
-            verdict = "identical" if difference is None else "DIFFERENT, " + difference
-            print(f"{game}: {len(now)} lines, {verdict} (before {before_seconds:.0f} s, "
+            verdict = "identical" if difference is None else "different"
+            shown = verdict if difference is None else f"DIFFERENT, {difference}"
+            print(f"{game}: {len(now)} lines, {shown} (before {before_seconds:.0f} s, "
                   f"now {now_seconds:.0f} s)", flush=True)
-            same = same and difference is None
-    return same
+            compared[game] = {
+                "flags": flags, "lines_before": len(before), "lines_now": len(now),
+                "verdict": verdict, "first_difference": difference,
+                "before_seconds": before_seconds, "now_seconds": now_seconds}
+    return compared
 
 
 def main() -> int:
@@ -116,9 +138,17 @@ def main() -> int:
     parser.add_argument("--before", default=REFERENCE_COMMIT, metavar="REV",
                         help="the commit to compare with")
     parser.add_argument("--games", nargs="+", choices=list(GAMES), default=list(GAMES))
+    provenance.add_results_argument(parser, __file__)
     args = parser.parse_args()
+    code = provenance.commit()  # this checkout's, before the runs: it may move on meanwhile
+    before = provenance.git("rev-parse", "--short", f"{args.before}^{{commit}}")
+    if not before:
+        parser.error(f"--before {args.before}: no such commit in this clone")
     print(f"command: python benchmarks/same_log.py {' '.join(sys.argv[1:])}".rstrip())
-    return 0 if compare(args.before, {game: GAMES[game] for game in args.games}) else 1
+    compared = compare(args.before, {game: GAMES[game] for game in args.games})
+    provenance.write_results(args.results, {"before": before, "now": code[0], "games": compared},
+                             code=code)
+    return 0 if all(game["verdict"] == "identical" for game in compared.values()) else 1
 
 
 if __name__ == "__main__":

@@ -42,8 +42,11 @@ class StopRequest:
 @contextlib.contextmanager
 def stop_requests(handler: Callable[[int, Any], None] | None = None) -> Iterator[StopRequest]:
     """While inside (main thread only), Ctrl-C and SIGTERM do not end the process: they set the
-    yielded `StopRequest`, which the loop checks after each step (or call `handler`)."""
-    request = StopRequest()
+    yielded `StopRequest`, which the loop checks after each step (or call `handler`). Inside
+    another `stop_requests()` without a handler, the yielded request is that one's, so a stop
+    that came before this block (as a run starts, inside `exit_code`) is not lost."""
+    enclosing = signal.getsignal(signal.SIGINT)
+    request = enclosing if isinstance(enclosing, StopRequest) and handler is None else StopRequest()
     previous = {number: signal.signal(number, handler or request) for number in STOP_SIGNALS}
     try:
         yield request
@@ -74,7 +77,9 @@ def exit_code(run: Callable[[], None]) -> int:
     """Run `run` (a started `DQNAgent.run`) to its end; 0, or after one `error:` line 2 for a
     failed write (disk full) or 3 for NaN or inf from training or the environment."""
     try:
-        with stop_requests():  # a stop once the budget is spent: the run finishes
+        # A stop from here on is the run's (its own stop_requests() takes this request);
+        # once its budget is spent and evaluated, the run finishes.
+        with stop_requests():
             run()
     except (NonFiniteError, WriteError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -619,3 +619,60 @@ def test_a_stop_while_the_last_networks_are_saved_lets_the_run_finish(
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("done: 200 steps in"), lines[-3:]
     assert (tmp_path / "models" / f"{RUN_NAME}_last.keras").is_file()
+
+
+def test_a_stop_before_a_nested_stop_requests_is_that_blocks_request():
+    # `exit_code` installs the handler before the run installs its own: a stop between the two
+    # is the run's.
+    with training_session.stop_requests():
+        os.kill(os.getpid(), signal.SIGTERM)
+        with training_session.stop_requests() as stop:
+            assert stop.requested and stop.signal_name == "SIGTERM"
+
+
+def test_a_stop_as_the_first_episodes_start_stops_the_run_at_step_0_with_a_checkpoint(
+        tmp_path, capsys, monkeypatch):
+    import d3qn_agent
+
+    start_episode = d3qn_agent.DQNAgent.start_episode
+
+    def then_sigterm(agent):  # the run's first call, before the settings line
+        if agent.step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        start_episode(agent)
+
+    monkeypatch.setattr(d3qn_agent.DQNAgent, "start_episode", then_sigterm)
+    code, out, err = run_main(tmp_path, capsys, "--total-steps", "300")
+    assert code == 0, err
+    [saved] = checkpoints(tmp_path)
+    assert saved.name == "step-0000000000"
+    assert_complete(saved)
+    lines = out.splitlines()
+    assert lines[0].startswith("training on CartPole-v1 until step 300: "), lines
+    assert lines[-1].startswith(f"interrupted by SIGTERM at step 0: checkpoint {saved}, "), lines
+    assert not episode_lines(out)
+
+
+@pytest.mark.filterwarnings("ignore:.*is not within the observation space")  # the NaN, on purpose
+def test_nan_from_the_first_reset_stops_the_run_with_a_checkpoint_of_step_0(
+        tmp_path, capsys, monkeypatch):
+    import d3qn_agent
+
+    monkeypatch.setitem(POISON, "field", "reset")
+    monkeypatch.setitem(POISON, "value", float("nan"))
+    monkeypatch.setitem(POISON, "after", -1)  # every reset, the first too
+    flags = agent_command(tmp_path, "--env-name", POISONED, "--total-steps", "300")[2:]
+    capsys.readouterr()
+    assert d3qn_agent.main(flags) == 3
+    root = tmp_path / "models" / f"DDQN_{POISONED}_Dueling_PER.checkpoints"
+    [saved] = sorted(root.glob(f"{run_files.RUN_PREFIX}*/{run_files.PREFIX}*"))
+    assert saved.name == "step-0000000000"
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the environment returned an observation holding nan at its reset after env "
+        f"step 0. Last good state saved to {saved}"]
+    assert_complete(saved)
+
+    monkeypatch.setitem(POISON, "field", "")  # the environment fixed
+    assert d3qn_agent.main([*flags, "--resume"]) == 0
+    resumed = capsys.readouterr().out
+    assert f"resuming from {saved} at step 0" in resumed and "done: 300 steps in" in resumed

@@ -286,6 +286,9 @@ def timed(before: float, after: float) -> dict:
 def test_the_pages_show_a_timings_load_and_refuse_one_taken_on_a_busy_machine():
     assert provenance.load_label(timed(0.3, 2.4)) == (
         "load average 0.3 before, 2.4 after, 2 cores")  # its own threads count after
+    # A line that names the machine (whose label holds the cores) says them once.
+    assert provenance.load_label(timed(0.3, 2.4), with_cores=False) == (
+        "load average 0.3 before, 2.4 after")
     with pytest.raises(ValueError, match=r"load average of 2\.10 on 2 cores"):
         provenance.load_label(timed(2.1, 2.0))
     older = {"results": {"load_average_before": [1.5, 0, 0], "load_average_after": [2.5, 0, 0]}}
@@ -477,7 +480,8 @@ def write_bench(results: Path, script: str, when: str, measured: dict, command: 
             "load_average_before": [0.5, 0.0, 0.0], "load_average_after": [2.0, 0.0, 0.0]}}))
 
 
-LOAD = "load average 0.5 before, 2.0 after, 2 cores"
+LOAD = "load average 0.5 before, 2.0 after"  # in a line that names the machine and its cores
+LOAD_CELL = f"{LOAD}, 2 cores"  # in a table's own column
 
 
 def test_a_speed_table_renders_from_the_newest_file_with_its_stamp_under_it(tmp_path):
@@ -566,34 +570,62 @@ def test_a_table_of_several_files_gives_each_row_its_stamp_and_a_failed_backend(
         "| ms per greedy action | … right after a step | load | command | machine | commit |",
         "|---" * 11 + "|",
         f"| Pong | tensorflow | cpu | 10.00 (9.00{DASH}11.00) | 9.00 (1 round) | 0.50 (1 round) "
-        f"| 0.75 (1 round) | {LOAD} | "
+        f"| 0.75 (1 round) | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
-        f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD} | "
+        f"| Pong | jax | failed: ImportError: no jax |  |  |  |  | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py` | Some CPU, 2 cores (AVX2) | abc1234 |",
         "| CartPole | tensorflow | cpu | 1.00 (1 round) | 0.50 (1 round) | 0.01 (1 round) "
-        f"| 0.02 (1 round) | {LOAD} | "
+        f"| 0.02 (1 round) | {LOAD_CELL} | "
         "`python benchmarks/bench_backends.py --env-name CartPole-v1` "
         "| Some CPU, 2 cores (AVX2) | def5678 |"]
+
+
+ONE_PER_CALL = "ours, float32, --gradient-steps-per-call 1"  # bench_vs_sb3.ONE_PER_CALL
 
 
 def test_ours_against_sb3_is_the_median_of_the_rounds_over_sb3_s_faster_run(tmp_path):
     write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
         "env_name": "MinAtar/Breakout-v1", "steps": 100, "warmup": 50, "rounds": 3,
-        "env_steps_per_second": {"ours, float32": [300.0, 85.0, 200.0],
+        "env_steps_per_second": {"ours, float32": [900.0, 800.0, 1000.0],
+                                 ONE_PER_CALL: [300.0, 85.0, 200.0],
                                  "SB3 DQN, 1 thread": [50.0, 50.0, 50.0],
                                  "SB3 DQN, 2 threads": [80.0, 90.0, 70.0]},
+        "gradient_steps_per_call": {"ours, float32": 64, ONE_PER_CALL: 1},
         "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
     rows = render_docs.RENDERERS["bench_vs_sb3_minatar"](tmp_path).splitlines()
-    assert rows[2:6] == [f"| ours, float32 | 200 (85.0{DASH}300) |",
+    # Only ours at one gradient step per call, as SB3's train() takes, is set against SB3.
+    assert rows[2:7] == [f"| ours, float32 | 900 (800{DASH}1,000) |",
+                         f"| ours, float32, `--gradient-steps-per-call 1` | 200 (85.0{DASH}300) |",
                          f"| SB3 DQN, 1 thread | 50.0 (50.0{DASH}50.0) |",
                          f"| SB3 DQN, 2 threads | 80.0 (70.0{DASH}90.0) |",
                          # ours' slowest round overlaps SB3's fastest: no speed-up claimed
-                         "| **ours, float32 / SB3's faster** | **no clear difference (ranges "
-                         f"overlap; medians 2.50{X})** |"]
-    assert rows[7].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
-                              f"3 alternating rounds; {LOAD}; "
+                         "| **ours, float32, `--gradient-steps-per-call 1` / SB3's faster** | "
+                         f"**no clear difference (ranges overlap; medians 2.50{X})** |"]
+    assert rows[8].startswith("MinAtar Breakout, 100 timed env steps each after 50 untimed; "
+                              "3 alternating rounds; ours at 64 and 1 gradient steps per "
+                              f"compiled call, SB3's DQN at 1 per train(); {LOAD}; "
                               "Stable-Baselines3 2.9.2 on torch 2.14.1. "
                               "`python benchmarks/bench_vs_sb3.py` on Some CPU")
+
+
+@pytest.mark.parametrize(("block", "env_name", "ratio"), [
+    ("bench_vs_sb3_minatar", "MinAtar/Breakout-v1", False),  # the preset's 64 per call
+    ("bench_vs_sb3_pong", "PongNoFrameskip-v4", True),  # the preset's 1 per call
+])
+def test_an_sb3_file_from_before_the_steps_per_call_were_recorded_has_its_preset_s(
+        tmp_path, block, env_name, ratio):
+    write_bench(tmp_path, "bench_vs_sb3", "20261128T000000Z", {
+        "env_name": env_name, "steps": 100, "warmup": 50, "rounds": 3,
+        "env_steps_per_second": {"ours, float32": [300.0, 250.0, 200.0],
+                                 "SB3 DQN, 1 thread": [50.0, 50.0, 50.0]},
+        "versions": {"stable_baselines3": "2.9.2", "torch": "2.14.1"}})
+    text = render_docs.RENDERERS[block](tmp_path)
+    assert ("| **ours, float32 / SB3's faster** | **5.00" in text) == ratio, text
+    steps = "ours at 64 gradient steps per compiled call" if not ratio else (
+        "ours at 1 gradient step per compiled call")
+    assert f"{steps}, SB3's DQN at 1 per train()" in text
+    assert ("no ratio against SB3: this file has no row of ours at 1 gradient step per call "
+            "(timed before that row was added)" in text) == (not ratio)
 
 
 def test_steps_per_call_shows_each_game_s_gain_and_whether_it_clears_the_bar(tmp_path):
@@ -642,7 +674,9 @@ def test_the_backends_ratios_are_tensorflow_over_jax_drawn_only_where_apart(tmp_
 def test_pong_s_xla_ratio_is_drawn_only_where_the_ranges_are_apart(tmp_path):
     write_bench(tmp_path, "bench_pong_kernels", "20261128T000000Z", {"gradient_step_seconds": {
         "Conv2D, XLA off": [0.020, 0.021, 0.022], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
-    assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(f"1.24{X} (ranges apart): ")
+    line = render_docs.RENDERERS["pong_xla"](tmp_path)
+    assert line.startswith(f"1.24{X} (ranges apart): ")
+    assert line.count(" cores") == 1 and line.endswith(f", {LOAD}.\n"), line
     write_bench(tmp_path, "bench_pong_kernels", "20261128T010000Z", {"gradient_step_seconds": {
         "Conv2D, XLA off": [0.020, 0.021, 0.026], "Conv2D, XLA on": [0.026, 0.025, 0.027]}})
     assert render_docs.RENDERERS["pong_xla"](tmp_path).startswith(
