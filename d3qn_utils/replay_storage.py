@@ -498,11 +498,11 @@ class FrameStackStorage(StreamRings):
         # ended) and a copy of that next_state, to compare (allocated with the frames).
         self._pending_slots = np.full(self.streams, -1, dtype=np.int64)
         self._pending_stacks: np.ndarray | None = None  # (streams, *state_shape) uint8
-        self._count = 0  # slots that hold a transition, kept so len() is O(1)
-        self._held = [0] * self.streams  # of them, each stream's (`held_per_stream`)
+        self._held = [0] * self.streams  # each stream's slots that hold a transition
 
     def __len__(self) -> int:
-        return self._count
+        """The transitions held: O(streams)."""
+        return sum(self._held)
 
     @staticmethod
     def bytes_per_slot(state_shape: tuple[int, ...], state_dtype: Any,
@@ -539,7 +539,6 @@ class FrameStackStorage(StreamRings):
         self.rewards[slot] = reward
         self.dones[slot] = done
         self.holds_transition[slot] = True
-        self._count += 1
         self._held[stream] += 1
         self._pending_slots[stream] = self.segments.shift(slot, 1, stream)
         self._pending_stacks[stream] = next_state
@@ -635,7 +634,6 @@ class FrameStackStorage(StreamRings):
         self._pending_slots = pending_slots
         for name in SLOT_ARRAYS:
             getattr(self, name)[:] = arrays[name]
-        self._count = int(self.holds_transition.sum())
         self._held = np.add.reduceat(self.holds_transition, self.segments.starts,
                                      dtype=np.int64).tolist()
 
@@ -695,7 +693,6 @@ class FrameStackStorage(StreamRings):
         readers = self.segments.ahead(stream, span)
         broken = readers[self.holds_transition[readers]]
         self.holds_transition[broken] = False
-        self._count -= broken.size
         self._held[stream] -= broken.size  # `readers` are the stream's own slots
         for slot, frame in zip(readers.tolist(), frames, strict=False):
             self.frames[slot] = frame
