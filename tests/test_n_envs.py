@@ -8,8 +8,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ import pytest
 from conftest import (
     CARTPOLE,
     DATA,
+    ROOT,
     assert_same_checkpoint,
     command_line,
     small_agent,
@@ -212,18 +217,23 @@ def halfway(directory: Path) -> Path:
     return checkpoint
 
 
-def assert_resumes_as_if_never_stopped(straight_run: tuple[Path, Any, str], checkpoint: Path,
-                                       directory: Path, env_name: str, flags: dict[str, Any]
-                                       ) -> None:
-    """A run of `flags` on `env_name` resumed in `directory` from `checkpoint`, one the straight
-    run wrote mid-way, ends as that run did: its progress, online network, log lines after the
+def copy_checkpoint(checkpoint: Path, run_directory: Path, directory: Path) -> None:
+    """Copy `checkpoint`, of the run writing under `run_directory`, to the same place under
+    `directory`."""
+    shutil.copytree(checkpoint, directory / checkpoint.relative_to(run_directory))
+
+
+def assert_resumes_as_if_never_stopped(straight_run: tuple[Path, Any, str], directory: Path,
+                                       env_name: str, flags: dict[str, Any]) -> None:
+    """A run of `flags` on `env_name` resumed in `directory` from its newest checkpoint, taken
+    mid-way, ends as the straight run did: its progress, online network, log lines after the
     checkpoint and last checkpoint (every key of its progress, its memory, priority figure,
     optimizer and both networks: `assert_same_checkpoint`)."""
     straight_directory, straight, log = straight_run
-    step = int(checkpoint.name.removeprefix("step-"))
-    shutil.copytree(checkpoint, directory / checkpoint.relative_to(straight_directory))
     resumed = small_agent(directory, env_name=env_name, **flags)
     resumed.begin(run_files.LATEST)
+    step = resumed.step
+    assert 0 < step < flags["total_steps"]
     resumed_log = run_logged(resumed)
     assert resumed.state_dict()["progress"] == straight.state_dict()["progress"]
     for got, expected in zip(resumed.model.get_weights(), straight.model.get_weights(),
@@ -243,7 +253,8 @@ def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stop
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
     assert all(episode["actions"]  # all mid-episode
                for episode in progress["environments"]["open_episodes"])
-    assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path, CARTPOLE, RESUMED_RUN)
+    copy_checkpoint(checkpoint, straight_run[0], tmp_path)
+    assert_resumes_as_if_never_stopped(straight_run, tmp_path, CARTPOLE, RESUMED_RUN)
 
 
 # 120 steps of 3 MinAtar Breakout environments, each frame stored once in its stream: gradient
@@ -263,8 +274,61 @@ def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_pat
     assert checkpoint.name == "step-0000000060" and progress["episode"] > 0
     assert any(episode["actions"]  # mid-episode
                for episode in progress["environments"]["open_episodes"])
-    assert_resumes_as_if_never_stopped(straight_run, checkpoint, tmp_path / "resumed", BREAKOUT,
-                                       MINATAR_RUN)
+    copy_checkpoint(checkpoint, tmp_path / "straight", tmp_path / "resumed")
+    assert_resumes_as_if_never_stopped(straight_run, tmp_path / "resumed", BREAKOUT, MINATAR_RUN)
+
+
+# 2,000 steps of 4 environments: checkpoints every 400 steps, evaluations every 800, gradient
+# steps from step 100 on; a real `python d3qn_agent.py` stopped from outside at a moment it
+# does not choose (its output unbuffered, so the signal follows the line it waits for closely).
+SIGNALLED_RUN = {"n_envs": 4, "total_steps": 2_000, "checkpoint_every": 400, "eval_every": 800,
+                 "eval_episodes": 1, "max_episode_steps": 60, "memory_size": 600,
+                 "batch_size": 8, "learning_starts": 100, "train_frequency": 2,
+                 "gradient_steps_per_call": 2, "target_update": 20, "exploration_steps": 800,
+                 "hidden_units": (8,), "seed": 4}
+
+
+@pytest.fixture(scope="module")
+def signalled_straight_run(tmp_path_factory) -> tuple[Path, Any, str]:
+    """SIGNALLED_RUN in one go: its directory, its agent and its log."""
+    directory = tmp_path_factory.mktemp("signalled_straight")
+    agent = small_agent(directory, **SIGNALLED_RUN)
+    return directory, agent, run_logged(agent)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signal_number", "after_step"),
+                         [(signal.SIGTERM, 200), (signal.SIGKILL, 900)],
+                         ids=["SIGTERM", "SIGKILL"])
+def test_a_run_of_four_environments_stopped_or_killed_mid_episodes_resumes_as_if_never_stopped(
+        signalled_straight_run, tmp_path, signal_number, after_step):
+    # SIGTERM: the run stops after the step it is in, with a checkpoint there. SIGKILL (kill
+    # -9): it dies where it is, and the resume takes its newest complete checkpoint (800 or
+    # later). Either way the checkpoint resumed from holds episodes in progress.
+    command = [sys.executable, str(ROOT / "d3qn_agent.py"),
+               *command_line(small_flags(tmp_path, **SIGNALLED_RUN))]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for line in process.stdout:
+            if (match := LINE_STEP.match(line)) and int(match[1]) > after_step:
+                process.send_signal(signal_number)
+                break
+        output = process.communicate(timeout=120)[0]
+    finally:
+        process.kill()
+        process.wait()
+    if signal_number == signal.SIGTERM:
+        assert process.returncode == 0 and "interrupted by SIGTERM at step" in output, output
+    else:
+        assert process.returncode == -signal.SIGKILL
+    newest = checkpoints_of(tmp_path)[-1]
+    progress = json.loads((newest / "progress.json").read_text())["progress"]
+    assert int(newest.name.removeprefix("step-")) < SIGNALLED_RUN["total_steps"]
+    assert any(episode["actions"] for episode in progress["environments"]["open_episodes"])
+    assert_resumes_as_if_never_stopped(signalled_straight_run, tmp_path, CARTPOLE,
+                                       SIGNALLED_RUN)
 
 
 def test_a_resume_with_another_n_envs_is_one_error_line_naming_both(straight_run, tmp_path,
