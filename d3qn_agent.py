@@ -366,8 +366,10 @@ class DQNAgent:
         fraction = min(1.0, step / config.exploration_steps)
         return config.epsilon_start + fraction * (config.epsilon_min - config.epsilon_start)
 
-    def replay(self) -> np.ndarray:
+    def replay(self, due: int | None = None) -> np.ndarray:
         """The tutorial's replay for K = GRADIENT_STEPS_PER_CALL minibatches; returns K losses.
+        `due`: the env step whose period this call is (default `self.step`; with N_ENVS > 1 one
+        step can pass several), which numbers its gradient steps in the reports.
 
         1. Sample K x BATCH_SIZE transitions by P(i) = p_i^alpha / sum_k p_k^alpha, each with
            its IS weight w_i = (N P(i))^-beta / max_j w_j (`Memory.sample`; uniform: w_i = 1).
@@ -392,7 +394,8 @@ class DQNAgent:
         abs_errors, losses = self.learn(batches, self.step)
         # 5. Written in the order of the steps: a transition drawn twice keeps its later error.
         self.MEMORY.batch_update(deal(tree_idx, steps).ravel(), abs_errors.ravel())
-        self.report.gradient_steps(self.step, self.MEMORY.slots_of(tree_idx),
+        self.report.gradient_steps(self.step if due is None else due,
+                                   self.MEMORY.slots_of(tree_idx),
                                    self.MEMORY.held_per_stream(), losses, abs_errors,
                                    batches.is_weights, self.epsilon, self.MEMORY.beta)
         return losses
@@ -474,9 +477,9 @@ class DQNAgent:
                 if len(self.MEMORY) >= config.batch_size:
                     # The periods' ends passed since the last step, from LEARNING_STARTS on (an
                     # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).
-                    for _ in range(crossed(max(before, config.learning_starts - 1), self.step,
-                                           replay_period)):
-                        self.replay()  # first at env step `first_gradient_step()`
+                    for due in crossed(max(before, config.learning_starts - 1), self.step,
+                                       replay_period):
+                        self.replay(due)  # first at env step `first_gradient_step()`
                 if not config.soft_update and crossed(before, self.step, config.target_update):
                     self.update_target_model()
                 if crossed(before, self.step, config.eval_every):

@@ -21,12 +21,12 @@ from d3qn_utils.agent_checkpoint import state_digest
 from d3qn_utils.training_session import FiniteSteps
 
 
-def crossed(before: int, after: int, period: int) -> int:
-    """How many multiples of `period` the step count passed going from `before` to `after` (those
-    in (before, after]): how often a schedule of that period is due after a step of N
-    environments, at the first step past each multiple, none skipped. With one environment
-    (after = before + 1) 1 where `after % period == 0`, else 0."""
-    return max(0, after // period - max(before, 0) // period)
+def crossed(before: int, after: int, period: int) -> range:
+    """The multiples of `period` the step count passed going from `before` to `after` (those in
+    (before, after]): when a schedule of that period is due after a step of N environments, at
+    the first step past each multiple, none skipped. With one environment (after = before + 1)
+    [after] where `after % period == 0`, else none."""
+    return range((max(before, 0) // period + 1) * period, after + 1, period)
 
 
 class Environments:

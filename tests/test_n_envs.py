@@ -67,19 +67,21 @@ def test_environments_count_their_own_steps_and_name_the_one_that_returned_nan()
 
 @pytest.mark.parametrize("period", [1, 2, 3, 7])
 def test_with_one_environment_crossed_is_the_step_modulo_the_period(period):
-    assert [crossed(step - 1, step, period) for step in range(1, 60)] == [
-        int(step % period == 0) for step in range(1, 60)]
+    assert [list(crossed(step - 1, step, period)) for step in range(1, 60)] == [
+        [step] if step % period == 0 else [] for step in range(1, 60)]
 
 
 @pytest.mark.parametrize("n_envs", [2, 3, 4, 8])
 @pytest.mark.parametrize("period", [1, 2, 3, 5, 7])
-def test_crossed_counts_every_period_passed_at_the_first_step_past_it(n_envs, period):
+def test_crossed_gives_every_multiple_passed_at_the_first_step_past_it(n_envs, period):
     steps = range(0, 120, n_envs)
-    due = {after: crossed(after - n_envs, after, period) for after in steps[1:]}
-    assert sum(due.values()) == steps[-1] // period  # none skipped, none twice
-    for after, times in due.items():  # each multiple at the first step at or past it
-        assert times == len([m for m in range(after - n_envs + 1, after + 1) if m % period == 0])
-    assert crossed(5, 5, 2) == crossed(-3, 0, 2) == 0
+    due = {after: list(crossed(after - n_envs, after, period)) for after in steps[1:]}
+    # none skipped, none twice
+    assert [m for multiples in due.values() for m in multiples] == list(
+        range(period, steps[-1] + 1, period))
+    for after, multiples in due.items():  # each multiple at the first step at or past it
+        assert multiples == [m for m in range(after - n_envs + 1, after + 1) if m % period == 0]
+    assert list(crossed(5, 5, 2)) == list(crossed(-3, 0, 2)) == []
 
 
 # --- the schedules of a run of several environments ----------------------------------------
@@ -111,12 +113,23 @@ def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp
                                    "save_checkpoint": []}
     for name, steps in calls.items():
         setattr(agent, name, recording(steps, agent, getattr(agent, name)))
+    numbered: list[int] = []  # the gradient steps as the reports number them
+    note_replay = agent.report.priority_figure.note_replay
+
+    def noted(slots, size, step, last_gradient_step, beta, is_weights):
+        numbered.extend(range(last_gradient_step - len(is_weights) + 1, last_gradient_step + 1))
+        note_replay(slots, size, step, last_gradient_step, beta, is_weights)
+
+    agent.report.priority_figure.note_replay = noted
     agent.run()
     assert agent.step == 90
     # As many replay() calls as periods of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL passed from
     # LEARNING_STARTS on: the gradient steps per env step of one environment.
     assert calls["replay"] == first_steps_past(4, 20, 90, n_envs)
     assert len(calls["replay"]) == len(first_steps_past(4, 20, 90, 1))
+    # Numbered as one environment's run numbers them (step // TRAIN_FREQUENCY, 2 a call): each
+    # once, in order, from the period ending at 20 to the one ending at 88.
+    assert numbered == list(range(20 // 2 - 1, 88 // 2 + 1))
     assert calls["update_target_model"] == sorted(set(first_steps_past(5, 1, 90, n_envs)))
     assert [step for step, *_ in agent.evaluations] == [*first_steps_past(20, 1, 90, n_envs), 90]
     assert calls["save_checkpoint"] == [*first_steps_past(25, 1, 90, n_envs), 90]
