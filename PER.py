@@ -30,6 +30,8 @@ read is what runs, a whole batch per call.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numba
 import numpy as np
 
@@ -44,7 +46,7 @@ from d3qn_utils.checks import (
     saved_array,
     with_added_keys,
 )
-from d3qn_utils.replay_memory import ReplayMemory
+from d3qn_utils.replay_memory import NOT_SAVED, ReplayMemory
 from d3qn_utils.replay_storage import ReplayStorage
 
 
@@ -191,6 +193,7 @@ class Memory(ReplayMemory):
     kind = "proportional"
     RUN_SUFFIX, PRIORITIZED = "_PER", True
     BYTES_PER_SLOT = 2 * 2 * 8  # sum and min trees: two float64 nodes a slot each
+    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {"beta_increment": NOT_SAVED}
 
     def __init__(
         self,
@@ -310,10 +313,12 @@ class Memory(ReplayMemory):
         return (self.epsilon**self.alpha / total, self.epsilon) if total > 0 else None
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """`ReplayMemory.state_dict` with alpha, beta, the trees and the highest priority."""
+        """`ReplayMemory.state_dict` with alpha, beta and its growth, the trees and the highest
+        priority."""
         return {**super().state_dict(), "alpha": np.array(self.alpha),
-                "beta": np.array(self.beta), "tree.sums": self.tree.tree,
-                "tree.mins": self.tree.mins, "max_priority": np.array(self.max_priority)}
+                "beta": np.array(self.beta), "beta_increment": np.array(self.beta_increment),
+                "tree.sums": self.tree.tree, "tree.mins": self.tree.mins,
+                "max_priority": np.array(self.max_priority)}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
@@ -325,6 +330,7 @@ class Memory(ReplayMemory):
         mins = saved_array(arrays, "tree.mins", self.tree.mins.shape)
         super().load_state_dict(arrays)
         self.beta = float(arrays["beta"])
+        self.load_beta_increment(arrays["beta_increment"])
         self.tree.tree[:], self.tree.mins[:] = sums, mins
         self.max_priority = float(arrays["max_priority"])
 

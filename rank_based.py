@@ -13,6 +13,8 @@ cumulative sum.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from d3qn_utils.checks import (
@@ -22,7 +24,7 @@ from d3qn_utils.checks import (
     saved_array,
     with_added_keys,
 )
-from d3qn_utils.replay_memory import ReplayMemory
+from d3qn_utils.replay_memory import NOT_SAVED, ReplayMemory
 from d3qn_utils.replay_storage import NO_SLOTS, ReplayStorage
 
 
@@ -34,6 +36,7 @@ class RankBasedMemory(ReplayMemory):
     kind = "rank-based"
     RUN_SUFFIX, PRIORITIZED = "_PERrank", True
     BYTES_PER_SLOT = 4 * 8 + 1  # abs_errors, ranked_slots, ranked_keys, _rank_cdf; _stale
+    ADDED_KEYS: ClassVar[dict[str, np.ndarray]] = {"beta_increment": NOT_SAVED}
 
     def __init__(
         self,
@@ -122,11 +125,12 @@ class RankBasedMemory(ReplayMemory):
         self.ranked_keys = np.insert(ranked_keys, positions, keys)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The memory as plain arrays (`ReplayMemory.state_dict`), with alpha, beta, the errors
-        and the ranking (brought up to date first)."""
+        """The memory as plain arrays (`ReplayMemory.state_dict`), with alpha, beta and its
+        growth, the errors and the ranking (brought up to date first)."""
         self.refresh_ranks()
         return {**super().state_dict(), "alpha": np.array(self.alpha),
-                "beta": np.array(self.beta), "abs_errors": self.abs_errors,
+                "beta": np.array(self.beta), "beta_increment": np.array(self.beta_increment),
+                "abs_errors": self.abs_errors,
                 "ranked_slots": self.ranked_slots, "ranked_keys": self.ranked_keys}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
@@ -138,6 +142,7 @@ class RankBasedMemory(ReplayMemory):
         abs_errors = saved_array(arrays, "abs_errors", (self.capacity,))
         super().load_state_dict(arrays)
         self.beta = float(arrays["beta"])
+        self.load_beta_increment(arrays["beta_increment"])
         self.abs_errors = abs_errors
         self.ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
         self.ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)

@@ -41,12 +41,13 @@ import numpy as np
 
 from d3qn_utils import run_files
 from d3qn_utils.atomic_files import atomic_file, read_arrays, write_arrays
-from d3qn_utils.checks import is_integer
+from d3qn_utils.checks import added_keys, is_integer, with_added_keys
 from d3qn_utils.priority_figure import PriorityFigure
+from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.replay_storage import TransitionStorage
 from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
 
-FORMAT = 4
+FORMAT = 5
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
 # The flags a resumed run may change (docs/usage.md lists them): its budget, the cadence of
 # evaluations, checkpoints and logs, where files go, and the fast path (the same gradient steps
@@ -343,22 +344,21 @@ def from_format_3(progress: dict[str, Any], arrays: dict[str, dict[str, np.ndarr
     counters["environments"] = {"steps_taken": counters["step"],
                                 "episodes_started": counters.pop("episodes_started"),
                                 "open_episodes": episodes}
-    memory = arrays["memory"]
+    memory = with_added_keys(arrays["memory"], added_keys(ReplayMemory))
     if "storage.frames" not in memory:
-        saved = {key.removeprefix("storage."): value for key, value in memory.items()
-                 if key.startswith("storage.")}
-        saved.setdefault("streams", np.array(1))  # a memory saved before streams: one
-        storage = TransitionStorage(int(saved["capacity"]), int(saved["streams"]))
-        written = int(np.sum(saved["written"]))
-        storage.load_state_dict({**saved, "episode_ends": np.zeros(written, dtype=bool)})
-        ends = storage.episode_ends_by_state(
+        ends = TransitionStorage.episode_ends_by_state(
+            {key.removeprefix("storage."): value for key, value in memory.items()
+             if key.startswith("storage.")},
             lambda stream, state: state_digest(state) == episodes[stream]["state_sha256"])
         arrays = {**arrays, "memory": {**memory, "storage.episode_ends": ends}}
     return progress, arrays
 
 
-# MIGRATIONS[n] turns a checkpoint of format n into one of format n + 1 (`read_state`).
-MIGRATIONS = {1: from_format_1, 2: from_format_2, 3: from_format_3}
+# MIGRATIONS[n] turns a checkpoint of format n into one of format n + 1 (`read_state`); a format
+# that only adds a key leaves the layout as it is: 4 to 5 adds the prioritized memories'
+# "beta_increment" (their ADDED_KEYS).
+MIGRATIONS = {1: from_format_1, 2: from_format_2, 3: from_format_3,
+              4: lambda progress, arrays: (progress, arrays)}
 
 
 def choose_checkpoint(checkpoint_root: str, where: str, config: Namespace) -> Path:

@@ -55,6 +55,11 @@ def variant_flags(kind: str) -> tuple[bool, bool]:
                      f"{sorted(set(VARIANT_PICKS.values()))}")
 
 
+# What a checkpoint of format 4 or older means by the prioritized memories' "beta_increment", a
+# key it lacks (their ADDED_KEYS): not saved, so the memory keeps its own (`load_beta_increment`).
+NOT_SAVED = np.array(np.nan)
+
+
 class ReplayMemoryType(abc.ABCMeta):
     """The class of the replay memories: an abstract method left out fails when a memory is made
     (`abc`), and so does an attribute of `ReplayMemory.ATTRIBUTES` that its `__init__` (or its
@@ -189,6 +194,12 @@ class ReplayMemory(metaclass=ReplayMemoryType):
     def set_beta_increment(self, beta_increment: float) -> None:
         """Set beta's growth per `sample` (none for uniform replay); ValueError unless in [0, 1]."""
         self.beta_increment = check_range("beta_increment", beta_increment, 0.0, 1.0)
+
+    def load_beta_increment(self, saved: np.ndarray) -> None:
+        """Take back beta's growth from a `state_dict`: NOT_SAVED (a checkpoint of format 4 or
+        older) keeps this memory's own, which the agent sets for the run's budget."""
+        if not np.isnan(saved):
+            self.set_beta_increment(float(saved))
 
     def check_sample_size(self, n: Any) -> None:
         """ValueError unless n is a positive integer and the memory holds a transition."""

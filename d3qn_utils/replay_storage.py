@@ -396,24 +396,30 @@ class TransitionStorage(StreamRings):
         if self.segments.written[stream]:
             self.episode_ends[self.segments.shift(self.segments.next[stream], -1, stream)] = True
 
-    def episode_ends_by_state(self, goes_on: Callable[[int, np.ndarray], bool]) -> np.ndarray:
-        """Whether each written slot's transition ended its episode, in `state_dict`'s order, as
-        told by states alone (for a storage saved before the ends were recorded): the state in
-        the slot after it in its stream is not its next_state; for a stream's newest, unless
-        `goes_on(stream, its next_state)`, whether its environment's next transition starts
-        from that state. O(capacity * state size)."""
-        ends = np.zeros(self.capacity, dtype=bool)
-        if self.fields is None:
+    @classmethod
+    def episode_ends_by_state(cls, saved: dict[str, np.ndarray],
+                              goes_on: Callable[[int, np.ndarray], bool]) -> np.ndarray:
+        """The `episode_ends` of `saved`, a `state_dict` written before the ends were recorded
+        (checkpoint format 3), told by states alone as that code told them: whether each written
+        slot's transition ended its episode, in `state_dict`'s order. It did where the state in
+        the slot after it in its stream is not its next_state; a stream's newest, unless
+        `goes_on(stream, its next_state)`, whether its environment's next transition starts from
+        that state. O(capacity * state size)."""
+        storage = cls(int(saved["capacity"]), int(saved["streams"]))
+        written = int(np.sum(saved["written"]))
+        storage.load_state_dict({**saved, "episode_ends": np.zeros(written, dtype=bool)})
+        ends = np.zeros(storage.capacity, dtype=bool)
+        if storage.fields is None:
             return ends[:0]
-        slots = np.arange(self.capacity)
-        following = self.successor(slots)
-        same = self.fields[0][following] == self.fields[3][slots]  # its state, slot's next_state
+        slots = np.arange(storage.capacity)
+        following = storage.successor(slots)
+        same = storage.fields[0][following] == storage.fields[3][slots]  # state, next_state
         ends[:] = ~same.all(axis=tuple(range(1, same.ndim)))
-        for stream in range(self.streams):
-            if self.segments.written[stream]:
-                newest = int(self.segments.shift(self.segments.next[stream], -1, stream))
-                ends[newest] = not goes_on(stream, self.fields[3][newest])
-        return self.segments.written_rows(ends).copy()
+        for stream in range(storage.streams):
+            if storage.segments.written[stream]:
+                newest = int(storage.segments.shift(storage.segments.next[stream], -1, stream))
+                ends[newest] = not goes_on(stream, storage.fields[3][newest])
+        return storage.segments.written_rows(ends).copy()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only, stream after stream)."""

@@ -264,6 +264,22 @@ def test_beta_reaches_1_at_the_end_of_a_resumed_run_whatever_its_new_budget(tmp_
     assert agent.MEMORY.beta == pytest.approx(1.0)
 
 
+def test_a_second_resume_keeps_the_growth_of_beta_the_first_resume_set(tmp_path):
+    # The first resume changes the budget: beta's growth is set anew to reach 1 at step 1000.
+    # A second resume of that run, with its flags, takes that growth from the checkpoint.
+    flags = {"total_steps": 1000, "eval_every": 1000, "checkpoint_every": 100}
+    first = agent_in(tmp_path / "first", **flags)
+    first.begin(str(fixture(agent_checkpoint.FORMAT)))
+    first.run()
+    at_900 = sorted((tmp_path / "first").rglob("step-*"))[-2]
+    assert at_900.name == "step-0000000900"
+    second = agent_in(tmp_path / "second", **flags)
+    second.begin(str(at_900))
+    assert second.MEMORY.beta_increment == first.MEMORY.beta_increment
+    second.run()
+    assert second.MEMORY.beta == pytest.approx(first.MEMORY.beta) == pytest.approx(1.0)
+
+
 def test_format_3_s_memory_gets_the_episode_ends_format_3_s_code_inferred():
     # Format 3 recorded no ends: its code took a transition to go on into the next slot's when
     # that slot's state was its next_state, and the newest into the transition stored after the

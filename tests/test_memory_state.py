@@ -23,8 +23,9 @@ from rank_based import RankBasedMemory
 KINDS = registered_memories()
 OWN_KEYS = {  # each variant's keys beside its storage's, its kind and its rng
     "uniform": (),
-    "proportional": ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"),
-    "rank-based": ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"),
+    "proportional": ("alpha", "beta", "beta_increment", "tree.sums", "tree.mins", "max_priority"),
+    "rank-based": ("alpha", "beta", "beta_increment", "abs_errors", "ranked_slots",
+                   "ranked_keys"),
     "reservoir": ("seen",),
 }
 
@@ -81,6 +82,18 @@ def test_round_trip_continues_identically(kind):
     assert getattr(restored, "beta", None) == getattr(memory, "beta", None)
     assert states_equal(snapshot(restored), snapshot(memory))
     assert_same_samples(memory, restored)
+
+
+@pytest.mark.parametrize("kind", [kind for kind, memory in KINDS.items() if memory.PRIORITIZED])
+def test_beta_s_growth_is_saved_and_a_state_saved_without_it_keeps_the_memory_s_own(kind):
+    memory = filled(kind, 5, beta_increment=0.03)
+    restored = filled(kind, 5, beta_increment=0.002)
+    restored.load_state_dict(memory.state_dict())
+    assert restored.beta_increment == 0.03  # a resumed run's beta grows as it did before
+    older = {key: value for key, value in memory.state_dict().items() if key != "beta_increment"}
+    restored = filled(kind, 5, beta_increment=0.002)
+    restored.load_state_dict(older)  # checkpoint format 4 or older
+    assert restored.beta_increment == 0.002
 
 
 @pytest.mark.parametrize("kind", [kind for kind, memory in KINDS.items() if holds_frames(memory)])
