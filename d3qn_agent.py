@@ -91,10 +91,9 @@ TRAIN_FREQUENCY = 2  # env steps per gradient step, on average: replay() takes s
 # GRADIENT_STEPS_PER_CALL's gain and cost (priorities up to that many - 1 gradient steps old):
 # docs/benchmarks.md, "Several gradient steps per call".
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, compiled as one (the tutorial: 1)
-# One forward pass picks an action for each of the N_ENVS environments; each keeps its transitions
-# in a stream of its own in the one replay memory (a contiguous segment of its slots,
-# MEMORY_SIZE // N_ENVS of them or one more, that only this environment writes, as a ring: its
-# oldest overwritten first), so an n-step return never mixes two. Every step count (TOTAL_STEPS,
+# N_ENVS environments play side by side (1: the tutorial's one). One forward pass picks all their
+# actions; each environment's transitions go to its own part of the one replay memory, so an
+# n-step return never mixes two (d3qn_utils/environments.py). Every step count (TOTAL_STEPS,
 # LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY, the epsilon
 # schedule) counts each environment's steps: one step of all of them adds N_ENVS.
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
@@ -109,7 +108,9 @@ EVAL_EVERY = 1_000  # environment steps between greedy evaluations (they pick th
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
 TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
-CHECKPOINT_EVERY = 0  # env steps between checkpoints for --resume (0: on Ctrl-C, SIGTERM, NaN)
+# A stop (Ctrl-C, SIGTERM, a NaN) writes a checkpoint for --resume whatever this is; with a period
+# the run's end writes one too.
+CHECKPOINT_EVERY = 0  # env steps between checkpoints; 0: none on a schedule (a stop writes one)
 MODEL_DIR = "models"  # where the .keras files and the checkpoints go
 PLOT_DIR = "plots"  # where the learning curve and the priority figure go
 TENSORBOARD = None  # TensorBoard event-file directory; None: off (--tensorboard alone: runs/<name>)
@@ -128,7 +129,8 @@ class DuelingCombine(keras.layers.Layer):
     V(s) + A(s, a) - mean over a' of A(s, a'), the mean per sample (the tutorial's Lambda averaged
     over the batch too), which fixes the split between V and A (without it, any constant could
     move from V into every A(s, a) and Q would not change). A registered layer, not a `Lambda`,
-    so `.keras` files load in Keras' safe mode."""
+    so `.keras` files load in Keras' safe mode (the default, which refuses to run Python code
+    stored in a file, such as a `Lambda`'s)."""
 
     def call(self, inputs: list) -> Any:
         value, advantage = inputs
@@ -327,6 +329,7 @@ class DQNAgent:
         LEARNING_STARTS with a batch collected (N_ENVS transitions a step)."""
         config = self.config
         period, n = config.train_frequency * config.gradient_steps_per_call, config.n_envs
+        # -(-a // b) * b rounds a up to a multiple of b (Python's // rounds down, so negate twice).
         batch_step = -(-config.batch_size // n) * n  # the first step count holding a batch
         # A multiple passed at batch_step or later is one past batch_step - N.
         due = -(-max(config.learning_starts, batch_step - n + 1, 1) // period) * period
@@ -385,7 +388,10 @@ class DQNAgent:
         (tensorflow_backend.py or jax_backend.py: the gradient of `weighted_loss`, clipped, applied
         by the optimizer, then the soft update if SOFT_UPDATE), which returns (|delta| per
         minibatch, losses).
-        The draw is dealt round-robin: minibatch k holds draws k, k + K, k + 2K, ..."""
+        The draw is dealt round-robin: minibatch k holds draws k, k + K, k + 2K, ..., so each
+        minibatch spans the whole priority range; together the K minibatches are one draw by
+        P(i), and their IS weights correct the K steps together (docs/changes_from_the_tutorial.md,
+        the fast path)."""
         steps = self.config.gradient_steps_per_call
         # 1. one stratified draw for the call, with its importance-sampling weights
         tree_idx, minibatch, is_weights = self.MEMORY.sample(steps * self.config.batch_size)
@@ -468,6 +474,7 @@ class DQNAgent:
                                         self.PlotModel(score))
                     self.envs.end_episode(i)
                     self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
+                # Reset now (the tutorial: at its next episode's top); replay() reads no environment
                 if ended:
                     self.start_episode()
                 # A schedule is due once per multiple of its period the step passed (`crossed`).
