@@ -124,7 +124,8 @@ def defaults_screen_table(screens: list[Screen], results: Path) -> str:
                  study.format_interval(points["last"], intervals["last"]),
                  f"{np.mean(measures['last']):.1f}",
                  study.format_interval(points["training"], intervals["training"]),
-                 f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}",
+                 ("n/a (no solved score)" if runs[0]["solved_score"] is None
+                  else f"{median:,.0f}" if np.isfinite(median) else f"not solved by {budget:,}"),
                  *improvements, *study.provenance_cells(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -169,6 +170,10 @@ CARTPOLE_N_ENVS = [
     Screen("cartpole_1", "CartPole-v1", "**N_ENVS 1: the default**", "n_envs"),
     Screen("cartpole_4", "CartPole-v1", "`--n-envs 4`", "n_envs"),
 ]
+MINATAR_N_ENVS = {game: [
+    Screen("minatar_1", game, "**N_ENVS 1: the default**", "n_envs"),
+    Screen("minatar_4", game, "`--n-envs 4`", "n_envs"),
+] for game in ("MinAtar/Breakout-v1", "MinAtar/Asterix-v1")}
 MINATAR_FIRST_SCREENS = [
     Screen("minatar", "MinAtar/Breakout-v1", "`--n-step 3 --adam-epsilon 1e-7`"),
     Screen("minatar-nstep1", "MinAtar/Breakout-v1", "`--adam-epsilon 1e-7`"),
@@ -230,6 +235,9 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "minatar": partial(study.study_tables, "minatar"),
     "minatar_screens_first_round": partial(screens_table, MINATAR_FIRST_SCREENS, 2),
     "minatar_screens_second_round": partial(screens_table, MINATAR_SECOND_SCREENS, 2),
+    "minatar_n_envs_breakout": partial(defaults_screen_table,
+                                       MINATAR_N_ENVS["MinAtar/Breakout-v1"]),
+    "minatar_n_envs_asterix": partial(defaults_screen_table, MINATAR_N_ENVS["MinAtar/Asterix-v1"]),
     "minatar_jax": partial(study.compare, "minatar_jax", "minatar_tf_now",
                            "MinAtar/Breakout-v1", "per"),
     "pong": partial(study.study_tables, "pong"),
