@@ -130,13 +130,18 @@ def test_a_defaults_screen_sets_each_change_against_the_defaults_on_its_seeds(tm
                                                                             monkeypatch):
     monkeypatch.setattr(study, "BOOTSTRAP_REPS", 200)  # the intervals' width is not checked
     for seed, solved in ((10, 3000), (11, 5000), (12, None)):
-        write_screen_run(tmp_path, seed, 500.0, "defaults", steps_to_solve=solved)
-        write_screen_run(tmp_path, seed, 100.0 * (seed - 9), "changed", steps_to_solve=None)
+        write_screen_run(tmp_path, seed, 500.0, "defaults", steps_to_solve=solved,
+                         solved_score=475.0)
+        write_screen_run(tmp_path, seed, 100.0 * (seed - 9), "changed", steps_to_solve=None,
+                         solved_score=475.0)
+        write_screen_run(tmp_path, seed, 50.0, "unsolvable")  # a game with no solved score
     table = render_docs.defaults_screen_table(
         [render_docs.Screen("defaults", "Game-v0", "**none: the defaults**"),
-         render_docs.Screen("changed", "Game-v0", "`--flag`")], tmp_path)
+         render_docs.Screen("changed", "Game-v0", "`--flag`"),
+         render_docs.Screen("unsolvable", "Game-v0", "`--other`")], tmp_path)
     header, rule, *rows = table.splitlines()
-    assert rule == "|---" * len(header.split(" | ")) + "|" and len(rows) == 2
+    assert rule == "|---" * len(header.split(" | ")) + "|" and len(rows) == 3
+    assert rows.pop().split(" | ")[7] == "n/a (no solved score)"
     header_cells = header.removeprefix("| ").removesuffix(" |").split(" | ")
     assert header_cells[8:10] == ["P(defaults run beats this run): last networks",
                                   "last 100 training episodes"]
