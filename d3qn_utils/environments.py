@@ -17,8 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from d3qn_utils.agent_checkpoint import state_digest
-from d3qn_utils.training_session import FiniteSteps
+from d3qn_utils.training_session import FiniteSteps, state_digest
 
 
 def crossed(before: int, after: int, period: int) -> range:
