@@ -368,6 +368,29 @@ def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_pat
     assert_resumes_as_if_never_stopped(straight_run, tmp_path / "resumed", BREAKOUT, MINATAR_RUN)
 
 
+# 60 steps of 2 Pong environments (84x84 frames, 4 to a stack on the last axis, each stored once
+# in its stream): episodes cut at 20 steps, a checkpoint and an evaluation at 30 (each episode 15
+# steps in) and at 60, gradient steps from step 20 on.
+ATARI_RUN = {"n_envs": 2, "total_steps": 60, "checkpoint_every": 30, "eval_every": 30,
+             "eval_episodes": 1, "max_episode_steps": 20, "memory_size": 200, "batch_size": 8,
+             "learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 1,
+             "target_update": 10, "exploration_steps": 40, "seed": 3}
+PONG = "PongNoFrameskip-v4"
+
+
+@pytest.mark.slow
+def test_an_atari_run_of_two_environments_resumes_as_if_never_stopped(tmp_path):
+    straight = small_agent(tmp_path / "straight", env_name=PONG, **ATARI_RUN)
+    straight_run = (tmp_path / "straight", straight, run_logged(straight))
+    [checkpoint, _] = checkpoints_of(tmp_path / "straight")
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert checkpoint.name == "step-0000000030"
+    assert [len(episode["actions"]) for episode in
+            progress["environments"]["open_episodes"]] == [15, 15]  # mid-episode
+    copy_checkpoint(checkpoint, tmp_path / "straight", tmp_path / "resumed")
+    assert_resumes_as_if_never_stopped(straight_run, tmp_path / "resumed", PONG, ATARI_RUN)
+
+
 # 2,000 steps of 4 environments: checkpoints every 400 steps, evaluations every 800, gradient
 # steps from step 100 on; a real `python d3qn_agent.py` stopped from outside at a moment it
 # does not choose (its output unbuffered, so the signal follows the line it waits for closely).
