@@ -125,8 +125,8 @@ class Environments:
         self.steps_taken = steps_taken
 
     def replayed(self) -> str:
-        """What `load_state_dict` replayed, for a resume to say: "replayed N open episodes (M
-        env steps) ...", or "" when no open episode had a step."""
+        """What `load_state_dict` replayed (asked right after it), for a resume to say:
+        "replayed N open episodes (M env steps) ...", or "" when no open episode had a step."""
         stepped = [len(actions) for number, actions in zip(self.numbers, self.actions,
                                                             strict=True)
                    if number is not None and actions]
@@ -146,5 +146,5 @@ def check_steps_taken(step: int, state: dict[str, Any]) -> None:
 
 
 def plural(count: int, noun: str) -> str:
-    """"1 env step", "2,000 env steps"."""
+    """`count` of `noun`, plural unless one: "1 env step", "2,000 env steps"."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
