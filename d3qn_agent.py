@@ -37,7 +37,7 @@ from d3qn_utils.checks import (
     discrete_actions,
     with_added_keys,
 )
-from d3qn_utils.environments import Environments, crossed
+from d3qn_utils.environments import Environments, check_steps_taken, crossed
 from d3qn_utils.games import make_env, storage_spec, torso
 from d3qn_utils.gradient_steps import Batches, compiled_backend, deal, make_optimizer
 from d3qn_utils.greedy_policy import (
@@ -603,6 +603,7 @@ class DQNAgent:
         # JSON, its types checked here: a corrupt file says so
         progress = with_added_keys(state["progress"], added_keys(type(self)))
         self.step, self.episode = int(progress["step"]), int(progress["episode"])
+        check_steps_taken(self.step, progress["environments"])  # one count, saved twice
         self.epsilon, self.rng.bit_generator.state = float(progress["epsilon"]), progress["rng"]
         self.scores = [float(score) for score in progress["scores"]]
         self.average = [float(average) for average in progress["average"]]
@@ -629,7 +630,9 @@ class DQNAgent:
             self.MEMORY.set_beta_increment(self.beta_increment(self.MEMORY.beta, self.step))
         self.training_run = checkpoint.run
         self.greedy_actions.weights_changed()  # acting reads a copy of the restored weights
-        return f"resuming from {checkpoint.directory} at step {self.step}\n{checkpoint.lines}"
+        replayed = f"\nnote: {note}" if (note := self.envs.replayed()) else ""
+        return (f"resuming from {checkpoint.directory} at step {self.step}\n{checkpoint.lines}"
+                f"{replayed}")
 
     def begin(self, resume: str | None = None) -> None:
         """Start the run holding the lock of its files, so that no second run writes them

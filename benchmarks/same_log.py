@@ -54,6 +54,11 @@ GAMES: dict[str, list[str]] = {
     "cartpole-rank-based": ["--rank-based", "--total-steps", "5000"],
     "cartpole-uniform": ["--no-per", "--total-steps", "5000"],
     "cartpole-soft-update": ["--soft-update", "--total-steps", "5000"],
+    # Environments stepped together (N_ENVS), each budget a multiple of N: vectors and frames.
+    "cartpole-n-envs-4": ["--n-envs", "4", "--total-steps", "8000"],
+    "minatar-n-envs-3": ["--env-name", "MinAtar/Breakout-v1", "--n-envs", "3", "--total-steps",
+                         "4998", "--learning-starts", "1000", "--eval-every", "2499",
+                         "--eval-episodes", "5"],
 }
 TIMINGS = [
     (re.compile(r"; Keras on \w+$"), ""),  # the first line's backend, named since JAX runs

@@ -26,7 +26,6 @@ before the field did (`checks.with_added_keys`; a subclass's keys add to its bas
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -45,7 +44,7 @@ from d3qn_utils.checks import added_keys, is_integer, with_added_keys
 from d3qn_utils.priority_figure import PriorityFigure
 from d3qn_utils.replay_memory import ReplayMemory
 from d3qn_utils.replay_storage import TransitionStorage
-from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite
+from d3qn_utils.training_session import NonFiniteError, PoisonedStateError, is_finite, state_digest
 
 FORMAT = 5
 NETWORK_FILES = ("online.weights.h5", "target.weights.h5")
@@ -422,14 +421,6 @@ def flag_changes(saved: dict[str, Any], config: Namespace
             entry = f"{name} {saved[name]!r} -> {value!r}"
             (changed if name in MAY_CHANGE_ON_RESUME else refused).append(entry)
     return refused, changed, unrecorded
-
-
-def state_digest(state: np.ndarray | None) -> str | None:
-    """SHA-256 of an observation, which a resumed episode must reproduce exactly; None for none
-    yet or one holding NaN (a fixed environment's would differ)."""
-    if state is None or not is_finite(state):
-        return None
-    return hashlib.sha256(np.ascontiguousarray(state)).hexdigest()
 
 
 def load_variables(variables: Sequence[Any], arrays: dict[str, np.ndarray], what: str) -> None:

@@ -17,8 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from d3qn_utils.agent_checkpoint import state_digest
-from d3qn_utils.training_session import FiniteSteps
+from d3qn_utils.training_session import FiniteSteps, state_digest
 
 
 def crossed(before: int, after: int, period: int) -> range:
@@ -96,13 +95,14 @@ class Environments:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what `state_dict` gave (a checkpoint's progress holds it under
         "environments") and replay each open episode: reset with its number's seed, then its
-        actions. ValueError for a count of episodes other than the environments', or an
-        observation the replay does not reproduce."""
+        actions, each at the count of steps it was taken after, so that NaN met in the replay
+        names the env step the run took it at. ValueError for a count of episodes other than
+        the environments', or an observation the replay does not reproduce."""
         episodes = state["open_episodes"]
         if len(episodes) != len(self.envs):
             raise ValueError(f"it holds {len(episodes)} open episodes, one per environment, "
                              f"but this run steps {len(self.envs)} (N_ENVS)")
-        self.steps_taken = int(state["steps_taken"])
+        steps_taken = int(state["steps_taken"])
         self.episodes_started = int(state["episodes_started"])
         for i, episode in enumerate(episodes):
             number = episode["number"]
@@ -111,10 +111,40 @@ class Environments:
             self.scores[i] = float(episode["score"])
             if number is None:  # none open: `start_episodes` starts one
                 continue
+            # Every environment steps in each vector step, so an open episode's actions are
+            # those of the last len(actions) vector steps.
+            self.steps_taken = steps_taken - len(self.actions[i]) * len(self.envs)
             self.states[i], _ = self.envs[i].reset(seed=self.seed_of(self.numbers[i]))
             for action in self.actions[i]:
                 self.states[i], *_ = self.envs[i].step(action)
+                self.steps_taken += len(self.envs)
             if episode["state_sha256"] not in (None, state_digest(self.states[i])):
                 raise ValueError("replaying the episode in progress did not reproduce its "
                                  "observation: does reset(seed=) replay an episode? (its "
                                  "family's `seeding`, d3qn_utils/games.py)")
+        self.steps_taken = steps_taken
+
+    def replayed(self) -> str:
+        """What `load_state_dict` replayed (asked right after it), for a resume to say:
+        "replayed N open episodes (M env steps) ...", or "" when no open episode had a step."""
+        stepped = [len(actions) for number, actions in zip(self.numbers, self.actions,
+                                                            strict=True)
+                   if number is not None and actions]
+        if not stepped:
+            return ""
+        return (f"replayed {plural(len(stepped), 'open episode')} "
+                f"({plural(sum(stepped), 'env step')}) from their seeds and actions, to go on "
+                "mid-episode")
+
+
+def check_steps_taken(step: int, state: dict[str, Any]) -> None:
+    """ValueError naming both unless a checkpoint's progress `step` is the `steps_taken` of its
+    environments' `state` (`Environments.state_dict`): one count of env steps, saved twice."""
+    if int(state["steps_taken"]) != step:
+        raise ValueError(f"progress step {step} != environments' steps_taken "
+                         f"{state['steps_taken']}: the env steps taken, counted twice, disagree")
+
+
+def plural(count: int, noun: str) -> str:
+    """`count` of `noun`, plural unless one: "1 env step", "2,000 env steps"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -207,8 +207,9 @@ class Segments:
     def load_state_dict(self, arrays: dict[str, np.ndarray], written_key: str,
                         next_key: str) -> None:
         """Take back what `state_dict` gave; ValueError, nothing changed, for another number of
-        streams, a count of written slots outside a stream's size, or a next slot that is not
-        the one after the written slots of a stream not full (they are written in order)."""
+        streams, a count of written slots outside a stream's size, a next slot that is not the
+        one after the written slots of a stream not full (they are written in order), or a full
+        stream's next slot outside its segment."""
         check_saved_streams(arrays, self.streams)
         written = saved_stream_values(arrays, written_key, self.streams)
         next_slots = saved_stream_values(arrays, next_key, self.streams)
@@ -220,8 +221,16 @@ class Segments:
             raise ValueError(f"saved {next_key}={stream_values(next_slots)} disagrees with "
                              f"{written_key}={stream_values(written)}: a stream not full writes "
                              f"next at its start {stream_values(self.starts)} + {written_key}")
+        # A full stream's next slot may be any of its own, none of another stream's.
+        outside = np.flatnonzero((next_slots < self.starts)
+                                 | (next_slots >= self.starts + self.sizes))
+        if outside.size:
+            i = int(outside[0])
+            raise ValueError(f"saved {next_key}={stream_values(next_slots)} lies outside its "
+                             f"stream's segment: stream {i}'s next slot {next_slots[i]} is not "
+                             f"in its slots {self.starts[i]}..{self.starts[i] + self.sizes[i] - 1}")
         self.written, self.total_written = written, int(written.sum())
-        self.next = self.shift(next_slots, 0, np.arange(self.streams))
+        self.next = next_slots
 
 
 class StreamRings:

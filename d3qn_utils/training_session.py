@@ -5,6 +5,7 @@ before preemption), or NaN or inf from training or the environment, with a check
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import signal
 import sys
@@ -132,3 +133,11 @@ def is_finite(observation: Any) -> bool:
     """Whether `observation` holds no NaN or inf (integer observations, like frames, always)."""
     observation = observation if type(observation) is np.ndarray else np.asarray(observation)
     return observation.dtype.kind != "f" or all_finite(observation)
+
+
+def state_digest(state: np.ndarray | None) -> str | None:
+    """SHA-256 of an observation, which a resumed episode must reproduce exactly; None for none
+    yet or one holding NaN (a fixed environment's would differ)."""
+    if state is None or not is_finite(state):
+        return None
+    return hashlib.sha256(np.ascontiguousarray(state)).hexdigest()

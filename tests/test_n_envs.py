@@ -36,6 +36,7 @@ from benchmarks.same_log import without_timings
 from d3qn_agent import episode_seed
 from d3qn_utils import run_files
 from d3qn_utils.environments import Environments, crossed
+from d3qn_utils.replay_memory import replay_variant, variant_flags
 from d3qn_utils.training_session import NonFiniteError
 
 # --- Environments: the steps they took, counted by themselves ------------------------------
@@ -60,6 +61,35 @@ def test_environments_count_their_own_steps_and_name_the_one_that_returned_nan()
     with pytest.raises(NonFiniteError, match=r"reward nan at env step 8$"):
         envs.step([0, 0, 0])
     assert envs.steps_taken == 6  # the step that stopped counts nothing
+
+
+def test_a_replay_of_open_episodes_names_the_env_step_the_run_took_and_ends_at_its_count():
+    import gymnasium as gym
+
+    def nan_reward_on_its_third_step() -> gym.Env:
+        steps = iter(range(1, 100))
+        return gym.wrappers.TransformReward(
+            gym.make(CARTPOLE), lambda reward: np.nan if next(steps) == 3 else reward)
+
+    envs = Environments(gym.make(CARTPOLE), 3, lambda: gym.make(CARTPOLE),
+                        seed_of=lambda number: number)
+    envs.start_episodes()
+    for _ in range(5):  # CartPole cannot fail within 5 steps: three open episodes of 5 actions
+        envs.step([0, 1, 0])
+    state = envs.state_dict()
+    assert state["steps_taken"] == 15
+    replayed = Environments(gym.make(CARTPOLE), 3, lambda: gym.make(CARTPOLE),
+                            seed_of=lambda number: number)
+    replayed.load_state_dict(state)
+    assert replayed.steps_taken == 15 and replayed.state_dict() == state
+    assert replayed.replayed() == ("replayed 3 open episodes (15 env steps) from their seeds "
+                                   "and actions, to go on mid-episode")
+    # Environment 1's third action was the run's env step 2 * 3 + 1 + 1, in its third step.
+    others = iter([nan_reward_on_its_third_step(), gym.make(CARTPOLE)])
+    poisoned = Environments(gym.make(CARTPOLE), 3, lambda: next(others),
+                            seed_of=lambda number: number)
+    with pytest.raises(NonFiniteError, match=r"reward nan at env step 8$"):
+        poisoned.load_state_dict(state)
 
 
 # --- crossed: how often a schedule is due after a step of N environments -------------------
@@ -210,12 +240,32 @@ def run_logged(agent: Any) -> str:
     return log.getvalue()
 
 
+def variant_run(kind: str) -> dict[str, Any]:
+    """RESUMED_RUN with the replay variant `kind` (a key of d3qn_agent.REPLAY_MEMORIES)."""
+    use_per, per_rank_based = variant_flags(kind)
+    return {**RESUMED_RUN, "use_per": use_per, "per_rank_based": per_rank_based}
+
+
 @pytest.fixture(scope="module")
-def straight_run(tmp_path_factory) -> tuple[Path, Any, str]:
-    """RESUMED_RUN in one go: its directory, its agent and its log."""
-    directory = tmp_path_factory.mktemp("straight")
-    agent = small_agent(directory, **RESUMED_RUN)
-    return directory, agent, run_logged(agent)
+def straight_runs(tmp_path_factory) -> Callable[[str], tuple[Path, Any, str]]:
+    """`variant_run(kind)` in one go, run once for the module: its directory, its agent and its
+    log."""
+    runs: dict[str, tuple[Path, Any, str]] = {}
+
+    def straight_run(kind: str) -> tuple[Path, Any, str]:
+        if kind not in runs:
+            directory = tmp_path_factory.mktemp(f"straight-{kind}")
+            agent = small_agent(directory, **variant_run(kind))
+            runs[kind] = directory, agent, run_logged(agent)
+        return runs[kind]
+
+    return straight_run
+
+
+@pytest.fixture(scope="module")
+def straight_run(straight_runs) -> tuple[Path, Any, str]:
+    """RESUMED_RUN in one go, with the default replay memory: its directory, agent and log."""
+    return straight_runs(replay_variant(use_per=True, rank_based=False))
 
 
 def checkpoints_of(directory: Path) -> list[Path]:
@@ -260,14 +310,41 @@ def assert_resumes_as_if_never_stopped(straight_run: tuple[Path, Any, str], dire
     assert_same_checkpoint(expected, got)
 
 
+@pytest.mark.parametrize("kind", d3qn_agent.REPLAY_MEMORIES)  # each replay variant
 def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stopped(
-        straight_run, tmp_path):
+        straight_runs, tmp_path, kind):
+    straight_run = straight_runs(kind)
+    assert straight_run[1].MEMORY.kind == kind
     checkpoint = halfway(straight_run[0])
     progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
     assert all(episode["actions"]  # all mid-episode
                for episode in progress["environments"]["open_episodes"])
     copy_checkpoint(checkpoint, straight_run[0], tmp_path)
-    assert_resumes_as_if_never_stopped(straight_run, tmp_path, CARTPOLE, RESUMED_RUN)
+    assert_resumes_as_if_never_stopped(straight_run, tmp_path, CARTPOLE, variant_run(kind))
+
+
+def test_a_resume_says_how_many_open_episodes_and_steps_it_replayed(straight_run, tmp_path):
+    checkpoint = halfway(straight_run[0])
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    steps = [len(episode["actions"]) for episode in progress["environments"]["open_episodes"]]
+    assert len(steps) == 3 and all(steps)
+    said = small_agent(tmp_path, **RESUMED_RUN).resume(str(checkpoint)).splitlines()
+    assert said[0] == f"resuming from {checkpoint} at step 72"
+    assert [line for line in said if "replayed" in line] == [
+        f"note: replayed 3 open episodes ({sum(steps)} env steps) from their seeds and actions, "
+        "to go on mid-episode"]
+
+
+def test_a_checkpoint_whose_two_counts_of_env_steps_differ_is_refused_naming_both(
+        straight_run, tmp_path):
+    copy_checkpoint(halfway(straight_run[0]), straight_run[0], tmp_path)
+    [checkpoint] = checkpoints_of(tmp_path)
+    saved = json.loads((checkpoint / "progress.json").read_text())
+    saved["progress"]["environments"]["steps_taken"] = 75
+    (checkpoint / "progress.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=re.escape(
+            "progress step 72 != environments' steps_taken 75")):
+        small_agent(tmp_path, **RESUMED_RUN).resume(str(checkpoint))
 
 
 # 120 steps of 3 MinAtar Breakout environments, each frame stored once in its stream: gradient
@@ -289,6 +366,29 @@ def test_a_minatar_run_of_three_environments_resumes_as_if_never_stopped(tmp_pat
                for episode in progress["environments"]["open_episodes"])
     copy_checkpoint(checkpoint, tmp_path / "straight", tmp_path / "resumed")
     assert_resumes_as_if_never_stopped(straight_run, tmp_path / "resumed", BREAKOUT, MINATAR_RUN)
+
+
+# 60 steps of 2 Pong environments (84x84 frames, 4 to a stack on the last axis, each stored once
+# in its stream): episodes cut at 20 steps, a checkpoint and an evaluation at 30 (each episode 15
+# steps in) and at 60, gradient steps from step 20 on.
+ATARI_RUN = {"n_envs": 2, "total_steps": 60, "checkpoint_every": 30, "eval_every": 30,
+             "eval_episodes": 1, "max_episode_steps": 20, "memory_size": 200, "batch_size": 8,
+             "learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 1,
+             "target_update": 10, "exploration_steps": 40, "seed": 3}
+PONG = "PongNoFrameskip-v4"
+
+
+@pytest.mark.slow
+def test_an_atari_run_of_two_environments_resumes_as_if_never_stopped(tmp_path):
+    straight = small_agent(tmp_path / "straight", env_name=PONG, **ATARI_RUN)
+    straight_run = (tmp_path / "straight", straight, run_logged(straight))
+    [checkpoint, _] = checkpoints_of(tmp_path / "straight")
+    progress = json.loads((checkpoint / "progress.json").read_text())["progress"]
+    assert checkpoint.name == "step-0000000030"
+    assert [len(episode["actions"]) for episode in
+            progress["environments"]["open_episodes"]] == [15, 15]  # mid-episode
+    copy_checkpoint(checkpoint, tmp_path / "straight", tmp_path / "resumed")
+    assert_resumes_as_if_never_stopped(straight_run, tmp_path / "resumed", PONG, ATARI_RUN)
 
 
 # 2,000 steps of 4 environments: checkpoints every 400 steps, evaluations every 800, gradient

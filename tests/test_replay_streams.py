@@ -367,6 +367,28 @@ def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
     spec(CAPACITY, STREAMS).load_state_dict({**arrays, pointer: moved})  # a full stream's: any
 
 
+@pytest.mark.parametrize("storage_name", STORAGES)
+def test_a_saved_next_slot_outside_its_streams_segment_is_refused_naming_it(storage_name):
+    # Stream 0 (every step) wrapped: its next slot may be any of its slots 0..11, none other.
+    spec, frames = STORAGES[storage_name]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, frames):
+        storage.add(transition, index)
+    pointer = "next_slot" if frames else "write_pointer"
+    arrays = save_and_load(storage.state_dict())
+    assert arrays["written"][0] == 12
+    for slot in (-1, 12, CAPACITY):  # before its segment, stream 1's first slot, past the ring
+        wrong = arrays[pointer].copy()
+        wrong[0] = slot
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved {pointer}={wrong} lies outside its stream's segment: stream 0's next "
+                f"slot {slot} is not in its slots 0..11")):
+            loaded.load_state_dict({**arrays, pointer: wrong})
+        assert states_equal(snapshot(loaded), before)
+
+
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
 @pytest.mark.parametrize("stream", [3, -1, 1.0, True])
 def test_a_stream_the_memory_lacks_is_refused_and_nothing_is_stored(kind, storage_name, stream):

@@ -263,7 +263,10 @@ def test_a_resume_with_its_own_best_network_and_flags_says_nothing_more(copy_of_
     assert code == 0, err
     # (A copy of the trained run: its --model-dir and --plot-dir changed too.)
     assert "; changed flags: total_steps 150 -> 160, model_dir " in out.splitlines()[1]
-    assert "note: " not in out and "flags the checkpoint does not record" not in out
+    # No note but the one saying what it replayed of the episode the run stopped in.
+    notes = [line for line in out.splitlines() if "note: " in line]
+    assert notes == [line for line in notes if line.startswith("note: replayed 1 open episode (")]
+    assert "flags the checkpoint does not record" not in out
 
 
 def test_a_resume_names_the_flags_its_checkpoint_does_not_record(copy_of_trained, capsys):
