@@ -129,10 +129,10 @@ def test_a_nan_stop_with_non_finite_weights_names_the_newest_intact_checkpoint(t
     agent = small_agent(tmp_path, **{**TINY, "eval_every": 10**6, "total_steps": 300})
     replay = agent.replay
 
-    def replay_after_a_poisoned_update():
+    def replay_after_a_poisoned_update(due):
         if agent.step > 150:
             agent.model.weights[-1].assign(np.full(agent.model.weights[-1].shape, np.nan))
-        return replay()
+        return replay(due)
 
     agent.replay = replay_after_a_poisoned_update
     assert training_session.exit_code(agent.run) == 3
