@@ -691,20 +691,26 @@ def one_quantity(results: Path) -> str:
 
 def same_log(results: Path) -> str:
     """Which games' seeded runs logged the same lines, timings left out, on the two commits of
-    benchmarks/same_log.py's newest file, with its command, machine and commit; or that none
-    was checked yet."""
-    found = newest_matching(results, "same_log")
-    if found is None:
+    benchmarks/same_log.py, with its command, machine and commit: the newest file of each
+    command it was run with (an earlier commit, games), oldest command first; or that none was
+    checked yet."""
+    newest: dict[str, dict[str, Any]] = {}  # by command: a later file replaces an earlier one
+    for path in sorted((results / "same_log").glob("*.json")):
+        run = json.loads(path.read_text())
+        newest[run["command"]] = run
+    if not newest:
         return ("Not yet checked: no results file of `python benchmarks/same_log.py` under "
                 "`benchmarks/results/same_log/`.\n")
-    run = found[1]
-    measured = run["results"]
-    games = measured["games"]
-    identical = [f"{game} ({each['lines_now']:,} lines)" for game, each in games.items()
-                 if each["verdict"] == "identical"]
-    different = [f"{game} ({each['first_difference'].splitlines()[0].rstrip(':')})"
-                 for game, each in games.items() if each["verdict"] != "identical"]
-    said = [f"identical logs for {', '.join(identical)}"] if identical else []
-    said += [f"different logs for {', '.join(different)}"] if different else []
-    return (f"Between commits {measured['before']} and {measured['now']}: {'; '.join(said)}.\n"
-            + stamp_line(run))
+    paragraphs = []
+    for run in newest.values():
+        measured = run["results"]
+        games = measured["games"]
+        identical = [f"{game} ({each['lines_now']:,} lines)" for game, each in games.items()
+                     if each["verdict"] == "identical"]
+        different = [f"{game} ({each['first_difference'].splitlines()[0].rstrip(':')})"
+                     for game, each in games.items() if each["verdict"] != "identical"]
+        said = [f"identical logs for {', '.join(identical)}"] if identical else []
+        said += [f"different logs for {', '.join(different)}"] if different else []
+        paragraphs.append(f"Between commits {measured['before']} and {measured['now']}: "
+                          f"{'; '.join(said)}.\n" + stamp_line(run))
+    return "\n".join(paragraphs)

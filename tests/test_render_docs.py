@@ -856,3 +856,26 @@ def test_bench_atari_s_tables_take_the_newest_file_of_one_environment(tmp_path):
         "env_name": "CartPole-v1", "n_envs": 1, "before_commit": "none", "now": loop(700.0)})
     rows = benchmark_tables.bench_atari("CartPole-v1", tmp_path).splitlines()
     assert "| agent steps/s | 700 (1 round) |  |" in rows
+
+
+def test_same_log_renders_the_newest_check_of_each_command_it_was_run_with(tmp_path):
+    folder = tmp_path / "same_log"
+    folder.mkdir()
+
+    def check(name: str, before: str, now: str, verdict: str) -> None:
+        game = {"lines_now": 12, "verdict": verdict, "first_difference": "line 3:\n-a\n+b"}
+        (folder / f"{name}.json").write_text(json.dumps({
+            "command": f"python benchmarks/same_log.py --before {before}", "commit": now,
+            "date": f"2026-11-{name[:2]}T10:00:00+00:00", "machine": "x86_64, 2 cores",
+            "results": {"before": before, "now": now, "games": {"cartpole": game}}}))
+
+    check("01", "aaa1111", "bbb2222", "different")
+    check("02", "ccc3333", "ddd4444", "identical")
+    check("03", "aaa1111", "eee5555", "identical")  # replaces the first: the same command
+    assert benchmark_tables.same_log(tmp_path) == (
+        "Between commits aaa1111 and eee5555: identical logs for cartpole (12 lines).\n\n"
+        "`python benchmarks/same_log.py --before aaa1111` on x86_64, 2 cores (CPU model not "
+        "recorded), commit eee5555, 2026-11-03.\n\n"
+        "Between commits ccc3333 and ddd4444: identical logs for cartpole (12 lines).\n\n"
+        "`python benchmarks/same_log.py --before ccc3333` on x86_64, 2 cores (CPU model not "
+        "recorded), commit ddd4444, 2026-11-02.\n")
