@@ -6,7 +6,7 @@ but an episode that ends stays as it ended until `start_episodes` resets its env
 agent stores its last transition and reports it first. Every episode starts from `reset(seed=)`
 with its number's own seed, numbered in the order episodes start, and each open episode's actions
 and score are kept, so a checkpoint replays every open episode exactly (`state_dict`).
-It counts the environment steps it has taken, which `FiniteSteps` names in its messages.
+It counts the environment steps it has taken, which `NonFiniteGuard` names in its messages.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from d3qn_utils.training_session import FiniteSteps, state_digest
+from d3qn_utils.training_session import NonFiniteGuard, state_digest
 
 
 def crossed(before: int, after: int, period: int) -> range:
@@ -29,7 +29,7 @@ def crossed(before: int, after: int, period: int) -> range:
 
 
 class Environments:
-    """N environments of one game, each wrapped in `FiniteSteps` (NaN or inf stops the run): the
+    """N environments of one game, each wrapped in `NonFiniteGuard` (NaN or inf stops the run): the
     `first`, made by the caller, and N - 1 more from `make()`. `steps_taken`: the environment
     steps of all of them before this vector step; environment i takes env step steps_taken +
     i + 1. `seed_of(number)`: the reset seed of the episode of that number (0, 1, ...)."""
@@ -37,7 +37,7 @@ class Environments:
     def __init__(self, first: gym.Env, count: int, make: Callable[[], gym.Env],
                  seed_of: Callable[[int], int]) -> None:
         made = [first, *(make() for _ in range(1, count))]
-        self.envs = [FiniteSteps(env, lambda: self.steps_taken, position=i)
+        self.envs = [NonFiniteGuard(env, lambda: self.steps_taken, position=i)
                      for i, env in enumerate(made)]
         self.seed_of = seed_of
         self.steps_taken = 0

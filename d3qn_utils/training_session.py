@@ -95,7 +95,7 @@ def stopped_by_ctrl_c(when: str) -> int:
     return CTRL_C_EXIT_CODE
 
 
-class FiniteSteps(gym.Wrapper):
+class NonFiniteGuard(gym.Wrapper):
     """The environment, raising NonFiniteError naming the env step and the value once a reward or
     an observation holds NaN or inf, before the agent stores it (`steps_taken()`: steps so far;
     `position`: the environments stepped before this one in a step of several, each counted)."""
