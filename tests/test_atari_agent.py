@@ -137,9 +137,9 @@ def test_run_trains_every_second_step_from_learning_starts(tmp_path, monkeypatch
     replay_steps = []
     train_once = agent.replay
 
-    def counting_replay() -> float:
-        replay_steps.append(agent.step)
-        return train_once()
+    def counting_replay(due: int) -> float:
+        replay_steps.append(due)
+        return train_once(due)
 
     monkeypatch.setattr(agent, "replay", counting_replay)
     agent.run()
