@@ -252,8 +252,9 @@ def test_one_stream_is_the_memory_written_before_streams_slot_for_slot():
     slots = [memory.store(transition) for transition in zip(*columns, strict=True)]
     assert slots == list(range(400))
     state = memory.state_dict()
-    # Two keys added since: the streams, and where episodes ended (none was said here).
-    added = {"storage.streams": np.array(1), "storage.episode_ends": np.zeros(400, bool)}
+    # Keys added since: the streams, where episodes ended (none was said here), beta's growth.
+    added = {"storage.streams": np.array(1), "storage.episode_ends": np.zeros(400, bool),
+             "beta_increment": np.array(memory.beta_increment)}
     assert state.keys() == {*saved, *added} and state["storage.streams"] == 1
     for key in saved:
         if key.startswith("storage."):
