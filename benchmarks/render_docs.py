@@ -237,6 +237,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "minatar_screens_second_round": partial(screens_table, MINATAR_SECOND_SCREENS, 2),
     "minatar_n_envs_breakout": partial(defaults_screen_table,
                                        MINATAR_N_ENVS["MinAtar/Breakout-v1"]),
+    "minatar_n_envs_asterix": partial(defaults_screen_table, MINATAR_N_ENVS["MinAtar/Asterix-v1"]),
     "minatar_jax": partial(study.compare, "minatar_jax", "minatar_tf_now",
                            "MinAtar/Breakout-v1", "per"),
     "pong": partial(study.study_tables, "pong"),
