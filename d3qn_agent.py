@@ -21,8 +21,8 @@ import time
 from typing import Any, ClassVar
 
 # First, before numpy and TensorFlow: it hides TensorFlow's harmless start-up lines, makes a
-# Ctrl-C during the imports one line, and sets OPENBLAS_NUM_THREADS=1 (numpy's matrix library on
-# one thread) (d3qn_utils/quiet_startup.py)
+# Ctrl-C during the imports one line, and sets OPENBLAS_NUM_THREADS=1 unless it is set (numpy's
+# matrix library on one thread) (d3qn_utils/quiet_startup.py)
 from d3qn_utils import quiet_startup  # isort: skip
 import gymnasium as gym
 import keras
