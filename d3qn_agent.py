@@ -445,11 +445,11 @@ class DQNAgent:
             self.redo_evaluation_cut_short(stop)  # a resumed run: the evaluation a stop cut short
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:
-                # Each environment's state: envs.step keeps its next_state there (the tutorial's
-                # `state = next_state`), a reset its first.
                 # N_ENVS environments step together (1 by default: the tutorial's one, one entry
                 # in each list below). One step of all of them adds N_ENVS env steps; `before`
                 # keeps the count before it for the schedules' `crossed` below.
+                # Each environment's state: envs.step keeps its next_state there (the tutorial's
+                # `state = next_state`), a reset its first.
                 states = self.envs.states
                 actions = self.act(states)
                 next_states, rewards, terminated, truncated, infos = self.envs.step(actions)
