@@ -282,8 +282,9 @@ class Memory(ReplayMemory):
         # full vector memory. A frame memory never gets there (its last next state's frame, and
         # Atari's older frames of a stack, sit in slots that hold none), so it always checks.
         if len(self.storage) < self.capacity:
-            # A slot overwritten since it was drawn (Ape-X's actors store while its learner
-            # trains; d3qn_agent.py stores nothing in between) holds no transition: leaf at 0.
+            # A frame slot freed since it was drawn (Ape-X's actors store while its learner
+            # trains; d3qn_agent.py stores nothing in between) holds no transition: its leaf goes
+            # to 0. A vector slot is replaced, never freed.
             priorities *= self.storage.holds(self.tree.slot(tree_idx))
         self.write_priorities(tree_idx, priorities)
 

@@ -20,8 +20,9 @@ import sys
 import time
 from typing import Any, ClassVar
 
-# First, before numpy and TensorFlow: it hides TensorFlow's start-up lines, makes a Ctrl-C
-# during the imports one line and holds OpenBLAS to one thread (docs/reference.md)
+# First, before numpy and TensorFlow: it hides TensorFlow's harmless start-up lines, makes a
+# Ctrl-C during the imports one line, and sets OPENBLAS_NUM_THREADS=1 unless it is set (numpy's
+# matrix library on one thread) (d3qn_utils/quiet_startup.py)
 from d3qn_utils import quiet_startup  # isort: skip
 import gymnasium as gym
 import keras
@@ -99,7 +100,7 @@ GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, compiled as on
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 # bfloat16: a 16-bit float with float32's exponent range and fewer digits, meant to be faster on
-# CPUs with bfloat16 units (docs/usage.md, "bfloat16").
+# CPUs with bfloat16 units (docs/usage.md, Atari games, "bfloat16.").
 BFLOAT16 = False  # convolutions in bfloat16 (weights float32); Pong preset: on if timed faster
 HIDDEN_UNITS = (256, 256)  # MLP torso for vector observations (the tutorial: 512, 256, 64)
 MAX_EPISODE_STEPS = None  # None keeps the env's own time limit (CartPole: 500); the tutorial 4000
@@ -244,7 +245,10 @@ class DQNAgent:
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
         # The memory's, the batch's and the networks' sizes, refused before anything is allocated
         check_run_fits(config, memory_class, storage, self.state_shape, self.state_dtype,
-                       self.action_size, TrainingReport.BYTES_PER_SLOT)  # the priority figure's
+                       self.action_size,
+                       # bytes per slot the priority figure's counters add (reporting.py),
+                       # counted with the memory's
+                       TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
             storage=storage(config.memory_size, streams=config.n_envs),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
@@ -322,18 +326,6 @@ class DQNAgent:
         draws = (config.total_steps - max(step, config.learning_starts)) // (
             config.train_frequency * config.gradient_steps_per_call)
         return (1.0 - beta) / max(1, draws)
-
-    def first_gradient_step(self) -> int:
-        """The first env step at which `run` trains: the step count (a multiple of N_ENVS) that
-        first passes a multiple of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL at or past
-        LEARNING_STARTS with a batch collected (N_ENVS transitions a step)."""
-        config = self.config
-        period, n = config.train_frequency * config.gradient_steps_per_call, config.n_envs
-        # -(-a // b) * b rounds a up to a multiple of b (Python's // rounds down, so negate twice).
-        batch_step = -(-config.batch_size // n) * n  # the first step count holding a batch
-        # A multiple passed at batch_step or later is one past batch_step - N.
-        due = -(-max(config.learning_starts, batch_step - n + 1, 1) // period) * period
-        return -(-due // n) * n
 
     def update_target_model(self) -> None:
         """Copy online -> target; with SOFT_UPDATE, target <- TAU online + (1 - TAU) target
@@ -443,22 +435,25 @@ class DQNAgent:
         config = self.config
         if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
-        # NaN or inf from training or the environment: checkpoint the last good state, then stop
-        with (self.training_run,  # lets go of the lock of the run's files when the run ends
-              training_session.stop_requests() as stop, self.report,
+        with (self.training_run,  # holds the lock of the run's files; lets it go when the run ends
+              training_session.stop_requests() as stop,  # Ctrl-C, SIGTERM: stop after this step
+              self.report,  # closes TensorBoard's writer at the end
+              # NaN or inf from training or the environment: checkpoint the last good state, stop
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
             self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
             self.report.start(self.step, self.settings_notes)
             self.redo_evaluation_cut_short(stop)  # a resumed run: the evaluation a stop cut short
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
             while self.step < config.total_steps and not stop.requested:
+                # N_ENVS environments step together (1 by default: the tutorial's one, one entry
+                # in each list below). One step of all of them adds N_ENVS env steps; `before`
+                # keeps the count before it for the schedules' `crossed` below.
                 # Each environment's state: envs.step keeps its next_state there (the tutorial's
                 # `state = next_state`), a reset its first.
                 states = self.envs.states
                 actions = self.act(states)
                 next_states, rewards, terminated, truncated, infos = self.envs.step(actions)
                 before, self.step = self.step, self.step + config.n_envs
-                # N_ENVS = 1 (the default): one entry in each list, the tutorial's one environment.
                 for i in range(config.n_envs):  # each environment's transition to its own stream
                     reward = rewards[i]
                     if terminated[i] and config.failure_reward is not None:
@@ -470,8 +465,8 @@ class DQNAgent:
                 for i in ended:
                     self.episode += 1
                     score = unclipped_score(infos[i], self.envs.scores[i])  # Atari: unclipped
-                    self.report.episode(self.step, self.episode, score, self.epsilon,
-                                        self.PlotModel(score))
+                    average = self.PlotModel(score)  # the tutorial's: the score, its average
+                    self.report.episode(self.step, self.episode, score, self.epsilon, average)
                     self.envs.end_episode(i)
                     self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
                 # Reset now (the tutorial: at its next episode's top); replay() reads no environment
@@ -534,6 +529,18 @@ class DQNAgent:
                   flush=True)
         print(f"mean score {np.mean(scores):.1f} over {len(scores)} episodes", flush=True)
         return scores
+
+    def first_gradient_step(self) -> int:
+        """The first env step at which `run` trains: the step count (a multiple of N_ENVS) that
+        first passes a multiple of TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL at or past
+        LEARNING_STARTS with a batch collected (N_ENVS transitions a step)."""
+        config = self.config
+        period, n = config.train_frequency * config.gradient_steps_per_call, config.n_envs
+        # -(-a // b) * b rounds a up to a multiple of b (Python's // rounds down, so negate twice).
+        batch_step = -(-config.batch_size // n) * n  # the first step count holding a batch
+        # A multiple passed at batch_step or later is one past batch_step - N.
+        due = -(-max(config.learning_starts, batch_step - n + 1, 1) // period) * period
+        return -(-due // n) * n
 
     def evaluate(self, episodes: int, number: int, stop: StopRequest | None = None
                  ) -> np.ndarray | None:

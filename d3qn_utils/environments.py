@@ -1,11 +1,12 @@
 """The environments a training run steps together (N_ENVS), each with its episode in progress,
 and `crossed`, which tells a schedule that counts environment steps N at a time when it is due.
 
-`Environments.step(actions)` steps them all on a batch of actions, as CleanRL's `envs.step` does,
-but an episode that ends stays as it ended until `start_episodes` resets its environment: the
-agent stores its last transition and reports it first. Every episode starts from `reset(seed=)`
-with its number's own seed, numbered in the order episodes start, and each open episode's actions
-and score are kept, so a checkpoint replays every open episode exactly (`state_dict`).
+`Environments.step(actions)` steps them all on a list of actions, one each (as a vectorized
+environment does, e.g. gymnasium's `SyncVectorEnv`), but an episode that ends stays as it ended
+until `start_episodes` resets its environment: the agent stores its last transition and reports
+it first. Every episode starts from `reset(seed=)` with its number's own seed, numbered in the
+order episodes start, and each open episode's actions and score are kept, so a checkpoint
+replays every open episode exactly (`state_dict`).
 It counts the environment steps it has taken, which `NonFiniteGuard` names in its messages.
 """
 
@@ -31,8 +32,9 @@ def crossed(before: int, after: int, period: int) -> range:
 class Environments:
     """N environments of one game, each wrapped in `NonFiniteGuard` (NaN or inf stops the run): the
     `first`, made by the caller, and N - 1 more from `make()`. `steps_taken`: the environment
-    steps of all of them before this vector step; environment i takes env step steps_taken +
-    i + 1. `seed_of(number)`: the reset seed of the episode of that number (0, 1, ...)."""
+    steps of all of them before this vector step (one step of every environment); environment i
+    takes env step steps_taken + i + 1. `seed_of(number)`: the reset seed of the episode of that
+    number (0, 1, ...)."""
 
     def __init__(self, first: gym.Env, count: int, make: Callable[[], gym.Env],
                  seed_of: Callable[[int], int]) -> None:

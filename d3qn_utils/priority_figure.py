@@ -31,8 +31,8 @@ def age_bins(ages: np.ndarray) -> np.ndarray:
 class PriorityFigure:
     """The priority figure and its data. Who gets replayed: counts per slot and, per age bin over
     all samples, `replays_by_age` (measured), `exposure_by_age` (transitions of that age in the
-    memory) and `uniform_replays_by_age` (uniform replay's expectation; slightly off with a frame
-    store, whose length counts slots without a transition); the last RECENT_BATCHES batches' IS
+    memory) and `uniform_replays_by_age` (uniform replay's expectation, over the transitions
+    each stream holds); the last RECENT_BATCHES batches' IS
     weights; (step, beta, least and mean IS weight) every PRIORITY_HISTORY_EVERY gradient steps.
     A transition's age is the transitions of its stream (its environment's, `streams` of them,
     each in its segment of the memory's slots as `Segments` lays them out) stored after it,
