@@ -167,9 +167,9 @@ def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp
     numbered: list[int] = []  # the gradient steps as the reports number them
     note_replay = agent.report.priority_figure.note_replay
 
-    def noted(slots, size, step, last_gradient_step, beta, is_weights):
+    def noted(slots, held, step, last_gradient_step, beta, is_weights):
         numbered.extend(range(last_gradient_step - len(is_weights) + 1, last_gradient_step + 1))
-        note_replay(slots, size, step, last_gradient_step, beta, is_weights)
+        note_replay(slots, held, step, last_gradient_step, beta, is_weights)
 
     agent.report.priority_figure.note_replay = noted
     agent.run()
