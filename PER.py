@@ -322,7 +322,7 @@ class Memory(ReplayMemory):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
-        alpha), before anything changes."""
+        alpha, a priority over a slot that holds no transition), before anything changes."""
         arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
         check_saved_value(arrays, "alpha", self.alpha)

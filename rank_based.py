@@ -135,7 +135,8 @@ class RankBasedMemory(ReplayMemory):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
-        capacity or alpha), checked before anything changes."""
+        capacity or alpha, a ranking that is not of distinct held slots keyed by their errors),
+        checked before anything changes."""
         arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"))
         check_saved_value(arrays, "alpha", self.alpha)
