@@ -47,7 +47,7 @@ from d3qn_utils.checks import (
     with_added_keys,
 )
 from d3qn_utils.replay_memory import NOT_SAVED, ReplayMemory
-from d3qn_utils.replay_storage import ReplayStorage
+from d3qn_utils.replay_storage import ReplayStorage, check_priorities_held, saved_storage
 
 
 class SumTree:
@@ -323,12 +323,14 @@ class Memory(ReplayMemory):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (kind, capacity,
-        alpha), before anything changes."""
+        alpha, a priority over a slot that holds no transition), before anything changes."""
         arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "tree.sums", "tree.mins", "max_priority"))
         check_saved_value(arrays, "alpha", self.alpha)
         sums = saved_array(arrays, "tree.sums", self.tree.tree.shape)
         mins = saved_array(arrays, "tree.mins", self.tree.mins.shape)
+        check_priorities_held("tree.sums", sums[self.tree.leaves],
+                              self.storage.saved_holds(saved_storage(arrays)))
         super().load_state_dict(arrays)
         self.beta = float(arrays["beta"])
         self.load_beta_increment(arrays["beta_increment"])

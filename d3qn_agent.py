@@ -293,7 +293,7 @@ class DQNAgent:
         self.Last_model_name = os.path.join(config.model_dir, self.name + "_last.keras")
         self.Plot_name = os.path.join(config.plot_dir, self.name + ".png")
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
-        self.checkpoint_root = os.path.join(config.model_dir, self.name + ".checkpoints")
+        self.checkpoint_root = settings.checkpoint_root(vars(config), REPLAY_MEMORIES)
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),

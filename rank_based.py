@@ -25,7 +25,7 @@ from d3qn_utils.checks import (
     with_added_keys,
 )
 from d3qn_utils.replay_memory import NOT_SAVED, ReplayMemory
-from d3qn_utils.replay_storage import NO_SLOTS, ReplayStorage
+from d3qn_utils.replay_storage import NO_SLOTS, ReplayStorage, check_ranking, saved_storage
 
 
 class RankBasedMemory(ReplayMemory):
@@ -135,15 +135,19 @@ class RankBasedMemory(ReplayMemory):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError naming what does not fit (another kind,
-        capacity or alpha), checked before anything changes."""
+        capacity or alpha, a ranking that is not of distinct held slots keyed by their errors),
+        checked before anything changes."""
         arrays = with_added_keys(arrays, added_keys(type(self)))
         self.check_state(arrays, ("alpha", "beta", "abs_errors", "ranked_slots", "ranked_keys"))
         check_saved_value(arrays, "alpha", self.alpha)
         abs_errors = saved_array(arrays, "abs_errors", (self.capacity,))
+        ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
+        ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
+        check_ranking(ranked_slots, ranked_keys, abs_errors,
+                      self.storage.saved_holds(saved_storage(arrays)))
         super().load_state_dict(arrays)
         self.beta = float(arrays["beta"])
         self.load_beta_increment(arrays["beta_increment"])
         self.abs_errors = abs_errors
-        self.ranked_slots = np.asarray(arrays["ranked_slots"], dtype=np.int64)
-        self.ranked_keys = np.asarray(arrays["ranked_keys"], dtype=np.float64)
+        self.ranked_slots, self.ranked_keys = ranked_slots, ranked_keys
         self._stale_slots.clear()  # the saved ranking was up to date

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from d3qn_utils.checks import check_block, check_non_negative, is_integer
-from d3qn_utils.games import replay_storage
+from d3qn_utils.games import storage_spec
 from PER import Memory
 
 IDLE_SLEEP = 0.005  # seconds a paced learner or actor waits before asking the replay again
@@ -85,7 +85,7 @@ class Replay:
 
     def __init__(self, config: argparse.Namespace) -> None:
         self.config = config
-        storage = replay_storage(config.env_name, config.memory_size)
+        storage = storage_spec(config.env_name)(config.memory_size)
         self.memory = BlockMemory(config.memory_size, alpha=config.per_alpha,
                                   beta=config.per_beta, beta_increment=0.0, storage=storage,
                                   rng=np.random.default_rng([config.seed, 1]),

@@ -99,12 +99,20 @@ class Environments:
         "environments") and replay each open episode: reset with its number's seed, then its
         actions, each at the count of steps it was taken after, so that NaN met in the replay
         names the env step the run took it at. ValueError for a count of episodes other than
-        the environments', or an observation the replay does not reproduce."""
+        the environments' or an episodes_started not past every open episode's number (both
+        before anything changes), or an observation the replay does not reproduce."""
         episodes = state["open_episodes"]
         if len(episodes) != len(self.envs):
             raise ValueError(f"it holds {len(episodes)} open episodes, one per environment, "
                              f"but this run steps {len(self.envs)} (N_ENVS)")
         steps_taken = int(state["steps_taken"])
+        # An episode's number is the count of episodes started before it: a later one's number
+        # (and seed) would be an open episode's again.
+        numbers = [int(episode["number"]) for episode in episodes if episode["number"] is not None]
+        if numbers and int(state["episodes_started"]) <= max(numbers):
+            raise ValueError(f"saved episodes_started {state['episodes_started']} is not more "
+                             f"than the open episodes' numbers {numbers}: the next episode "
+                             "would reuse one's seed")
         self.episodes_started = int(state["episodes_started"])
         for i, episode in enumerate(episodes):
             number = episode["number"]

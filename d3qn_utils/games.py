@@ -24,7 +24,7 @@ import keras
 
 from d3qn_utils import minatar_wrappers  # light: it imports minatar for a MinAtar id only
 from d3qn_utils.patch_conv import PatchConv2D
-from d3qn_utils.replay_storage import FrameStackStorage, ReplayStorage, StorageSpec
+from d3qn_utils.replay_storage import FrameStackStorage, StorageSpec
 
 # The Nature torso's convolution layer: TensorFlow's Conv2D, oneDNN's kernels where TensorFlow
 # turns them on (benchmarks/bench_pong_kernels.py sets it to time PatchConv2D against it).
@@ -263,9 +263,3 @@ def torso(env_name: str) -> Callable[[Any, bool], Any] | None:
 def storage_spec(env_name: str) -> StorageSpec:
     """The class and options of this game's replay storage, to size it before making it."""
     return family(env_name).storage
-
-
-def replay_storage(env_name: str, capacity: int) -> ReplayStorage:
-    """Where a replay memory keeps this game's transitions: each image frame once, as uint8, or
-    one row per transition (a `TransitionStorage`)."""
-    return storage_spec(env_name)(capacity)

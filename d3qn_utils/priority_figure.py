@@ -80,25 +80,25 @@ class PriorityFigure:
         """The transitions stored, in all streams."""
         return sum(self.stream_stores)
 
-    def note_sample(self, slots: np.ndarray, size: int | np.ndarray) -> None:
-        """Count `slots`, drawn from a memory holding `size` transitions in each stream (an
+    def note_sample(self, slots: np.ndarray, held: int | np.ndarray) -> None:
+        """Count `slots`, drawn from a memory holding `held` transitions in each stream (an
         int: one stream's; `ReplayMemory.held_per_stream`). O(len(slots) + streams)."""
-        held = np.array(size, dtype=np.int64).reshape(-1)
-        if held.shape != (self.streams,):
-            raise ValueError(f"size must give the transitions held in each of the "
-                             f"{self.streams} streams, got {size!r}")
+        held_per_stream = np.array(held, dtype=np.int64).reshape(-1)
+        if held_per_stream.shape != (self.streams,):
+            raise ValueError(f"held must give the transitions held in each of the "
+                             f"{self.streams} streams, got {held!r}")
         np.add.at(self.replay_counts, slots, 1)
         self.replays_by_age += np.bincount(age_bins(self.ages(slots)), minlength=AGE_BINS)
-        in_memory = self.held_by_age(held)
+        in_memory = self.held_by_age(held_per_stream)
         self.exposure_by_age += in_memory
-        self.uniform_replays_by_age += in_memory * (len(slots) / int(held.sum()))
+        self.uniform_replays_by_age += in_memory * (len(slots) / int(held_per_stream.sum()))
 
-    def note_replay(self, slots: np.ndarray, size: int | np.ndarray, step: int,
+    def note_replay(self, slots: np.ndarray, held: int | np.ndarray, step: int,
                     last_gradient_step: int, beta: float, is_weights: np.ndarray) -> None:
-        """Note one `replay` call: `slots` drawn from `size` transitions (per stream, as
+        """Note one `replay` call: `slots` drawn from the `held` transitions of each stream (as
         `note_sample` takes them), one row of `is_weights` per gradient step up to
         `last_gradient_step`. O(len(slots) + streams)."""
-        self.note_sample(slots, size)
+        self.note_sample(slots, held)
         first = last_gradient_step - len(is_weights) + 1
         for gradient_step, weights in enumerate(is_weights, start=first):
             self.recent_is_weights[self.recent_batches % RECENT_BATCHES] = weights

@@ -23,7 +23,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from d3qn_utils.checks import FIELDS, check_integer, check_saved_value, is_integer, require
+from d3qn_utils.checks import (
+    FIELDS,
+    check_integer,
+    check_saved_value,
+    is_integer,
+    require,
+    saved_array,
+)
 from d3qn_utils.frame_stacks import gather_stacks, shifted_by_one_frame
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
@@ -105,6 +112,11 @@ class ReplayStorage(Protocol):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Take back what `state_dict` gave; ValueError if it does not fit this storage."""
+
+    def saved_holds(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """Whether each slot holds a transition in `arrays`, a `state_dict` of this storage's
+        capacity and streams, before `load_state_dict` takes it (a memory's load checks its own
+        parts against it first); ValueError for a saved part of another shape."""
 
 
 @runtime_checkable
@@ -206,10 +218,17 @@ class Segments:
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], written_key: str,
                         next_key: str) -> None:
-        """Take back what `state_dict` gave; ValueError, nothing changed, for another number of
-        streams, a count of written slots outside a stream's size, a next slot that is not the
-        one after the written slots of a stream not full (they are written in order), or a full
-        stream's next slot outside its segment."""
+        """Take back what `state_dict` gave; ValueError, nothing changed, where `checked_state`
+        refuses it."""
+        self.written, self.next = self.checked_state(arrays, written_key, next_key)
+        self.total_written = int(self.written.sum())
+
+    def checked_state(self, arrays: dict[str, np.ndarray], written_key: str, next_key: str
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The saved slots written and next slot of each stream, unless (ValueError) `arrays`
+        has another number of streams, a count of written slots outside a stream's size, a next
+        slot that is not the one after the written slots of a stream not full (they are written
+        in order), or a full stream's next slot outside its segment."""
         check_saved_streams(arrays, self.streams)
         written = saved_stream_values(arrays, written_key, self.streams)
         next_slots = saved_stream_values(arrays, next_key, self.streams)
@@ -229,8 +248,7 @@ class Segments:
             raise ValueError(f"saved {next_key}={stream_values(next_slots)} lies outside its "
                              f"stream's segment: stream {i}'s next slot {next_slots[i]} is not "
                              f"in its slots {self.starts[i]}..{self.starts[i] + self.sizes[i] - 1}")
-        self.written, self.total_written = written, int(written.sum())
-        self.next = next_slots
+        return written, next_slots
 
 
 class StreamRings:
@@ -275,6 +293,44 @@ def saved_stream_values(arrays: dict[str, np.ndarray], key: str, streams: int) -
     if values.size != streams:
         raise ValueError(f"saved {key} has {values.size} values for {streams} streams")
     return values
+
+
+def saved_storage(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The storage's part of a memory's `state_dict` (its "storage.*" keys), as the storage's
+    `state_dict` gave it."""
+    return {key.removeprefix("storage."): value for key, value in arrays.items()
+            if key.startswith("storage.")}
+
+
+def check_priorities_held(key: str, priorities: np.ndarray, holds: np.ndarray) -> None:
+    """ValueError naming `key` if a slot with a positive saved priority (one per slot) holds no
+    transition (`holds`): a draw would land on it. Zero over a held slot is allowed (Ape-X
+    stores context transitions at priority 0)."""
+    empty = np.flatnonzero((priorities > 0) & ~holds)
+    if empty.size:
+        raise ValueError(f"saved {key} gives slots {empty[:10].tolist()} a positive priority, "
+                         "but they hold no transition")
+
+
+def check_ranking(ranked_slots: np.ndarray, ranked_keys: np.ndarray, abs_errors: np.ndarray,
+                  holds: np.ndarray) -> None:
+    """ValueError naming the key unless a saved rank-based ranking is of distinct slots that
+    hold a transition (`holds`, one per slot), keyed by their negated |TD errors| in
+    `abs_errors`."""
+    capacity = len(holds)
+    if ranked_slots.ndim != 1 or ranked_keys.shape != ranked_slots.shape:
+        raise ValueError(f"saved ranked_slots {ranked_slots.shape} and ranked_keys "
+                         f"{ranked_keys.shape} are not one key per ranked slot")
+    if ranked_slots.size and (ranked_slots.min() < 0 or ranked_slots.max() >= capacity):
+        raise ValueError(f"saved ranked_slots must be in [0, {capacity})")
+    if np.unique(ranked_slots).size != ranked_slots.size:
+        raise ValueError("saved ranked_slots names a slot more than once")
+    empty = ranked_slots[~holds[ranked_slots]]
+    if empty.size:
+        raise ValueError(f"saved ranked_slots ranks slots {empty[:10].tolist()}, which hold no "
+                         "transition")
+    if not np.array_equal(ranked_keys, -abs_errors[ranked_slots]):
+        raise ValueError("saved ranked_keys are not the ranked slots' -abs_errors")
 
 
 def check_saved_streams(arrays: dict[str, np.ndarray], streams: int) -> None:
@@ -429,6 +485,14 @@ class TransitionStorage(StreamRings):
                 newest = int(storage.segments.shift(storage.segments.next[stream], -1, stream))
                 ends[newest] = not goes_on(stream, storage.fields[3][newest])
         return storage.segments.written_rows(ends).copy()
+
+    def saved_holds(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """As `ReplayStorage.saved_holds`: the written slots, each stream's first ones."""
+        require(arrays, ("written",), "transition storage")
+        written = saved_stream_values(arrays, "written", self.streams)
+        slots = np.arange(self.capacity)
+        streams = self.segments.stream_of(slots)
+        return slots - self.segments.starts[streams] < written[streams]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written rows only, stream after stream)."""
@@ -609,6 +673,11 @@ class FrameStackStorage(StreamRings):
             raise ValueError(f"slots {missing} hold no transition")
         return slots
 
+    def saved_holds(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """As `ReplayStorage.saved_holds`: the saved holds_transition."""
+        require(arrays, ("holds_transition",), "frame stack storage")
+        return saved_array(arrays, "holds_transition", (self.capacity,), bool)
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """This storage as plain arrays (the written slots' frames only, stream after stream)."""
         frames = (self.segments.written_rows(self.frames) if self.frames is not None
@@ -622,7 +691,8 @@ class FrameStackStorage(StreamRings):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned; the capacity, the stack axis and the streams must
-        match this storage's."""
+        match this storage's, each slot array have a value per slot and each pending slot be -1
+        or the slot before its stream's next (ValueError naming the key, nothing changed)."""
         require(arrays, ("capacity", "stack_axis", "state_shape", "streams", "next_slot",
                          "pending_slot", "written", "frames", *SLOT_ARRAYS),
                 "frame stack storage")
@@ -639,6 +709,20 @@ class FrameStackStorage(StreamRings):
         if saved_axis != axis:  # another game's frames: its stacks would be read wrong
             raise ValueError(f"saved stack_axis {saved_axis} differs from this storage's {axis} "
                              "([-1]: frames stacked on the last axis, []: none)")
+        slot_arrays = {name: saved_array(arrays, name, (self.capacity,), getattr(self, name).dtype)
+                       for name in SLOT_ARRAYS}
+        # A stream's pending slot holds the newest frame of its last next state: the slot
+        # before its next one, or -1 (none, or its episode ended). Another would stack frames
+        # of other slots, or of another stream, onto the next transition.
+        _, next_slots = self.segments.checked_state(arrays, "written", "next_slot")
+        streams = np.arange(self.streams)
+        stray = (pending_slots != -1) & (pending_slots
+                                          != self.segments.shift(next_slots, -1, streams))
+        if stray.any():
+            i = int(np.flatnonzero(stray)[0])
+            raise ValueError(f"saved pending_slot={stream_values(pending_slots)} disagrees with "
+                             f"next_slot={stream_values(next_slots)}: stream {i}'s pending slot "
+                             f"{pending_slots[i]} is neither -1 nor the slot before its next slot")
         self.segments.load_state_dict(arrays, "written", "next_slot")
         self.frames, self.state_shape, self._pending_stacks = None, None, None
         if shape:
@@ -647,8 +731,8 @@ class FrameStackStorage(StreamRings):
             pending = pending_slots >= 0
             self._pending_stacks[pending] = self._stacks(pending_slots[pending])
         self._pending_slots = pending_slots
-        for name in SLOT_ARRAYS:
-            getattr(self, name)[:] = arrays[name]
+        for name, values in slot_arrays.items():
+            getattr(self, name)[:] = values
         self._held = np.add.reduceat(self.holds_transition, self.segments.starts,
                                      dtype=np.int64).tolist()
 

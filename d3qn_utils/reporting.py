@@ -208,15 +208,15 @@ class TrainingReport:
         the memory dropped it."""
         self.priority_figure.note_store(slot)
 
-    def gradient_steps(self, step: int, slots: np.ndarray, memory_size: int | np.ndarray,
+    def gradient_steps(self, step: int, slots: np.ndarray, held_per_stream: int | np.ndarray,
                        losses: np.ndarray, abs_errors: np.ndarray, is_weights: np.ndarray,
                        epsilon: float, beta: float) -> None:
         """Note one `replay` call's gradient steps (one row each), numbered by env step (step //
-        TRAIN_FREQUENCY: the same in every run, learning started or not), drawn from
-        `memory_size` transitions in each stream (`ReplayMemory.held_per_stream`); every
+        TRAIN_FREQUENCY: the same in every run, learning started or not), drawn from the
+        transitions each stream holds, `held_per_stream` (`ReplayMemory.held_per_stream`); every
         TENSORBOARD_EVERY steps their averaged scalars go to TensorBoard."""
         last = step // self.config.train_frequency
-        self.priority_figure.note_replay(slots, memory_size, step, last, beta, is_weights)
+        self.priority_figure.note_replay(slots, held_per_stream, step, last, beta, is_weights)
         self.forecast.begin(step, time.perf_counter())
         if self.tensorboard is None:
             return

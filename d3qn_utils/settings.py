@@ -205,8 +205,10 @@ def for_mode(flags: dict[str, Any], test: bool, resume: str | None,
 
 
 def checkpoint_root(values: dict[str, Any], memories: dict[str, Any]) -> str:
-    """Where a run of these flag values keeps its checkpoints (`DQNAgent.checkpoint_root`):
-    `<model_dir>/<run_name>.checkpoints`, `memories` naming its replay memory's RUN_SUFFIX."""
+    """Where a run of these flag values keeps its checkpoints: `<model_dir>/<run_name>.checkpoints`,
+    `memories` naming its replay memory's RUN_SUFFIX. Built here only, for the agent
+    (`DQNAgent.checkpoint_root`) and for --resume reading a recorded flag, so both read one
+    folder."""
     memory = memories[replay_variant(values["use_per"], values["per_rank_based"])]
     name = run_name(argparse.Namespace(**values), memory.RUN_SUFFIX)
     return os.path.join(values["model_dir"], name + ".checkpoints")

@@ -9,6 +9,12 @@ d3qn_agent.py --total-steps 800 --learning-starts 200 --memory-size 500 --batch-
 cdcca1c (format 3: an open episode per environment, N_ENVS), at commit 04a9d3b (format 4: the
 ends of episodes recorded in the memory, the environments' state under its own key) and at commit
 64fc919 (format 5: a prioritized memory's growth of beta).
+tests/data/checkpoint_format_3_minatar/step-0000000200, a frame memory's (`FrameStackStorage`:
+one stream, its pending and next slots saved as scalars), is the step-200 checkpoint of `python
+d3qn_agent.py --env-name MinAtar/Breakout-v1 --memory-size 100 --total-steps 400
+--checkpoint-every 200 --learning-starts 100 --batch-size 16 --eval-every 400 --eval-episodes 1
+--seed 5` at commit bd022cb (format 3); no gradient step came before it (the first is due at
+step 256), so its optimizer holds zeros.
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
 with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
@@ -38,6 +44,15 @@ STEP = "step-0000000400"
 FLAGS = {"total_steps": 800, "learning_starts": 200, "memory_size": 500, "batch_size": 16,
          "hidden_units": (16, 16), "checkpoint_every": 400, "eval_every": 400,
          "eval_episodes": 2, "seed": 5}
+
+# A frame memory's checkpoint of format 3 (the module's docstring), and the flags it was made with.
+MINATAR = "checkpoint_format_3_minatar"
+MINATAR_FLAGS = {"env_name": "MinAtar/Breakout-v1", "total_steps": 400, "memory_size": 100,
+                 "checkpoint_every": 200, "learning_starts": 100, "batch_size": 16,
+                 "hidden_units": (256, 256), "eval_every": 400, "eval_episodes": 1, "seed": 5}
+RESUMED = [*(pytest.param(f"checkpoint_format_{version}/{STEP}", FLAGS, id=f"format-{version}")
+             for version in FORMATS),
+           pytest.param(f"{MINATAR}/step-0000000200", MINATAR_FLAGS, id=MINATAR)]
 
 
 def fixture(version: int) -> Path:
@@ -117,8 +132,9 @@ def assert_same_state(got: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_there_is_a_checkpoint_of_every_format_and_a_migration_from_each_older_one():
-    assert sorted(path.name for path in DATA.glob("checkpoint_format_*")) == [
-        f"checkpoint_format_{version}" for version in FORMATS]
+    # One of each format, and MINATAR, a frame memory's of format 3.
+    assert sorted(path.name for path in DATA.glob("checkpoint_format_*")) == sorted(
+        [*(f"checkpoint_format_{version}" for version in FORMATS), MINATAR])
     assert sorted(agent_checkpoint.MIGRATIONS) == list(FORMATS)[:-1]
 
 
@@ -138,23 +154,25 @@ def test_a_checkpoint_of_each_format_loads_to_exactly_the_state_its_files_hold(t
     assert_same_state(agent_state(agent), expected)
 
 
-@pytest.mark.parametrize("version", FORMATS)
-def test_a_checkpoint_of_each_format_resumes_as_the_newest_format_it_becomes(tmp_path, version):
+@pytest.mark.parametrize(("checkpoint", "flags"), RESUMED)
+def test_a_checkpoint_of_each_format_resumes_as_the_newest_format_it_becomes(tmp_path, checkpoint,
+                                                                            flags):
     # One run resumes from the fixture, writing it in the newest format first; another resumes
-    # from what it wrote. Both train the last 400 steps, and must end alike.
-    first = agent_in(tmp_path / "first")
-    first.begin(str(fixture(version)))
-    rewritten = shutil.copytree(first.save_checkpoint(), tmp_path / "rewritten" / STEP)
+    # from what it wrote. Both train to the end of the fixture's run, and must end alike.
+    first = agent_in(tmp_path / "first", **flags)
+    first.begin(str(DATA / checkpoint))
+    loaded = first.model.get_weights()
+    rewritten = shutil.copytree(first.save_checkpoint(),
+                                tmp_path / "rewritten" / Path(checkpoint).name)
     assert agent_checkpoint.read_state(rewritten)[0]["format"] == agent_checkpoint.FORMAT
     first.run()
-    second = agent_in(tmp_path / "second")
+    second = agent_in(tmp_path / "second", **flags)
     second.begin(str(rewritten))
     second.run()
-    assert first.step == second.step == 800
+    assert first.step == second.step == flags["total_steps"]
     assert_same_state(agent_state(second), agent_state(first))
     trained = agent_state(first)["online.weights.h5"]
-    assert any((weights != saved).any() for weights, saved in
-               zip(trained, keras_weights(fixture(version) / "online.weights.h5"), strict=True))
+    assert any((weights != saved).any() for weights, saved in zip(trained, loaded, strict=True))
 
 
 def test_a_new_field_is_one_migration_and_one_line_in_the_part_that_owns_it(tmp_path,

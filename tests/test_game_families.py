@@ -50,7 +50,7 @@ def test_a_game_is_in_at_most_one_family_and_vector_games_use_the_mlp():
                                                for game in other.game_presets}
         assert set(family.bfloat16_games) <= set(family.game_presets)
     assert games.torso("CartPole-v1") is None
-    assert isinstance(games.replay_storage("CartPole-v1", 10), TransitionStorage)
+    assert isinstance(games.storage_spec("CartPole-v1")(10), TransitionStorage)
 
 
 # --- a new family: one wrapper and one record --------------------------------------------------

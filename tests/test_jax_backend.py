@@ -14,11 +14,12 @@ from conftest import ROOT
 # Every suite that builds, trains, plays, saves or resumes an agent (apex.py is TensorFlow's).
 JAX_SUITES = ("test_agent.py", "test_greedy_policy.py", "test_checkpoint.py", "test_minatar.py",
               "test_atari_agent.py", "test_play.py", "test_settings.py",
-              "test_tensorboard_and_priorities.py", "test_n_envs.py", "test_checkpoint_format.py")
+              "test_tensorboard_and_priorities.py", "test_n_envs.py", "test_checkpoint_format.py",
+              "test_resume_checks.py", "test_replay_variants.py")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # ten suites whole, their slow tests included
+@pytest.mark.timeout(3600)  # twelve suites whole, their slow tests included
 def test_the_agent_suites_pass_on_the_jax_backend():
     pytest.importorskip("jax")
     result = subprocess.run(

@@ -17,7 +17,7 @@ from conftest import ROOT, command_line, small_flags
 import d3qn_agent
 from d3qn_agent import DQNAgent, DuelingCombine, OurModel, episode_seed, make_env
 from d3qn_utils import games, minatar_wrappers, settings
-from d3qn_utils.games import replay_storage, storage_spec, torso
+from d3qn_utils.games import storage_spec, torso
 from d3qn_utils.patch_conv import PatchConv2D
 from d3qn_utils.replay_storage import FrameStackStorage, TransitionStorage
 from PER import Memory
@@ -139,9 +139,9 @@ def test_single_frames_come_back_exactly_and_each_is_stored_once():
 
 
 def test_each_family_gets_its_storage_and_is_sized_by_it():
-    assert isinstance(replay_storage("CartPole-v1", 10), TransitionStorage)
-    assert replay_storage("PongNoFrameskip-v4", 10).stack_axis == -1
-    assert replay_storage(BREAKOUT, 10).stack_axis is None
+    assert isinstance(storage_spec("CartPole-v1")(10), TransitionStorage)
+    assert storage_spec("PongNoFrameskip-v4")(10).stack_axis == -1
+    assert storage_spec(BREAKOUT)(10).stack_axis is None
     # A MinAtar slot holds a whole (10, 10, 4) state (400 bytes), its action 8, reward 4 and two
     # flags: not one of 4 stacked frames (100 + 14), as an Atari stack of that shape would be.
     assert storage_spec(BREAKOUT).bytes_per_slot((10, 10, 4), np.uint8) == 414

@@ -92,6 +92,27 @@ def test_a_replay_of_open_episodes_names_the_env_step_the_run_took_and_ends_at_i
         poisoned.load_state_dict(state)
 
 
+def test_a_saved_episodes_started_not_past_every_open_episodes_number_is_refused_naming_it():
+    import gymnasium as gym
+
+    envs = Environments(gym.make(CARTPOLE), 3, lambda: gym.make(CARTPOLE),
+                        seed_of=lambda number: number)
+    envs.start_episodes()
+    envs.step([0, 1, 0])
+    state = envs.state_dict()
+    assert state["episodes_started"] == 3  # episodes 0, 1 and 2 open
+    for started in (2, 0):  # the next episode would be number 2 again, or 0
+        loaded = Environments(gym.make(CARTPOLE), 3, lambda: gym.make(CARTPOLE),
+                              seed_of=lambda number: number)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved episodes_started {started} is not more than the open episodes' numbers "
+                "[0, 1, 2]: the next episode would reuse one's seed")):
+            loaded.load_state_dict({**state, "episodes_started": started})
+        assert (loaded.episodes_started, loaded.numbers, loaded.steps_taken) == (
+            0, [None] * 3, 0)  # nothing taken
+    loaded.load_state_dict({**state, "episodes_started": 4})  # an episode may have started since
+
+
 # --- crossed: how often a schedule is due after a step of N environments -------------------
 
 
@@ -146,9 +167,9 @@ def test_every_period_n_envs_does_not_divide_fires_at_the_first_step_past_it(tmp
     numbered: list[int] = []  # the gradient steps as the reports number them
     note_replay = agent.report.priority_figure.note_replay
 
-    def noted(slots, size, step, last_gradient_step, beta, is_weights):
+    def noted(slots, held, step, last_gradient_step, beta, is_weights):
         numbered.extend(range(last_gradient_step - len(is_weights) + 1, last_gradient_step + 1))
-        note_replay(slots, size, step, last_gradient_step, beta, is_weights)
+        note_replay(slots, held, step, last_gradient_step, beta, is_weights)
 
     agent.report.priority_figure.note_replay = noted
     agent.run()

@@ -39,7 +39,7 @@ def test_replay_statistics_by_hand():
     for slot in (0, 1, 2):
         stats.note_store(slot)
     # Three transitions, the newest in slot 2 (age 0), the oldest in slot 0 (age 2).
-    stats.note_sample(np.array([2, 2, 0]), size=3)
+    stats.note_sample(np.array([2, 2, 0]), held=3)
     np.testing.assert_array_equal(stats.replay_counts, [1, 0, 2, 0])
     np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2])), [2, 1, 0])
     np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 0])  # ages 0 | 1-2 | 3-6
@@ -59,7 +59,7 @@ def test_replay_statistics_by_hand():
     assert stats.stores == 5
     np.testing.assert_array_equal(stats.replay_counts, [0, 0, 2, 0])
     np.testing.assert_array_equal(stats.ages(np.array([0, 1, 2, 3])), [0, 3, 2, 1])
-    stats.note_sample(np.array([1, 1]), size=4)  # age 3, memory of 4: ages 0 | 1-2 | 3
+    stats.note_sample(np.array([1, 1]), held=4)  # age 3, memory of 4: ages 0 | 1-2 | 3
     np.testing.assert_array_equal(stats.replays_by_age[:3], [2, 1, 2])
     np.testing.assert_array_equal(stats.exposure_by_age[:3], [2, 4, 1])
     np.testing.assert_allclose(stats.uniform_replays_by_age[:3], [1.5, 3.0, 0.5])

@@ -365,7 +365,12 @@ def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
         assert states_equal(snapshot(loaded), before)
     moved = arrays[pointer].copy()
     moved[full] = starts[full] + (moved[full] - starts[full] + 1) % sizes[full]
-    spec(CAPACITY, STREAMS).load_state_dict({**arrays, pointer: moved})  # a full stream's: any
+    moved_arrays = {**arrays, pointer: moved}
+    if frames:  # a stream's pending slot is the one before its next slot: it moves along
+        pending = arrays["pending_slot"].copy()
+        pending[full] = starts[full] + (moved[full] - starts[full] - 1) % sizes[full]
+        moved_arrays["pending_slot"] = pending
+    spec(CAPACITY, STREAMS).load_state_dict(moved_arrays)  # a full stream's: any
 
 
 @pytest.mark.parametrize("storage_name", STORAGES)
@@ -452,3 +457,104 @@ def test_a_reservoir_keeps_a_uniform_sample_of_each_stream_in_its_segment():
     np.testing.assert_array_equal(states[:, 0], np.repeat([0, 1, 2], 10))
     # A ring would keep each stream's last ten, 190..199; a uniform sample of 0..199 spreads.
     assert all(actions[10 * index:10 * index + 10].min() < 150 for index in range(3))
+
+
+@pytest.mark.parametrize("storage_name", ["frame stacks", "single frames"])
+def test_a_saved_pending_slot_other_than_the_one_before_its_next_slot_is_refused_naming_it(
+        storage_name):
+    # Stream 1's last next state's newest frame is in the slot before its next slot; another
+    # slot there (its own, or another stream's) would stack other frames onto its next state.
+    spec, _ = STORAGES[storage_name]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, True):
+        storage.add(transition, index)
+    arrays = save_and_load(storage.state_dict())
+    before_next = arrays["next_slot"] - 1  # no stream has wrapped to its start here
+    assert arrays["pending_slot"][1] == before_next[1]
+    for slot in (before_next[1] - 1, 0):  # its own earlier slot, stream 0's
+        wrong = arrays["pending_slot"].copy()
+        wrong[1] = slot
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved pending_slot={wrong} disagrees with next_slot={arrays['next_slot']}: "
+                f"stream 1's pending slot {slot} is neither -1 nor the slot before its next "
+                "slot")):
+            loaded.load_state_dict({**arrays, "pending_slot": wrong})
+        assert states_equal(snapshot(loaded), before)
+    no_pending = arrays["pending_slot"].copy()
+    no_pending[1] = -1  # its episode ended: the next add writes its state's frames anew
+    spec(CAPACITY, STREAMS).load_state_dict({**arrays, "pending_slot": no_pending})
+
+
+@pytest.mark.parametrize("name", ["holds_transition", "actions", "rewards", "dones"])
+def test_a_saved_slot_array_without_one_value_per_slot_is_refused_naming_it(name):
+    spec, _ = STORAGES["frame stacks"]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, True):
+        storage.add(transition, index)
+    arrays = save_and_load(storage.state_dict())
+    for wrong in (arrays[name][:-1], arrays[name][0]):  # a slot short; one value for all
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(
+                f"saved {name} has shape {wrong.shape}, expected ({CAPACITY},)")):
+            loaded.load_state_dict({**arrays, name: wrong})
+        assert states_equal(snapshot(loaded), before)
+
+
+@pytest.mark.parametrize("storage_name", STORAGES)
+def test_a_saved_positive_priority_over_a_slot_holding_nothing_is_refused_naming_tree_sums(
+        storage_name):
+    # After 5 steps stream 2 has written 2 of its 13 slots: the others hold nothing (nor do a
+    # frame ring's prefix and pending slots). A zero over a held slot loads: Ape-X's
+    # BlockMemory stores its context transitions at priority 0.
+    memory = filled("proportional", storage_name, steps=5)
+    arrays = save_and_load(memory.state_dict())
+    holds = memory.storage.holds(np.arange(CAPACITY))
+    empty, held = int(np.flatnonzero(~holds)[-1]), int(np.flatnonzero(holds)[0])
+    leaf = CAPACITY - 1  # slot 0's tree index
+    sums = arrays["tree.sums"].copy()
+    sums[leaf + empty] = 1.0
+    loaded = memory_of("proportional", storage_name, CAPACITY, STREAMS)
+    before = snapshot(loaded)
+    with pytest.raises(ValueError, match=re.escape(
+            f"saved tree.sums gives slots [{empty}] a positive priority, but they hold no "
+            "transition")):
+        loaded.load_state_dict({**arrays, "tree.sums": sums})
+    assert states_equal(snapshot(loaded), before)
+    sums = arrays["tree.sums"].copy()
+    sums[leaf + held] = 0.0
+    loaded.load_state_dict({**arrays, "tree.sums": sums})
+    assert loaded.tree.tree[leaf + held] == 0.0
+
+
+@pytest.mark.parametrize("storage_name", ["vectors", "frame stacks"])
+def test_a_saved_ranking_that_is_not_of_distinct_held_slots_keyed_by_their_errors_is_refused(
+        storage_name):
+    memory = filled("rank-based", storage_name, steps=5)
+    memory.batch_update(memory.storage.held_slots(),
+                        np.arange(len(memory.storage.held_slots()), dtype=np.float64))
+    arrays = save_and_load(memory.state_dict())
+    slots, keys = arrays["ranked_slots"], arrays["ranked_keys"]
+    empty = int(np.flatnonzero(~memory.storage.holds(np.arange(CAPACITY)))[-1])
+    twice = slots.copy()
+    twice[1] = twice[0]
+    unheld = slots.copy()
+    unheld[0] = empty
+    rekeyed = keys.copy()
+    rekeyed[0] -= 1.0
+    for wrong, message in (
+            ({"ranked_slots": twice}, "saved ranked_slots names a slot more than once"),
+            ({"ranked_slots": unheld},
+             f"saved ranked_slots ranks slots [{empty}], which hold no transition"),
+            ({"ranked_keys": rekeyed}, "saved ranked_keys are not the ranked slots' -abs_errors"),
+            ({"ranked_keys": keys[1:]}, f"saved ranked_slots ({slots.size},) and ranked_keys "
+                                        f"({slots.size - 1},) are not one key per ranked slot")):
+        loaded = memory_of("rank-based", storage_name, CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            loaded.load_state_dict({**arrays, **wrong})
+        assert states_equal(snapshot(loaded), before)
+    loaded.load_state_dict(arrays)
+    np.testing.assert_array_equal(loaded.ranked_slots, slots)

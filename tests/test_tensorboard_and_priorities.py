@@ -136,7 +136,7 @@ def test_priority_figure_inputs_by_hand():
         state = np.full(2, i, np.float32)
         stats.note_store(memory.store((state, 0, 0.0, state, False)))
     memory.batch_update(np.array([7, 8, 9, 10]), np.array([0.0, 0.0, 0.0, 0.99]))
-    stats.note_sample(np.array([3, 3]), size=4)  # the newest, twice
+    stats.note_sample(np.array([3, 3]), held=4)  # the newest, twice
     data = stats.data(memory)
     priorities = np.array([0.01, 0.01, 0.01, 1.0]) ** 0.6
     np.testing.assert_allclose(data["relative_probabilities"], 4 * priorities / priorities.sum())
