@@ -91,12 +91,18 @@ def screens_table(screens: list[Screen], digits: int, results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A row is set against the first (the chance its runs beat the first row's) only on the same
+# seeds, at least this many: a study still running shows no chance from the seeds done so far.
+MIN_RUNS_COMPARED = 3
+
+
 def defaults_screen_table(screens: list[Screen], results: Path) -> str:
     """Markdown: a row per screen of one game, the first the defaults and each other one of them
     changed: each seed's last-network score, the IQM of the last networks [95% CI] and their
     mean, the IQM of the last 100 training episodes [95% CI], the median steps to solve, and
-    P(a run of the defaults scores above a run of the row's) by both scores; with the runs'
-    command, machine and commit."""
+    P(a run of the defaults scores above a run of the row's) by both scores (on the first row's
+    seeds, MIN_RUNS_COMPARED of them or more; else n/a, saying why); with the runs' command,
+    machine and commit."""
     rows = []
     for screen in screens:
         variants = study.load_results(f"{screen.folder}/{screen.study}", results).get(screen.game)
@@ -117,7 +123,12 @@ def defaults_screen_table(screens: list[Screen], results: Path) -> str:
         median = float(np.median([np.inf if run["steps_to_solve"] is None
                                   else run["steps_to_solve"] for run in runs]))
         budget = runs[0]["settings"]["total_steps"]
-        improvements = ["n/a" if index == 0 else study.format_interval(
+        seeds, first_seeds = (sorted(run["seed"] for run in found) for found in (runs, rows[0][1]))
+        unmatched = (None if index == 0 else f"n/a (fewer than {MIN_RUNS_COMPARED} runs)"
+                     if min(len(seeds), len(first_seeds)) < MIN_RUNS_COMPARED
+                     else "n/a (other seeds than the first row's)" if seeds != first_seeds
+                     else None)
+        improvements = ["n/a" if index == 0 else unmatched or study.format_interval(
             *study.improvement_interval(defaults[name], measures[name]), 2) for name in scores]
         cells = [screen.setting, f"`{screen.study}`", ", ".join(str(run["seed"]) for run in runs),
                  ", ".join(f"{score:.1f}" for score in measures["last"]),

@@ -142,6 +142,16 @@ def test_a_defaults_screen_sets_each_change_against_the_defaults_on_its_seeds(tm
     header, rule, *rows = table.splitlines()
     assert rule == "|---" * len(header.split(" | ")) + "|" and len(rows) == 3
     assert rows.pop().split(" | ")[7] == "n/a (no solved score)"
+    # A row set against the first on other seeds, or on fewer than MIN_RUNS_COMPARED, shows no
+    # chance: a study still running.
+    for seeds, said in (((10, 11), "fewer than 3 runs"), ((10, 11, 13), "other seeds")):
+        for seed in seeds:
+            write_screen_run(tmp_path, seed, 20.0, f"partial{len(seeds)}{seeds[-1]}")
+        partial = render_docs.defaults_screen_table(
+            [render_docs.Screen("defaults", "Game-v0", "**none: the defaults**"),
+             render_docs.Screen(f"partial{len(seeds)}{seeds[-1]}", "Game-v0", "`--x`")],
+            tmp_path).splitlines()[-1].split(" | ")
+        assert said in partial[8] and said in partial[9], partial
     header_cells = header.removeprefix("| ").removesuffix(" |").split(" | ")
     assert header_cells[8:10] == ["P(defaults run beats this run): last networks",
                                   "last 100 training episodes"]
