@@ -591,7 +591,7 @@ class DQNAgent:
 
     # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
     # Keys a later checkpoint format adds to `state_dict`'s progress, each with the value that
-    # means what an older checkpoint did (none yet: d3qn_utils/agent_checkpoint.py).
+    # means what an older checkpoint did (empty: d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, Any]] = {}
 
     def state_dict(self) -> dict[str, Any]:
