@@ -278,13 +278,9 @@ class Memory(ReplayMemory):
         """
         tree_idx, abs_errors = check_indices(tree_idx, abs_errors, self.tree.leaves)
         priorities = self.leaf_priorities(abs_errors)
-        # len() counts the slots that hold a transition, so at capacity every slot holds one: a
-        # full vector memory. A frame memory never gets there (its last next state's frame, and
-        # Atari's older frames of a stack, sit in slots that hold none), so it always checks.
+        # A frame memory (Atari, MinAtar, Ape-X) can free a drawn slot before its update: its
+        # leaf stays 0 (`storage.holds`; a full vector memory skips this)
         if len(self.storage) < self.capacity:
-            # A frame slot freed since it was drawn (Ape-X's actors store while its learner
-            # trains; d3qn_agent.py stores nothing in between) holds no transition: its leaf goes
-            # to 0. A vector slot is replaced, never freed.
             priorities *= self.storage.holds(self.tree.slot(tree_idx))
         self.write_priorities(tree_idx, priorities)
 

@@ -2,8 +2,9 @@
 
 `python d3qn_agent.py` trains on CartPole-v1 (best network to `models/`, learning curve to
 `plots/`); `--test` plays the saved network. A flag edited below acts as the same flag on the
-command line (`--help`). Presets (d3qn_utils/settings.py: other games' values, rank-based PER's,
-TUTORIAL's) fill only the flags still at their shipped value; the command line always wins. The
+command line (`--help`). Presets (other games' values: d3qn_utils/games.py; rank-based PER's and
+TUTORIAL's: d3qn_utils/settings.py, which applies them all) fill only the flags still at their
+shipped value; the command line always wins. The
 pylessons tutorial "D3QN Agent with Prioritized Experience Replay" reads alongside: its names, in
 its order (README: Reading along).
 The replay memories come from PER.py and rank_based.py; what the tutorial lacks (flags and presets,
@@ -57,7 +58,7 @@ from rank_based import RankBasedMemory
 # ---- Hyperparameters -----------------------------------------------------------------------------
 # Each is also a command-line flag (ENV_NAME -> --env-name; USE_PER -> --per/--no-per,
 # PER_RANK_BASED -> --rank-based); an edit here (a value other than the shipped one) wins over the
-# presets for other games (d3qn_utils/settings.py), as the command line does.
+# presets for other games (d3qn_utils/games.py), as the command line does.
 ENV_NAME = "CartPole-v1"  # gymnasium id; Atari ("ALE/Pong-v5"), MinAtar ("MinAtar/Breakout-v1")
 TUTORIAL = False  # True: the tutorial's value for each flag it has one for, if still as shipped
 TOTAL_STEPS = 50_000  # training budget in environment steps (the tutorial counted 1000 episodes)
@@ -83,7 +84,7 @@ OPTIMIZER = "adam"  # or "rmsprop", the tutorial's (rho 0.95, epsilon 0.01)
 LOSS = "huber"  # of each TD error: Huber, or "mse", the tutorial's squared error
 LEARNING_RATE = 1e-3  # the optimizer's step size
 ADAM_EPSILON = 1e-7  # Adam's epsilon: a floor under its per-weight step scaling (Keras' default)
-LR_DECAY = True  # anneal the step size linearly to 0 over the run's gradient steps
+LR_DECAY = True  # anneal the step size linearly from LEARNING_RATE to near 0 by the last step
 GRAD_CLIP = 10.0  # clip the gradient's global norm to this value
 LEARNING_STARTS = 1_000  # environment steps collected before the first gradient step
 # replay() runs once every TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL env steps and takes
@@ -109,8 +110,9 @@ EVAL_EVERY = 1_000  # environment steps between greedy evaluations (they pick th
 EVAL_EPISODES = 20  # greedy episodes per evaluation, run side by side
 TEST_EPISODES = 10  # greedy episodes played by --test
 SEED = 0  # seeds Python, NumPy, TensorFlow, the environments and the replay memory
-# A stop (Ctrl-C, SIGTERM, a NaN) writes a checkpoint for --resume whatever this is; with a period
-# the run's end writes one too.
+# A stop (Ctrl-C, SIGTERM, a NaN loss, reward or observation, caught before it reaches the
+# weights or the memory) writes a checkpoint for --resume whatever this is; NaN already in the
+# weights writes none (docs/reference.md, Stops). With a period the run's end writes one too.
 CHECKPOINT_EVERY = 0  # env steps between checkpoints; 0: none on a schedule (a stop writes one)
 MODEL_DIR = "models"  # where the .keras files and the checkpoints go
 PLOT_DIR = "plots"  # where the learning curve and the priority figure go
@@ -215,8 +217,10 @@ def weighted_loss(model: Any, target_model: Any, batch: Batches, double: bool, l
 
 # ---- Seeds ---------------------------------------------------------------------------------------
 def episode_seed(seed: int, *indices: int) -> int:
-    """A reset seed for one episode (indices: 0 training, 1 evaluation, 2 test, then its number),
-    so it replays from its seed alone (SeedSequence: nearby seeds share no episodes)."""
+    """A reset seed for one episode (indices: 0 and the episode's number for training; 1, the
+    evaluation's number and the episode's place in it for evaluations; 2 and the episode's number
+    for --test), so it replays from its seed alone (SeedSequence: nearby seeds share no
+    episodes)."""
     return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
 
 
@@ -243,12 +247,10 @@ class DQNAgent:
         # The replay memory the flags pick from REPLAY_MEMORIES: all have the tutorial's interface.
         memory_class = REPLAY_MEMORIES[replay_variant(config.use_per, config.per_rank_based)]
         storage = storage_spec(config.env_name)  # the game's storage, sized before it is made
-        # The memory's, the batch's and the networks' sizes, refused before anything is allocated
+        # The memory's, the batch's and the networks' sizes (with the priority figure's counters
+        # per slot), refused before anything is allocated
         check_run_fits(config, memory_class, storage, self.state_shape, self.state_dtype,
-                       self.action_size,
-                       # bytes per slot the priority figure's counters add (reporting.py),
-                       # counted with the memory's
-                       TrainingReport.BYTES_PER_SLOT)
+                       self.action_size, TrainingReport.BYTES_PER_SLOT)
         replay_options = dict(
             storage=storage(config.memory_size, streams=config.n_envs),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
@@ -295,6 +297,8 @@ class DQNAgent:
         self.Priority_plot_name = os.path.join(config.plot_dir, self.name + "_priorities.png")
         self.checkpoint_root = settings.checkpoint_root(vars(config), REPLAY_MEMORIES)
         self.training_run = run_files.new_run(self.checkpoint_root)  # or the one `resume` finds
+        # The priority figure, plots/<name>_priorities.png: how often transitions are replayed by
+        # age, N·P(i), beta and the IS weights (d3qn_utils/priority_figure.py)
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),
             prioritized=memory_class.PRIORITIZED, ring=memory_class.WRITES_RING,
@@ -430,8 +434,9 @@ class DQNAgent:
     def run(self) -> None:
         """Train until the N_ENVS environments have taken TOTAL_STEPS steps between them, printing
         one line per episode. Greedy evaluations every EVAL_EVERY steps pick the network saved to
-        `Model_name`; Ctrl-C, SIGTERM and NaN stop with a checkpoint to --resume from
-        (training_session.py)."""
+        `Model_name`; Ctrl-C, SIGTERM and a NaN caught before the weights stop with a checkpoint
+        to --resume from (training_session.py; NaN already in the weights: docs/reference.md,
+        Stops)."""
         config = self.config
         if self.training_run.lock is None:
             self.begin()  # as main() does: no second run may write this run's files
@@ -440,7 +445,7 @@ class DQNAgent:
               self.report,  # closes TensorBoard's writer at the end
               # NaN or inf from training or the environment: checkpoint the last good state, stop
               training_session.saved_on(NonFiniteError, self.save_checkpoint)):
-            self.start_episode()  # the first episodes (a resumed run goes on with its open ones)
+            self.start_episodes()  # the first episodes (a resumed run goes on with its open ones)
             self.report.start(self.step, self.settings_notes)
             self.redo_evaluation_cut_short(stop)  # a resumed run: the evaluation a stop cut short
             replay_period = config.train_frequency * config.gradient_steps_per_call  # env steps
@@ -471,7 +476,7 @@ class DQNAgent:
                     self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
                 # Reset now (the tutorial: at its next episode's top); replay() reads no environment
                 if ended:
-                    self.start_episode()
+                    self.start_episodes()
                 # A schedule is due once per multiple of its period the step passed (`crossed`).
                 # With N_ENVS = 1: replay() once whenever self.step is a multiple of
                 # TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL and at least LEARNING_STARTS (the
@@ -553,7 +558,8 @@ class DQNAgent:
         return play_greedy(self._eval_envs[:episodes], self.greedy_actions, seeds, stop)
 
     def evaluate_and_keep_best(self, stop: StopRequest | None = None) -> bool:
-        """Greedy evaluation; save the model when it is the best so far; note when solved.
+        """Greedy evaluation; save the model when its mean is at least the best so far (a tie
+        keeps the later network); note when solved.
         False, nothing recorded, if `stop` was requested before it ended."""
         start = time.perf_counter()
         returns = self.evaluate(self.config.eval_episodes, len(self.evaluations), stop)
@@ -578,14 +584,14 @@ class DQNAgent:
         if crossed(self.step - config.n_envs, self.step, config.eval_every) and self.unevaluated():
             self.evaluate_and_keep_best(stop)
 
-    def start_episode(self) -> None:
+    def start_episodes(self) -> None:
         """Reset each environment whose episode ended (at first, all) with its next episode's
         own seed, numbered in the order episodes start; clear their records."""
         self.envs.start_episodes()
 
     # ---- Checkpoints: the agent gives its state out and takes it back (agent_checkpoint.py) ---
     # Keys a later checkpoint format adds to `state_dict`'s progress, each with the value that
-    # means what an older checkpoint did (none yet: d3qn_utils/agent_checkpoint.py).
+    # means what an older checkpoint did (empty: d3qn_utils/agent_checkpoint.py).
     ADDED_KEYS: ClassVar[dict[str, Any]] = {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ saving the last network (`agent.save`), drawing the plots (`agent.report.draw`) 
 line (`agent.report.finish`). The benchmark only wraps stopwatches around the methods the loop
 calls, as instance attributes: `agent.act`, `agent.envs.step` (every environment's step;
 an older commit's `agent.env.step`), `agent.remember`,
-`agent.start_episode` (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three
+`agent.start_episodes` (env.reset), `agent.PlotModel`, `agent.update_target_model`, and the three
 calls inside `agent.replay`, `agent.MEMORY.sample`, `agent.learn` and `agent.MEMORY.batch_update`.
 These are the agent's internals; "other" (the table's "the rest") is what is left (the
 per-episode print line and `run`'s first line, which go to a buffer here, the loop itself, and
@@ -104,7 +104,7 @@ MEASURED = "measured: json "  # the last line of a --before subprocess, before w
 # The measured parts of one agent step, in the order the loop runs them.
 PARTS = {
     "env step": "agent.envs.step: every environment's step",
-    "env reset": "agent.start_episode: env.reset at an episode's end",
+    "env reset": "agent.start_episodes: env.reset at an episode's end",
     "act": "agent.act: epsilon-greedy, one forward pass",
     "store": "agent.remember: Memory.store into the frame store",
     "sample": "Memory.sample: draw a batch, rebuild its frame stacks",
@@ -204,7 +204,7 @@ def instrument(agent: Any) -> Stopwatches:
     for holder, method, part in (
         # every environment's step (an older commit's agent steps its one `env`)
         (agent.envs if hasattr(agent, "envs") else agent.env, "step", "env step"),
-        (agent, "start_episode", "env reset"),
+        (agent, "start_episodes", "env reset"),
         (agent, "act", "act"),
         (agent, "remember", "store"),
         (agent.MEMORY, "sample", "sample"),

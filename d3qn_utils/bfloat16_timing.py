@@ -1,6 +1,7 @@
 """Whether an image torso's convolutions compute in bfloat16 on this CPU (the Pong preset's
 BFLOAT16): chosen by timing the game's gradient step in both precisions, since bfloat16 units do
-not make every CPU faster (on some with AVX512_BF16 and no AMX, Pong is slower in bfloat16).
+not promise a faster step on every CPU (whether bfloat16 pays depends on the CPU's units and the
+kernels TensorFlow picks for them).
 
 The timing (each precision compiled, then ROUNDS alternating rounds) runs at a run's start and
 is kept in a small JSON file in the user's cache directory

@@ -83,7 +83,14 @@ class ReplayStorage(Protocol):
         ascending, by default): slot i itself for one stream."""
 
     def holds(self, slots: np.ndarray) -> np.ndarray:
-        """Whether each slot holds a transition (bool array). O(k)."""
+        """Whether each slot holds a transition (bool array). O(k).
+
+        len() counts the slots that hold a transition, so at capacity every slot holds one: a
+        full vector memory, whose rows are replaced, never freed. A frame memory never gets
+        there (its last next state's frame, and Atari's older frames of a stack, sit in slots
+        that hold none), and a frame slot drawn for a batch can be freed before its priorities
+        are updated (Ape-X's actors store while its learner trains; d3qn_agent.py stores nothing
+        in between): `batch_update` gives such a slot's leaf priority 0."""
 
     def held_slots(self) -> np.ndarray:
         """The slots that hold a transition, ascending. O(capacity)."""
@@ -312,11 +319,31 @@ def check_priorities_held(key: str, priorities: np.ndarray, holds: np.ndarray) -
                          "but they hold no transition")
 
 
+def check_held_slots_written(holds: np.ndarray, pending_slots: np.ndarray,
+                             written: np.ndarray, segments: Segments) -> None:
+    """ValueError naming holds_transition if a saved frame slot holding a transition (`holds`,
+    one per slot) lies beyond its stream's `written` count, whose frames were never saved, or
+    at a stream's pending slot (`pending_slots`, -1: none), whose frame the next add overwrites
+    without freeing a transition."""
+    slots = np.arange(len(holds))
+    streams = segments.stream_of(slots)
+    unwritten = np.flatnonzero(holds & (slots - segments.starts[streams] >= written[streams]))
+    if unwritten.size:
+        raise ValueError(f"saved holds_transition marks slots {unwritten[:10].tolist()} as "
+                         "holding a transition, but their streams never wrote them")
+    pending = pending_slots[pending_slots >= 0]
+    held_pending = pending[holds[pending]]
+    if held_pending.size:
+        raise ValueError(f"saved holds_transition marks pending slots {held_pending.tolist()} as "
+                         "holding a transition, but a pending slot holds only its stream's "
+                         "newest next-state frame")
+
+
 def check_ranking(ranked_slots: np.ndarray, ranked_keys: np.ndarray, abs_errors: np.ndarray,
                   holds: np.ndarray) -> None:
     """ValueError naming the key unless a saved rank-based ranking is of distinct slots that
-    hold a transition (`holds`, one per slot), keyed by their negated |TD errors| in
-    `abs_errors`."""
+    hold a transition (`holds`, one per slot), all of them, keyed by their negated |TD errors|
+    in `abs_errors`."""
     capacity = len(holds)
     if ranked_slots.ndim != 1 or ranked_keys.shape != ranked_slots.shape:
         raise ValueError(f"saved ranked_slots {ranked_slots.shape} and ranked_keys "
@@ -328,6 +355,11 @@ def check_ranking(ranked_slots: np.ndarray, ranked_keys: np.ndarray, abs_errors:
     empty = ranked_slots[~holds[ranked_slots]]
     if empty.size:
         raise ValueError(f"saved ranked_slots ranks slots {empty[:10].tolist()}, which hold no "
+                         "transition")
+    # A held slot left out would never be drawn again: nothing adds it back but a new error.
+    held = int(holds.sum())
+    if ranked_slots.size != held:
+        raise ValueError(f"saved ranked_slots ranks {ranked_slots.size} slots, but {held} hold a "
                          "transition")
     if not np.array_equal(ranked_keys, -abs_errors[ranked_slots]):
         raise ValueError("saved ranked_keys are not the ranked slots' -abs_errors")
@@ -691,8 +723,9 @@ class FrameStackStorage(StreamRings):
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what `state_dict` returned; the capacity, the stack axis and the streams must
-        match this storage's, each slot array have a value per slot and each pending slot be -1
-        or the slot before its stream's next (ValueError naming the key, nothing changed)."""
+        match this storage's, each slot array have a value per slot, each pending slot be -1
+        or the slot before its stream's next, and each slot holding a transition be written and
+        not pending (ValueError naming the key, nothing changed)."""
         require(arrays, ("capacity", "stack_axis", "state_shape", "streams", "next_slot",
                          "pending_slot", "written", "frames", *SLOT_ARRAYS),
                 "frame stack storage")
@@ -714,7 +747,7 @@ class FrameStackStorage(StreamRings):
         # A stream's pending slot holds the newest frame of its last next state: the slot
         # before its next one, or -1 (none, or its episode ended). Another would stack frames
         # of other slots, or of another stream, onto the next transition.
-        _, next_slots = self.segments.checked_state(arrays, "written", "next_slot")
+        stream_written, next_slots = self.segments.checked_state(arrays, "written", "next_slot")
         streams = np.arange(self.streams)
         stray = (pending_slots != -1) & (pending_slots
                                           != self.segments.shift(next_slots, -1, streams))
@@ -723,6 +756,8 @@ class FrameStackStorage(StreamRings):
             raise ValueError(f"saved pending_slot={stream_values(pending_slots)} disagrees with "
                              f"next_slot={stream_values(next_slots)}: stream {i}'s pending slot "
                              f"{pending_slots[i]} is neither -1 nor the slot before its next slot")
+        check_held_slots_written(slot_arrays["holds_transition"], pending_slots, stream_written,
+                                 self.segments)
         self.segments.load_state_dict(arrays, "written", "next_slot")
         self.frames, self.state_shape, self._pending_stacks = None, None, None
         if shape:

@@ -634,14 +634,14 @@ def test_a_stop_as_the_first_episodes_start_stops_the_run_at_step_0_with_a_check
         tmp_path, capsys, monkeypatch):
     import d3qn_agent
 
-    start_episode = d3qn_agent.DQNAgent.start_episode
+    start_episodes = d3qn_agent.DQNAgent.start_episodes
 
     def then_sigterm(agent):  # the run's first call, before the settings line
         if agent.step == 0:
             os.kill(os.getpid(), signal.SIGTERM)
-        start_episode(agent)
+        start_episodes(agent)
 
-    monkeypatch.setattr(d3qn_agent.DQNAgent, "start_episode", then_sigterm)
+    monkeypatch.setattr(d3qn_agent.DQNAgent, "start_episodes", then_sigterm)
     code, out, err = run_main(tmp_path, capsys, "--total-steps", "300")
     assert code == 0, err
     [saved] = checkpoints(tmp_path)

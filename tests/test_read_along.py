@@ -87,7 +87,7 @@ def function_source(path: Path, name: str) -> str:
 
 def test_run_shows_where_the_first_episode_starts():
     run = function_source(ROOT / "d3qn_agent.py", "run")
-    assert run.index("self.start_episode()") < run.index("self.report.start")
+    assert run.index("self.start_episodes()") < run.index("self.report.start")
 
 
 def test_no_helper_takes_the_agent():

@@ -370,6 +370,9 @@ def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
         pending = arrays["pending_slot"].copy()
         pending[full] = starts[full] + (moved[full] - starts[full] - 1) % sizes[full]
         moved_arrays["pending_slot"] = pending
+        holds = arrays["holds_transition"].copy()
+        holds[pending[full]] = False  # and holds its next state's frame, not a transition
+        moved_arrays["holds_transition"] = holds
     spec(CAPACITY, STREAMS).load_state_dict(moved_arrays)  # a full stream's: any
 
 
@@ -487,6 +490,34 @@ def test_a_saved_pending_slot_other_than_the_one_before_its_next_slot_is_refused
     spec(CAPACITY, STREAMS).load_state_dict({**arrays, "pending_slot": no_pending})
 
 
+@pytest.mark.parametrize("storage_name", ["frame stacks", "single frames"])
+def test_a_saved_held_slot_unwritten_or_pending_is_refused_naming_holds_transition(storage_name):
+    # An unwritten slot has no saved frames to stack; a pending slot's frame is overwritten by
+    # its stream's next add, which would not free the transition marked there.
+    spec, _ = STORAGES[storage_name]
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, True):
+        storage.add(transition, index)
+    arrays = save_and_load(storage.state_dict())
+    unwritten = 25 + int(arrays["written"][2])  # stream 2's first slot never written
+    pending = int(arrays["pending_slot"][1])
+    assert unwritten < CAPACITY and pending >= 0
+    for slot, message in (
+            (unwritten, f"saved holds_transition marks slots [{unwritten}] as holding a "
+                        "transition, but their streams never wrote them"),
+            (pending, f"saved holds_transition marks pending slots [{pending}] as holding a "
+                      "transition, but a pending slot holds only its stream's newest next-state "
+                      "frame")):
+        holds = arrays["holds_transition"].copy()
+        holds[slot] = True
+        loaded = spec(CAPACITY, STREAMS)
+        before = snapshot(loaded)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            loaded.load_state_dict({**arrays, "holds_transition": holds})
+        assert states_equal(snapshot(loaded), before)
+    spec(CAPACITY, STREAMS).load_state_dict(arrays)
+
+
 @pytest.mark.parametrize("name", ["holds_transition", "actions", "rewards", "dones"])
 def test_a_saved_slot_array_without_one_value_per_slot_is_refused_naming_it(name):
     spec, _ = STORAGES["frame stacks"]
@@ -558,3 +589,19 @@ def test_a_saved_ranking_that_is_not_of_distinct_held_slots_keyed_by_their_error
         assert states_equal(snapshot(loaded), before)
     loaded.load_state_dict(arrays)
     np.testing.assert_array_equal(loaded.ranked_slots, slots)
+
+
+@pytest.mark.parametrize("storage_name", ["vectors", "frame stacks"])
+def test_a_saved_ranking_that_leaves_a_held_slot_out_is_refused(storage_name):
+    # Nothing ranks a left-out slot again but a new error: its transition would never be drawn.
+    memory = filled("rank-based", storage_name, steps=5)
+    arrays = save_and_load(memory.state_dict())
+    slots, keys = arrays["ranked_slots"], arrays["ranked_keys"]
+    assert slots.size == len(memory.storage.held_slots()) > 1
+    loaded = memory_of("rank-based", storage_name, CAPACITY, STREAMS)
+    before = snapshot(loaded)
+    with pytest.raises(ValueError, match=re.escape(
+            f"saved ranked_slots ranks {slots.size - 1} slots, but {slots.size} hold a "
+            "transition")):
+        loaded.load_state_dict({**arrays, "ranked_slots": slots[1:], "ranked_keys": keys[1:]})
+    assert states_equal(snapshot(loaded), before)
