@@ -204,7 +204,9 @@ def instrument(agent: Any) -> Stopwatches:
     for holder, method, part in (
         # every environment's step (an older commit's agent steps its one `env`)
         (agent.envs if hasattr(agent, "envs") else agent.env, "step", "env step"),
-        (agent, "start_episodes", "env reset"),
+        # the episodes' resets (an older commit's agent resets its one `env`: start_episode)
+        (agent, "start_episodes" if hasattr(agent, "start_episodes") else "start_episode",
+         "env reset"),
         (agent, "act", "act"),
         (agent, "remember", "store"),
         (agent.MEMORY, "sample", "sample"),
