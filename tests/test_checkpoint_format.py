@@ -15,6 +15,10 @@ d3qn_agent.py --env-name MinAtar/Breakout-v1 --memory-size 100 --total-steps 400
 --checkpoint-every 200 --learning-starts 100 --batch-size 16 --eval-every 400 --eval-episodes 1
 --seed 5` at commit bd022cb (format 3); no gradient step came before it (the first is due at
 step 256), so its optimizer holds zeros.
+tests/data/checkpoint_format_3_n_envs/step-0000000300, three environments' (N_ENVS 3: three
+streams, each episode open), is the step-300 checkpoint of `python d3qn_agent.py --n-envs 3
+--total-steps 600 --learning-starts 150 --memory-size 300 --batch-size 16 --hidden-units 16 16
+--checkpoint-every 300 --eval-every 300 --eval-episodes 1 --seed 5` at commit bd022cb (format 3).
 
 The networks a run reaches depend on the CPU's kernels: a run resumed from a fixture is compared
 with one resumed, on this machine, from the checkpoint the first wrote as soon as it had loaded.
@@ -50,9 +54,15 @@ MINATAR = "checkpoint_format_3_minatar"
 MINATAR_FLAGS = {"env_name": "MinAtar/Breakout-v1", "total_steps": 400, "memory_size": 100,
                  "checkpoint_every": 200, "learning_starts": 100, "batch_size": 16,
                  "hidden_units": (256, 256), "eval_every": 400, "eval_episodes": 1, "seed": 5}
+# Three environments' checkpoint of format 3 (the module's docstring), and its flags.
+N_ENVS_3 = "checkpoint_format_3_n_envs"
+N_ENVS_3_FLAGS = {"n_envs": 3, "total_steps": 600, "learning_starts": 150, "memory_size": 300,
+                  "batch_size": 16, "hidden_units": (16, 16), "checkpoint_every": 300,
+                  "eval_every": 300, "eval_episodes": 1, "seed": 5}
 RESUMED = [*(pytest.param(f"checkpoint_format_{version}/{STEP}", FLAGS, id=f"format-{version}")
              for version in FORMATS),
-           pytest.param(f"{MINATAR}/step-0000000200", MINATAR_FLAGS, id=MINATAR)]
+           pytest.param(f"{MINATAR}/step-0000000200", MINATAR_FLAGS, id=MINATAR),
+           pytest.param(f"{N_ENVS_3}/step-0000000300", N_ENVS_3_FLAGS, id=N_ENVS_3)]
 
 
 def fixture(version: int) -> Path:
@@ -132,9 +142,9 @@ def assert_same_state(got: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_there_is_a_checkpoint_of_every_format_and_a_migration_from_each_older_one():
-    # One of each format, and MINATAR, a frame memory's of format 3.
+    # One of each format; MINATAR, a frame memory's of format 3; N_ENVS_3, three streams'.
     assert sorted(path.name for path in DATA.glob("checkpoint_format_*")) == sorted(
-        [*(f"checkpoint_format_{version}" for version in FORMATS), MINATAR])
+        [*(f"checkpoint_format_{version}" for version in FORMATS), MINATAR, N_ENVS_3])
     assert sorted(agent_checkpoint.MIGRATIONS) == list(FORMATS)[:-1]
 
 
@@ -342,3 +352,17 @@ def test_format_3_s_memory_gets_the_episode_ends_format_3_s_code_inferred():
     expected = dones.copy()
     expected[first_end] = False
     np.testing.assert_array_equal(ends(reset_to_its_last_state), expected)
+
+
+def test_format_3_s_memory_of_three_environments_gets_the_ends_stream_by_stream():
+    # Every episode of these CartPole streams that ended terminated, and each stream's newest
+    # transition is its open episode's (that episode's observation, its digest, goes on from
+    # it): the ends are the dones, stream by stream. A stream told by another's digest would
+    # end its newest transition.
+    directory = DATA / N_ENVS_3 / "step-0000000300"
+    progress = json.loads((directory / "progress.json").read_text())
+    memory = read_arrays(directory / "memory.npz")
+    assert int(memory["storage.streams"]) == 3
+    assert all(episode["actions"] for episode in progress["progress"]["open_episodes"])
+    _, arrays = agent_checkpoint.MIGRATIONS[3](progress, {"memory": dict(memory)})
+    np.testing.assert_array_equal(arrays["memory"]["storage.episode_ends"], memory["storage.done"])
