@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -339,16 +340,33 @@ def test_each_streams_held_count_is_its_recount_after_adds_wraps_frees_and_a_loa
         assert loaded.held_per_stream().tolist() == recount(loaded)
 
 
+def saved_after_12_steps(spec: Any, frames: bool) -> dict[str, np.ndarray]:
+    """The saved state of a `spec` storage of CAPACITY slots in STREAMS streams after 12 vector
+    steps (stream 0 steps every time, so it wraps; stream 2 does not)."""
+    storage = spec(CAPACITY, STREAMS)
+    for _, index, transition, _ in vector_steps(12, frames):
+        storage.add(transition, index)
+    return save_and_load(storage.state_dict())
+
+
+def assert_load_refused(make: Any, arrays: dict[str, np.ndarray], message: str) -> Any:
+    """A new part from `make()` refuses `arrays` with a ValueError saying `message`, and is left
+    as it was; that part."""
+    loaded = make()
+    before = snapshot(loaded)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        loaded.load_state_dict(arrays)
+    assert states_equal(snapshot(loaded), before)
+    return loaded
+
+
 @pytest.mark.parametrize("storage_name", STORAGES)
 def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
     # A stream not full has written its slots from its start in order, so its next slot is
     # start + written; a full stream's may be any of its slots.
     spec, frames = STORAGES[storage_name]
-    storage = spec(CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(12, frames):
-        storage.add(transition, index)
     pointer = "next_slot" if frames else "write_pointer"
-    arrays = save_and_load(storage.state_dict())
+    arrays = saved_after_12_steps(spec, frames)
     starts, sizes = np.array([0, 12, 25]), np.array([12, 13, 13])
     full = arrays["written"] == sizes
     assert full[0] and not full[2]  # stream 0 (every step) wrapped, stream 2 did not
@@ -356,13 +374,10 @@ def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
     for stream in np.flatnonzero(~full):
         wrong = arrays[pointer].copy()
         wrong[stream] += 1
-        loaded = spec(CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(
-                f"saved {pointer}={wrong} disagrees with written={arrays['written']}: a stream "
-                f"not full writes next at its start {starts} + written")):
-            loaded.load_state_dict({**arrays, pointer: wrong})
-        assert states_equal(snapshot(loaded), before)
+        assert_load_refused(
+            lambda: spec(CAPACITY, STREAMS), {**arrays, pointer: wrong},
+            f"saved {pointer}={wrong} disagrees with written={arrays['written']}: a stream "
+            f"not full writes next at its start {starts} + written")
     moved = arrays[pointer].copy()
     moved[full] = starts[full] + (moved[full] - starts[full] + 1) % sizes[full]
     moved_arrays = {**arrays, pointer: moved}
@@ -380,22 +395,16 @@ def test_a_saved_next_slot_that_disagrees_with_written_is_refused(storage_name):
 def test_a_saved_next_slot_outside_its_streams_segment_is_refused_naming_it(storage_name):
     # Stream 0 (every step) wrapped: its next slot may be any of its slots 0..11, none other.
     spec, frames = STORAGES[storage_name]
-    storage = spec(CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(12, frames):
-        storage.add(transition, index)
     pointer = "next_slot" if frames else "write_pointer"
-    arrays = save_and_load(storage.state_dict())
+    arrays = saved_after_12_steps(spec, frames)
     assert arrays["written"][0] == 12
     for slot in (-1, 12, CAPACITY):  # before its segment, stream 1's first slot, past the ring
         wrong = arrays[pointer].copy()
         wrong[0] = slot
-        loaded = spec(CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(
-                f"saved {pointer}={wrong} lies outside its stream's segment: stream 0's next "
-                f"slot {slot} is not in its slots 0..11")):
-            loaded.load_state_dict({**arrays, pointer: wrong})
-        assert states_equal(snapshot(loaded), before)
+        assert_load_refused(
+            lambda: spec(CAPACITY, STREAMS), {**arrays, pointer: wrong},
+            f"saved {pointer}={wrong} lies outside its stream's segment: stream 0's next "
+            f"slot {slot} is not in its slots 0..11")
 
 
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
@@ -468,23 +477,16 @@ def test_a_saved_pending_slot_other_than_the_one_before_its_next_slot_is_refused
     # Stream 1's last next state's newest frame is in the slot before its next slot; another
     # slot there (its own, or another stream's) would stack other frames onto its next state.
     spec, _ = STORAGES[storage_name]
-    storage = spec(CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(12, True):
-        storage.add(transition, index)
-    arrays = save_and_load(storage.state_dict())
+    arrays = saved_after_12_steps(spec, True)
     before_next = arrays["next_slot"] - 1  # no stream has wrapped to its start here
     assert arrays["pending_slot"][1] == before_next[1]
     for slot in (before_next[1] - 1, 0):  # its own earlier slot, stream 0's
         wrong = arrays["pending_slot"].copy()
         wrong[1] = slot
-        loaded = spec(CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(
-                f"saved pending_slot={wrong} disagrees with next_slot={arrays['next_slot']}: "
-                f"stream 1's pending slot {slot} is neither -1 nor the slot before its next "
-                "slot")):
-            loaded.load_state_dict({**arrays, "pending_slot": wrong})
-        assert states_equal(snapshot(loaded), before)
+        assert_load_refused(
+            lambda: spec(CAPACITY, STREAMS), {**arrays, "pending_slot": wrong},
+            f"saved pending_slot={wrong} disagrees with next_slot={arrays['next_slot']}: "
+            f"stream 1's pending slot {slot} is neither -1 nor the slot before its next slot")
     no_pending = arrays["pending_slot"].copy()
     no_pending[1] = -1  # its episode ended: the next add writes its state's frames anew
     spec(CAPACITY, STREAMS).load_state_dict({**arrays, "pending_slot": no_pending})
@@ -495,10 +497,7 @@ def test_a_saved_held_slot_unwritten_or_pending_is_refused_naming_holds_transiti
     # An unwritten slot has no saved frames to stack; a pending slot's frame is overwritten by
     # its stream's next add, which would not free the transition marked there.
     spec, _ = STORAGES[storage_name]
-    storage = spec(CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(12, True):
-        storage.add(transition, index)
-    arrays = save_and_load(storage.state_dict())
+    arrays = saved_after_12_steps(spec, True)
     unwritten = 25 + int(arrays["written"][2])  # stream 2's first slot never written
     pending = int(arrays["pending_slot"][1])
     assert unwritten < CAPACITY and pending >= 0
@@ -510,28 +509,18 @@ def test_a_saved_held_slot_unwritten_or_pending_is_refused_naming_holds_transiti
                       "frame")):
         holds = arrays["holds_transition"].copy()
         holds[slot] = True
-        loaded = spec(CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(message)):
-            loaded.load_state_dict({**arrays, "holds_transition": holds})
-        assert states_equal(snapshot(loaded), before)
+        assert_load_refused(lambda: spec(CAPACITY, STREAMS),
+                            {**arrays, "holds_transition": holds}, message)
     spec(CAPACITY, STREAMS).load_state_dict(arrays)
 
 
 @pytest.mark.parametrize("name", ["holds_transition", "actions", "rewards", "dones"])
 def test_a_saved_slot_array_without_one_value_per_slot_is_refused_naming_it(name):
     spec, _ = STORAGES["frame stacks"]
-    storage = spec(CAPACITY, STREAMS)
-    for _, index, transition, _ in vector_steps(12, True):
-        storage.add(transition, index)
-    arrays = save_and_load(storage.state_dict())
+    arrays = saved_after_12_steps(spec, True)
     for wrong in (arrays[name][:-1], arrays[name][0]):  # a slot short; one value for all
-        loaded = spec(CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(
-                f"saved {name} has shape {wrong.shape}, expected ({CAPACITY},)")):
-            loaded.load_state_dict({**arrays, name: wrong})
-        assert states_equal(snapshot(loaded), before)
+        assert_load_refused(lambda: spec(CAPACITY, STREAMS), {**arrays, name: wrong},
+                            f"saved {name} has shape {wrong.shape}, expected ({CAPACITY},)")
 
 
 @pytest.mark.parametrize("storage_name", STORAGES)
@@ -547,13 +536,10 @@ def test_a_saved_positive_priority_over_a_slot_holding_nothing_is_refused_naming
     leaf = CAPACITY - 1  # slot 0's tree index
     sums = arrays["tree.sums"].copy()
     sums[leaf + empty] = 1.0
-    loaded = memory_of("proportional", storage_name, CAPACITY, STREAMS)
-    before = snapshot(loaded)
-    with pytest.raises(ValueError, match=re.escape(
-            f"saved tree.sums gives slots [{empty}] a positive priority, but they hold no "
-            "transition")):
-        loaded.load_state_dict({**arrays, "tree.sums": sums})
-    assert states_equal(snapshot(loaded), before)
+    loaded = assert_load_refused(
+        lambda: memory_of("proportional", storage_name, CAPACITY, STREAMS),
+        {**arrays, "tree.sums": sums},
+        f"saved tree.sums gives slots [{empty}] a positive priority, but they hold no transition")
     sums = arrays["tree.sums"].copy()
     sums[leaf + held] = 0.0
     loaded.load_state_dict({**arrays, "tree.sums": sums})
@@ -582,11 +568,9 @@ def test_a_saved_ranking_that_is_not_of_distinct_held_slots_keyed_by_their_error
             ({"ranked_keys": rekeyed}, "saved ranked_keys are not the ranked slots' -abs_errors"),
             ({"ranked_keys": keys[1:]}, f"saved ranked_slots ({slots.size},) and ranked_keys "
                                         f"({slots.size - 1},) are not one key per ranked slot")):
-        loaded = memory_of("rank-based", storage_name, CAPACITY, STREAMS)
-        before = snapshot(loaded)
-        with pytest.raises(ValueError, match=re.escape(message)):
-            loaded.load_state_dict({**arrays, **wrong})
-        assert states_equal(snapshot(loaded), before)
+        loaded = assert_load_refused(
+            lambda: memory_of("rank-based", storage_name, CAPACITY, STREAMS), {**arrays, **wrong},
+            message)
     loaded.load_state_dict(arrays)
     np.testing.assert_array_equal(loaded.ranked_slots, slots)
 
@@ -598,10 +582,7 @@ def test_a_saved_ranking_that_leaves_a_held_slot_out_is_refused(storage_name):
     arrays = save_and_load(memory.state_dict())
     slots, keys = arrays["ranked_slots"], arrays["ranked_keys"]
     assert slots.size == len(memory.storage.held_slots()) > 1
-    loaded = memory_of("rank-based", storage_name, CAPACITY, STREAMS)
-    before = snapshot(loaded)
-    with pytest.raises(ValueError, match=re.escape(
-            f"saved ranked_slots ranks {slots.size - 1} slots, but {slots.size} hold a "
-            "transition")):
-        loaded.load_state_dict({**arrays, "ranked_slots": slots[1:], "ranked_keys": keys[1:]})
-    assert states_equal(snapshot(loaded), before)
+    assert_load_refused(
+        lambda: memory_of("rank-based", storage_name, CAPACITY, STREAMS),
+        {**arrays, "ranked_slots": slots[1:], "ranked_keys": keys[1:]},
+        f"saved ranked_slots ranks {slots.size - 1} slots, but {slots.size} hold a transition")
