@@ -418,6 +418,66 @@ def n_envs_game(env_name: str, results: Path) -> str:
     return sentence + markdown_table(header, rows) + stamp_line(run, *facts)
 
 
+VECTOR_ENV_GAMES = ("PongNoFrameskip-v4", "MinAtar/Breakout-v1")
+
+
+def vector_envs_game(env_name: str, results: Path) -> str:
+    """One game's env steps per second of each way of stepping N environments, from
+    bench_vector_envs.py's newest file of it, and for Atari what its frame check found; or a
+    line naming the command where there is no file."""
+    game = GAMES.get(env_name, env_name)
+    newest = newest_matching(results, "bench_vector_envs", env_name=env_name)
+    if newest is None:
+        return (f"**{game}**: none at this commit; `python benchmarks/bench_vector_envs.py "
+                f"--env-name {env_name}` measures it.\n")
+    _, run = newest
+    found = run["results"]
+    speeds = found["env_steps_per_second"]
+    rows = [[kind, *(timing.shown(spread(by_n[str(n)]), rate) for n in found["n_envs"])]
+            for kind, by_n in speeds.items()]
+    header = ["stepper", *(f"N = {n}, env steps/s" for n in found["n_envs"])]
+    rounds = found["rounds"]
+    facts = [f"{rounds} alternating round{'s' if rounds > 1 else ''} of {found['steps']:,} env "
+             "steps per stepper and N, random actions, the environments alone",
+             load(run, cores=False)]
+    return f"**{game}**\n\n" + markdown_table(header, rows) + stamp_line(run, *facts) + (
+        frame_check(found["frames"]) if "frames" in found else "")
+
+
+def frame_check(frames: dict[str, Any]) -> str:
+    """bench_vector_envs.py's frame check in sentences: under which reset settings ale-py's
+    AtariVectorEnv gave gymnasium's AtariPreprocessing frames, and how each starts a stack."""
+    def reset(setting: dict[str, Any]) -> str:
+        noops = (f"up to {setting['noop_max']} random no-ops" if setting["noop_max"]
+                 else "no random no-ops")
+        return f"{noops} and {'FIRE' if setting['fire_on_reset'] else 'no FIRE'} on reset"
+
+    def outcome(setting: dict[str, Any]) -> str:
+        steps = setting["first_difference"]
+        if all(step is None for step in steps):
+            return f"equal to the last pixel at every step, from every seed ({reset(setting)})"
+        shown = ", ".join("none" if step is None else "the reset" if step < 0 else f"step {step}"
+                          for step in steps)
+        return f"first differing at {shown} ({reset(setting)})"
+
+    seeds = in_words([str(seed) for seed in frames["seeds"]])
+    sentences = [f"\nFrames, ale-py's AtariVectorEnv against gymnasium's AtariPreprocessing, "
+                 f"reset with the same seed ({seeds}) and stepped with the same "
+                 f"{frames['steps']} random actions, newest frame against newest frame: "
+                 + "; ".join(outcome(setting) for setting in frames["settings"]) + "."]
+    repeats = frames["agent_first_stack_repeats_first_frame"]
+    blank = frames["ale_first_stack_older_frames_blank"]
+    agent = "repeats its first frame" if repeats else "does not repeat its first frame"
+    sentences.append(f"An episode's first stack: the agent's {agent}; AtariVectorEnv's older "
+                     f"frames {'are blank (zeros)' if blank else 'are not blank'}.\n")
+    return " ".join(sentences)
+
+
+def vector_envs(results: Path) -> str:
+    """bench_vector_envs.py's speeds (and frame check), game after game."""
+    return "\n".join(vector_envs_game(env_name, results) for env_name in VECTOR_ENV_GAMES)
+
+
 def in_words(items: list[str]) -> str:
     """"a", "a and b", "a, b and c"."""
     return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))

@@ -284,6 +284,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "bench_vs_sb3_pong": partial(tables.bench_vs_sb3, "PongNoFrameskip-v4"),
     "bench_tensorboard": tables.bench_tensorboard,
     "n_envs_speed": tables.n_envs_speed,
+    "vector_envs": tables.vector_envs,
     "bench_replay_memory_bytes": tables.bench_replay_memory_bytes,
     "bench_checkpoint": tables.bench_checkpoint,
     "bench_apex_solved": tables.bench_apex_solved,

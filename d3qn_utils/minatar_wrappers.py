@@ -35,6 +35,14 @@ class BinaryFrame(gymnasium.ObservationWrapper):
         if not hasattr(game, "last_action"):  # MinAtar's own field: fail, not silently differ
             raise RuntimeError("this MinAtar has no Game.last_action to reset (minatar changed)")
         game.last_action = 0
+        seed = kwargs.pop("seed", None)
+        if seed is not None and game.random is game.env.random:
+            # The one generator minatar's `seed` made before, seeded again in place: the same
+            # stream as the new RandomState(seed) minatar makes, at a fraction of its cost
+            # (every episode starts with a seeded reset).
+            game.random.seed(seed)
+        elif seed is not None:
+            game.seed(seed)  # the first: one RandomState for the game and its sticky actions
         return super().reset(**kwargs)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:

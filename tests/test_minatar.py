@@ -55,6 +55,25 @@ def test_each_game_gives_uint8_frames_and_a_seed_repeats_its_episode(game):
     assert any(not np.array_equal(a, b) for a, b in zip(frames, play(8)[0], strict=False))
 
 
+@pytest.mark.parametrize("game", minatar_wrappers.GAMES)
+def test_a_seeded_reset_plays_the_episode_minatars_own_seeding_plays(game):
+    """`BinaryFrame` seeds the game's generator in place; minatar's `seed` makes a new one.
+    Episode after episode from other seeds, both give the same frames, rewards and ends."""
+    ours, theirs = make_env(f"MinAtar/{game}-v1"), make_env(f"MinAtar/{game}-v1")
+    rng = np.random.default_rng(3)
+    for seed in (5, 11, 5, 2**31 - 1):
+        theirs.unwrapped.game.seed(seed)  # minatar's: a new RandomState(seed)
+        frame, _ = ours.reset(seed=seed)
+        assert np.array_equal(frame, theirs.reset()[0])
+        for _ in range(100):
+            action = int(rng.integers(ours.action_space.n))
+            step, step_theirs = ours.step(action), theirs.step(action)
+            assert np.array_equal(step[0], step_theirs[0])
+            assert step[1:4] == step_theirs[1:4]
+            if step[2] or step[3]:
+                break
+
+
 def test_v0_has_all_six_actions_and_v1_the_minimal_set():
     with pytest.warns(DeprecationWarning, match="out of date"):  # gymnasium prefers -v1
         assert make_env("MinAtar/Breakout-v0").action_space.n == 6
