@@ -344,7 +344,7 @@ def flags_as_code(label: str) -> str:
 
 
 # bench_n_envs.py's columns, per env step: the parts of bench_atari.py's loop each one sums.
-N_ENVS_COLUMNS = {"environment": ("env step", "env reset"), "action": ("act",),
+N_ENVS_COLUMNS = {"environment": ("env step",), "reset": ("env reset",), "action": ("act",),
                   "store": ("store",), "draw + priorities": ("sample", "priorities"),
                   "learn": ("train",)}
 N_ENVS_GAMES = ("CartPole-v1", "MinAtar/Breakout-v1", "PongNoFrameskip-v4")

@@ -819,12 +819,15 @@ def test_the_many_environments_block_gives_each_n_s_parts_per_env_step_and_its_s
                         f"step, N = 8 over N = 1: 0.20{X} (ranges apart); env steps per second, "
                         f"N = 8 over N = 1: 1.41{X} (ranges apart).")
     assert lines[4:8] == [
-        "| N | env steps/s | environment, µs | action, µs | store, µs | draw + priorities, µs "
-        "| learn, µs | outside the gradient step, µs | SB3 DQN, env steps/s |", "|---" * 9 + "|",
-        f"| 1 | 3,030 (2,825{DASH}3,268) | 30 (24{DASH}36) | 50 (40{DASH}60) | 10 (8{DASH}12) "
-        f"| 20 (16{DASH}24) | 210 (210{DASH}210) | 120 (96{DASH}144) | 700 (650{DASH}720) |",
-        f"| 8 | 4,274 (4,188{DASH}4,363) | 6 (5{DASH}7) | 10 (8{DASH}12) | 2 (2{DASH}2) "
-        f"| 4 (3{DASH}5) | 210 (210{DASH}210) | 24 (19{DASH}29) | 950 (900{DASH}1,000) |"]
+        "| N | env steps/s | environment, µs | reset, µs | action, µs | store, µs "
+        "| draw + priorities, µs | learn, µs | outside the gradient step, µs "
+        "| SB3 DQN, env steps/s |", "|---" * 10 + "|",
+        f"| 1 | 3,030 (2,825{DASH}3,268) | 20 (16{DASH}24) | 10 (8{DASH}12) | 50 (40{DASH}60) "
+        f"| 10 (8{DASH}12) | 20 (16{DASH}24) | 210 (210{DASH}210) | 120 (96{DASH}144) "
+        f"| 700 (650{DASH}720) |",
+        f"| 8 | 4,274 (4,188{DASH}4,363) | 4 (3{DASH}5) | 2 (2{DASH}2) | 10 (8{DASH}12) "
+        f"| 2 (2{DASH}2) | 4 (3{DASH}5) | 210 (210{DASH}210) | 24 (19{DASH}29) "
+        f"| 950 (900{DASH}1,000) |"]
     assert lines[9] == (
         "3 alternating rounds of 1,000 timed env steps per N after 5,120 untimed; a gradient "
         f"step every 4 env steps, 64 per call, batch 32, memory 100,000; {LOAD}; "
