@@ -302,6 +302,7 @@ class DQNAgent:
         self.report = TrainingReport(  # the log lines, TensorBoard and the plots (reporting.py)
             config, self.Plot_name, self.Priority_plot_name, replay=memory_class.title(),
             prioritized=memory_class.PRIORITIZED, ring=memory_class.WRITES_RING,
+            streams=self.MEMORY.streams,
             tensorboard_dir=tensorboard_dir(config.tensorboard, self.name),
             image_states=image_torso is not None, warning=settings.no_training_warning(
                 self.first_gradient_step(), config.total_steps, config.learning_starts,

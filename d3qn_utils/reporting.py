@@ -148,13 +148,14 @@ class TrainingReport:
 
     def __init__(self, config: Namespace, plot_path: str, priority_plot_path: str, *, replay: str,
                  prioritized: bool, tensorboard_dir: str | None, image_states: bool,
-                 warning: str | None, ring: bool = True) -> None:
+                 warning: str | None, ring: bool = True, streams: int = 1) -> None:
         self.config, self.description = config, describe(config, replay)
         self.prioritized = prioritized  # the memory's PRIORITIZED: beta and IS weights to log
         self.plot_path, self.priority_plot_path = plot_path, priority_plot_path
         self.image_states, self.warning = image_states, warning
+        # The memory's streams (one per environment), laid out as its storage lays them out
         self.priority_figure = PriorityFigure(config.memory_size, config.batch_size, ring,
-                                              config.n_envs)  # a stream per environment
+                                              streams)
         self.tensorboard = TensorBoardWriter(tensorboard_dir) if tensorboard_dir else None
         self.evaluation_seconds = 0.0  # wall time spent in greedy evaluations by this process
         self.training_means = TrainingMeans()  # since TensorBoard's last training scalars

@@ -208,7 +208,12 @@ def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_s
         tmp_path, capsys):
     # CartPole cannot fail within 5 steps: every episode of each environment ends at its 5th.
     agent = small_agent(tmp_path, n_envs=3, total_steps=30, max_episode_steps=5,
-                        learning_starts=1_000, eval_every=1_000, eval_episodes=1)
+                        learning_starts=1_000, eval_every=1_000, eval_episodes=1,
+                        memory_size=100)  # streams of 33, 33 and 34 slots
+    # The priority figure ages each transition within its stream: the memory's streams.
+    segments, figure = agent.MEMORY.storage.segments, agent.report.priority_figure
+    assert (figure.starts.tolist(), figure.sizes.tolist()) == ([0, 33, 66], [33, 33, 34])
+    assert (segments.starts.tolist(), segments.sizes.tolist()) == ([0, 33, 66], [33, 33, 34])
     resets: list[tuple[int, int]] = []
     for i, env in enumerate(agent.envs.envs):
         reset = env.reset
