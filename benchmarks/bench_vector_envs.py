@@ -8,18 +8,21 @@ threads); and, for Atari, whether AtariVectorEnv's frames are the project's.
     python benchmarks/bench_vector_envs.py --n-envs 1 8 --steps 800 --rounds 1
 
 Every stepper steps the same game, made by the agent's `make_env` (AtariVectorEnv: its own
-preprocessing, at its defaults), N = 1, 2, 4 and 8 environments, uniformly random actions, an
-episode that ends reset as that stepper resets it (`Environments`: a seeded reset before its
-next step, as the agent's loop does; the vectors: their own autoreset). Each round times a window
-of `--steps` env steps of every stepper and N in turn, so a drift of the machine hits them all.
-Only the environments are timed: no network, no replay.
+preprocessing, at its defaults, which are v4 ids': no sticky actions), N = 1, 2, 4 and 8
+environments, with the same uniformly random actions, and every env step is a game's step: an
+episode that ends is reset on top, as that stepper resets it (`Environments`: with the next
+episode's own seed, before its next step, as the agent's loop does, which makes ale-py reload the
+game; the vectors: their autoreset in the same step, unseeded). Each round times a window of
+`--steps` env steps of every stepper and N in turn, so a drift of the machine hits them all,
+after an untimed window of each. Only the environments are timed: no network, no replay.
 
 Frames (Atari): for three seeds, gymnasium's `AtariPreprocessing` and AtariVectorEnv are reset
-with the same seed and stepped with the same actions for FRAME_STEPS steps, with the random
-no-ops on reset (30, both's default) or none, and FIRE pressed on reset (the agent's
-`FireOnReset`; AtariVectorEnv's `use_fire_reset`) or not; the results file holds the first step
-whose newest frames differ (none: equal to the last pixel), and how each starts an episode's
-stack. Rendered in docs/benchmarks.md ("Many environments, one memory").
+with the same seed and stepped with the same actions for up to FRAME_STEPS steps (to the first
+episode's end), with the random no-ops on reset (30, both's default) or none, and FIRE pressed on
+reset (the agent's `FireOnReset`; AtariVectorEnv's `use_fire_reset`) or not; the results file
+holds the first step (1, 2, ...; 0 the reset) whose newest frames differ (none: equal to the last
+pixel), and how each starts its first episode's stack. Rendered in docs/benchmarks.md ("How the
+environments are stepped").
 """
 
 from __future__ import annotations
@@ -78,8 +81,10 @@ def agent_environments(env_name: str, n: int) -> Stepper:
 
 
 def gymnasium_vector(vector_class: type, env_name: str, n: int) -> Stepper:
-    """gymnasium's SyncVectorEnv or AsyncVectorEnv of the agent's environments (autoreset)."""
-    envs = vector_class([functools.partial(games.make_env, env_name)] * n)
+    """gymnasium's SyncVectorEnv or AsyncVectorEnv of the agent's environments (autoreset in
+    the step that ends an episode)."""
+    envs = vector_class([functools.partial(games.make_env, env_name)] * n,
+                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=SEED)
     return Stepper(envs.step, envs.close)
 
@@ -90,10 +95,12 @@ def ale_game(env_name: str) -> str:
 
 
 def ale_vector(env_name: str, n: int) -> Stepper:
-    """ale-py's AtariVectorEnv of the game, at its defaults (its threads: one per core)."""
+    """ale-py's AtariVectorEnv of the game, at its defaults (`num_threads` 0: ale-py's choice),
+    autoreset in the step that ends an episode."""
     from ale_py.vector_env import AtariVectorEnv
 
-    envs = AtariVectorEnv(ale_game(env_name), n)
+    envs = AtariVectorEnv(ale_game(env_name), n,
+                          autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=SEED)
     return Stepper(envs.step, envs.close)
 
@@ -107,9 +114,9 @@ STEPPERS: dict[str, Callable[[str, int], Stepper]] = {
 
 
 def first_difference(env_name: str, seed: int, noop_max: int, fire: bool) -> int | None:
-    """The first of FRAME_STEPS random-action steps after a reset with `seed` whose newest frame
-    differs between gymnasium's `AtariPreprocessing` and AtariVectorEnv (-1: the reset's), or
-    None if every frame is equal."""
+    """The first of up to FRAME_STEPS random-action steps (1, 2, ...; 0: the reset) after a reset
+    with `seed` whose newest frame differs between gymnasium's `AtariPreprocessing` and
+    AtariVectorEnv, or None if every frame is equal to the first episode's end."""
     from ale_py.vector_env import AtariVectorEnv
 
     env: gym.Env = gym.wrappers.AtariPreprocessing(gym.make(env_name, frameskip=1),
@@ -121,13 +128,16 @@ def first_difference(env_name: str, seed: int, noop_max: int, fire: bool) -> int
     frames, _ = vector.reset(seed=seed)
     rng = np.random.default_rng(seed)
     try:
-        for step in range(-1, FRAME_STEPS):
-            if step >= 0:
-                action = int(rng.integers(env.action_space.n))
-                frame, *_ = env.step(action)
-                frames, *_ = vector.step(np.array([action]))
+        if not np.array_equal(frame, frames[0, -1]):
+            return 0
+        for step in range(1, FRAME_STEPS + 1):
+            action = int(rng.integers(env.action_space.n))
+            frame, _, terminated, truncated, _ = env.step(action)
+            frames, *_ = vector.step(np.array([action]))
             if not np.array_equal(frame, frames[0, -1]):
                 return step
+            if terminated or truncated:  # the vector would start another episode
+                return None
         return None
     finally:
         env.close()
@@ -136,29 +146,29 @@ def first_difference(env_name: str, seed: int, noop_max: int, fire: bool) -> int
 
 def compare_frames(env_name: str) -> dict[str, Any]:
     """`first_difference` for FRAME_SEEDS with and without no-ops and FIRE on reset, and how
-    each starts an episode's stack."""
+    each starts its first episode's stack."""
     settings = [{"noop_max": noop_max, "fire_on_reset": fire,
                  "first_difference": [first_difference(env_name, seed, noop_max, fire)
                                       for seed in FRAME_SEEDS]}
                 for noop_max in (0, 30) for fire in (False, True)]
     from ale_py.vector_env import AtariVectorEnv
 
-    ours, _ = games.make_env(env_name).reset(seed=SEED)
-    theirs, _ = AtariVectorEnv(ale_game(env_name), 1).reset(seed=SEED)
+    env, vector = games.make_env(env_name), AtariVectorEnv(ale_game(env_name), 1)
+    (ours, _), (theirs, _) = env.reset(seed=SEED), vector.reset(seed=SEED)
+    env.close()
+    vector.close()
     return {"seeds": list(FRAME_SEEDS), "steps": FRAME_STEPS, "settings": settings,
             "agent_first_stack_repeats_first_frame": all(
                 np.array_equal(ours[..., i], ours[..., -1]) for i in range(ours.shape[-1] - 1)),
             "ale_first_stack_older_frames_blank": bool(not theirs[0, :-1].any())}
 
 
-def time_window(stepper: Stepper, n: int, steps: int, rng: np.random.Generator,
-                actions: int) -> float:
-    """Env steps per second over `steps` env steps (steps / n vector steps)."""
-    batches = rng.integers(actions, size=(steps // n, n))
+def time_window(stepper: Stepper, n: int, batches: np.ndarray) -> float:
+    """Env steps per second over the vector steps of `batches`' actions, (steps / n, n)."""
     start = time.perf_counter()
     for batch in batches:
         stepper.step(batch)
-    return steps / (time.perf_counter() - start)
+    return batches.size / (time.perf_counter() - start)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -213,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     speeds: dict[str, dict[str, list[float]]] = {kind: {str(n): [] for n in sorted(args.n_envs)}
                                                  for kind in kinds}
     try:
-        for (_, n), stepper in steppers.items():  # untimed: first episodes, caches
-            time_window(stepper, n, lcm, rng, actions)
-        for round_number in range(args.rounds):
-            for (kind, n), stepper in steppers.items():
-                speeds[kind][str(n)].append(time_window(stepper, n, steps, rng, actions))
-            print(f"round {round_number + 1} done")
+        for round_number in range(-1, args.rounds):  # round -1: untimed (first episodes, caches)
+            for n in sorted(args.n_envs):
+                batches = rng.integers(actions, size=(steps // n, n))  # the same for each stepper
+                for kind in kinds:
+                    speed = time_window(steppers[kind, n], n, batches)
+                    if round_number >= 0:
+                        speeds[kind][str(n)].append(speed)
+            if round_number >= 0:
+                print(f"round {round_number + 1} done")
     finally:
         for stepper in steppers.values():
             stepper.close()

@@ -389,8 +389,9 @@ def n_envs_game(env_name: str, results: Path) -> str:
     sentence = (f"**{game}**: the gradient step takes {shares} of an env step at N = "
                 f"{in_words(list(figures))} (medians); the time {outside} per env step, "
                 f"{largest_over_smallest}: {timing.ratio(last[outside], first[outside])}; "
-                f"env steps per second, {largest_over_smallest}: "
-                f"{timing.ratio(last['env steps/s'], first['env steps/s'])}.\n\n")
+                f"env steps per second over N = {min(figures, key=int)}: " + "; ".join(
+                    f"N = {n}, {timing.ratio(figure['env steps/s'], first['env steps/s'])}"
+                    for n, figure in figures.items() if figure is not first) + ".\n\n")
     sb3 = found["sb3"] or {}
     columns = ["env steps/s", *N_ENVS_COLUMNS, outside]
     header = ["N", "env steps/s", *(f"{column}, µs" for column in columns[1:]),
@@ -456,20 +457,21 @@ def frame_check(frames: dict[str, Any]) -> str:
         steps = setting["first_difference"]
         if all(step is None for step in steps):
             return f"equal to the last pixel at every step, from every seed ({reset(setting)})"
-        shown = ", ".join("none" if step is None else "the reset" if step < 0 else f"step {step}"
+        shown = ", ".join("none" if step is None else "the reset" if step == 0 else f"step {step}"
                           for step in steps)
         return f"first differing at {shown} ({reset(setting)})"
 
     seeds = in_words([str(seed) for seed in frames["seeds"]])
     sentences = [f"\nFrames, ale-py's AtariVectorEnv against gymnasium's AtariPreprocessing, "
-                 f"reset with the same seed ({seeds}) and stepped with the same "
-                 f"{frames['steps']} random actions, newest frame against newest frame: "
+                 f"reset with the same seed ({seeds}) and stepped with the same random actions, "
+                 f"up to {frames['steps']} steps or the first episode's end, newest frame "
+                 "against newest frame: "
                  + "; ".join(outcome(setting) for setting in frames["settings"]) + "."]
     repeats = frames["agent_first_stack_repeats_first_frame"]
     blank = frames["ale_first_stack_older_frames_blank"]
     agent = "repeats its first frame" if repeats else "does not repeat its first frame"
-    sentences.append(f"An episode's first stack: the agent's {agent}; AtariVectorEnv's older "
-                     f"frames {'are blank (zeros)' if blank else 'are not blank'}.\n")
+    sentences.append(f"The first episode's first stack: the agent's {agent}; AtariVectorEnv's "
+                     f"older frames {'are blank (zeros)' if blank else 'are not blank'}.\n")
     return " ".join(sentences)
 
 

@@ -66,5 +66,5 @@ def test_ale_vector_frames_are_atari_preprocessings_only_without_random_resets()
     sentence = benchmark_tables.frame_check(frames)
     assert ("equal to the last pixel at every step, from every seed (no random no-ops and no "
             "FIRE on reset)") in sentence
-    assert sentence.endswith("An episode's first stack: the agent's repeats its first frame; "
-                             "AtariVectorEnv's older frames are blank (zeros).\n")
+    assert sentence.endswith("The first episode's first stack: the agent's repeats its first "
+                             "frame; AtariVectorEnv's older frames are blank (zeros).\n")

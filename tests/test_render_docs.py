@@ -816,8 +816,8 @@ def test_the_many_environments_block_gives_each_n_s_parts_per_env_step_and_its_s
                         "--env-name CartPole-v1` measures it.")
     assert lines[2] == ("**MinAtar Breakout**: the gradient step takes 64% and 90% of an env step "
                         "at N = 1 and 8 (medians); the time outside the gradient step per env "
-                        f"step, N = 8 over N = 1: 0.20{X} (ranges apart); env steps per second, "
-                        f"N = 8 over N = 1: 1.41{X} (ranges apart).")
+                        f"step, N = 8 over N = 1: 0.20{X} (ranges apart); env steps per second "
+                        f"over N = 1: N = 8, 1.41{X} (ranges apart).")
     assert lines[4:8] == [
         "| N | env steps/s | environment, µs | reset, µs | action, µs | store, µs "
         "| draw + priorities, µs | learn, µs | outside the gradient step, µs "
