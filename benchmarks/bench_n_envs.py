@@ -90,11 +90,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_n_envs(n_envs: list[int]) -> None:
+    """ValueError naming `--n-envs` unless its values are distinct positive integers."""
+    if min(n_envs) < 1 or len(set(n_envs)) != len(n_envs):
+        raise ValueError(f"--n-envs must be distinct positive integers, got "
+                         f"{' '.join(map(str, n_envs))}")
+
+
 def check(args: argparse.Namespace) -> None:
     """ValueError naming the first bad flag and its value."""
-    if min(args.n_envs) < 1 or len(set(args.n_envs)) != len(args.n_envs):
-        raise ValueError(f"--n-envs must be distinct positive integers, got "
-                         f"{' '.join(map(str, args.n_envs))}")
+    check_n_envs(args.n_envs)
     for name in ("steps", "sb3_threads"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 from atari_wrappers import FireOnReset, is_atari
 from benchmarks import provenance, timing
+from benchmarks.bench_n_envs import N_ENVS, check_n_envs
 from d3qn_utils import games
 from d3qn_utils.environments import Environments
 
 ENV_NAME = "PongNoFrameskip-v4"
-N_ENVS = (1, 2, 4, 8)
 # Timed env steps per window, by family: about 1 to 5 seconds a window on 2 cores.
 STEPS = {games.CLASSIC.name: 20_000, games.MINATAR.name: 20_000, games.ATARI.name: 1_600}
 SEED = 0
@@ -189,9 +189,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check(args: argparse.Namespace) -> int:
     """The game's number of actions; ValueError naming a bad flag's value."""
-    if min(args.n_envs) < 1 or len(set(args.n_envs)) != len(args.n_envs):
-        raise ValueError(f"--n-envs must be distinct positive integers, got "
-                         f"{' '.join(map(str, args.n_envs))}")
+    check_n_envs(args.n_envs)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be positive, got {args.steps}")
     env = games.make_env(args.env_name)  # an unknown id: ValueError naming it

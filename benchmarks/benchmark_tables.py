@@ -350,6 +350,12 @@ N_ENVS_COLUMNS = {"environment": ("env step",), "reset": ("env reset",), "action
 N_ENVS_GAMES = ("CartPole-v1", "MinAtar/Breakout-v1", "PongNoFrameskip-v4")
 
 
+def not_measured(script: str, env_name: str) -> str:
+    """A game's line in a block of `script`'s before it has measured the game."""
+    return (f"**{GAMES.get(env_name, env_name)}**: none at this commit; `python "
+            f"benchmarks/{script}.py --env-name {env_name}` measures it.\n")
+
+
 def n_envs_figures(measured: dict[str, Any]) -> dict[str, Spread]:
     """bench_n_envs.py's figures of one N over its rounds: "env steps/s", then µs per env step
     of each of N_ENVS_COLUMNS, "outside the gradient step" (all but learn) and "total"."""
@@ -376,8 +382,7 @@ def n_envs_game(env_name: str, results: Path) -> str:
     game = GAMES.get(env_name, env_name)
     newest = newest_matching(results, "bench_n_envs", env_name=env_name)
     if newest is None:
-        return (f"**{game}**: none at this commit; `python benchmarks/bench_n_envs.py "
-                f"--env-name {env_name}` measures it.\n")
+        return not_measured("bench_n_envs", env_name)
     _, run = newest
     found = run["results"]
     figures = {n: n_envs_figures(measured) for n, measured in found["ours"].items()}
@@ -426,11 +431,9 @@ def vector_envs_game(env_name: str, results: Path) -> str:
     """One game's env steps per second of each way of stepping N environments, from
     bench_vector_envs.py's newest file of it, and for Atari what its frame check found; or a
     line naming the command where there is no file."""
-    game = GAMES.get(env_name, env_name)
     newest = newest_matching(results, "bench_vector_envs", env_name=env_name)
     if newest is None:
-        return (f"**{game}**: none at this commit; `python benchmarks/bench_vector_envs.py "
-                f"--env-name {env_name}` measures it.\n")
+        return not_measured("bench_vector_envs", env_name)
     _, run = newest
     found = run["results"]
     speeds = found["env_steps_per_second"]
@@ -441,8 +444,9 @@ def vector_envs_game(env_name: str, results: Path) -> str:
     facts = [f"{rounds} alternating round{'s' if rounds > 1 else ''} of {found['steps']:,} env "
              "steps per stepper and N, random actions, the environments alone",
              load(run, cores=False)]
-    return f"**{game}**\n\n" + markdown_table(header, rows) + stamp_line(run, *facts) + (
-        frame_check(found["frames"]) if "frames" in found else "")
+    table = markdown_table(header, rows) + stamp_line(run, *facts)
+    frames = frame_check(found["frames"]) if "frames" in found else ""
+    return f"**{GAMES.get(env_name, env_name)}**\n\n{table}{frames}"
 
 
 def frame_check(frames: dict[str, Any]) -> str:
