@@ -56,13 +56,17 @@ def test_a_window_of_three_environments_is_timed_per_env_step(tmp_path):
     assert sum(part["seconds"][0] for part in parts.values()) <= wall
 
 
-@pytest.mark.parametrize("flags, said", [
+# Bad flags and the start of their one error line, here and in bench_vector_envs.py
+BAD_FLAGS = [
     (["--n-envs", "0", "2"], "error: --n-envs must be distinct positive integers, got 0 2"),
     (["--n-envs", "2", "2"], "error: --n-envs must be distinct positive integers, got 2 2"),
     (["--steps", "0"], "error: --steps must be positive, got 0"),
     (["--rounds", "0"], "error: --rounds must be at least 1, got 0"),
     (["--env-name", "NoSuchGame-v0"], "error: "),
-])
+]
+
+
+@pytest.mark.parametrize("flags, said", BAD_FLAGS)
 def test_a_bad_flag_is_one_error_line_before_any_timing(capsys, monkeypatch, flags, said):
     monkeypatch.setattr(bench_n_envs.provenance, "time_alone", lambda: pytest.fail("timed"))
     try:

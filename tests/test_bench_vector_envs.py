@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_bench_n_envs import BAD_FLAGS
 
 from benchmarks import bench_vector_envs, benchmark_tables
 
 
-@pytest.mark.parametrize("flags, said", [
-    (["--n-envs", "0", "2"], "error: --n-envs must be distinct positive integers, got 0 2"),
-    (["--n-envs", "2", "2"], "error: --n-envs must be distinct positive integers, got 2 2"),
-    (["--steps", "0"], "error: --steps must be positive, got 0"),
-    (["--rounds", "0"], "error: --rounds must be at least 1, got 0"),
-    (["--env-name", "NoSuchGame-v0"], "error: "),
-])
+@pytest.mark.parametrize("flags, said", BAD_FLAGS)
 def test_a_bad_flag_is_one_error_line_before_any_timing(capsys, monkeypatch, flags, said):
     monkeypatch.setattr(bench_vector_envs.provenance, "time_alone",
                         lambda: pytest.fail("timed"))
