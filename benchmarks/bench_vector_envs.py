@@ -34,10 +34,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from ale_py.vector_env import AtariVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
@@ -55,11 +56,11 @@ FRAME_SEEDS = (0, 1, 2)
 FRAME_STEPS = 300  # long enough for Pong's ball to be served and hit
 
 
-class Stepper:
+class Stepper(NamedTuple):
     """N environments of one kind: `step(actions)` one step of each; `close()`."""
 
-    def __init__(self, step: Callable[[np.ndarray], Any], close: Callable[[], Any]) -> None:
-        self.step, self.close = step, close
+    step: Callable[[np.ndarray], Any]
+    close: Callable[[], Any]
 
 
 def agent_environments(env_name: str, n: int) -> Stepper:
@@ -97,8 +98,6 @@ def ale_game(env_name: str) -> str:
 def ale_vector(env_name: str, n: int) -> Stepper:
     """ale-py's AtariVectorEnv of the game, at its defaults (`num_threads` 0: ale-py's choice),
     autoreset in the step that ends an episode."""
-    from ale_py.vector_env import AtariVectorEnv
-
     envs = AtariVectorEnv(ale_game(env_name), n,
                           autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=SEED)
@@ -117,8 +116,6 @@ def first_difference(env_name: str, seed: int, noop_max: int, fire: bool) -> int
     """The first of up to FRAME_STEPS random-action steps (1, 2, ...; 0: the reset) after a reset
     with `seed` whose newest frame differs between gymnasium's `AtariPreprocessing` and
     AtariVectorEnv, or None if every frame is equal to the first episode's end."""
-    from ale_py.vector_env import AtariVectorEnv
-
     env: gym.Env = gym.wrappers.AtariPreprocessing(gym.make(env_name, frameskip=1),
                                                    noop_max=noop_max)
     if fire:
@@ -151,8 +148,6 @@ def compare_frames(env_name: str) -> dict[str, Any]:
                  "first_difference": [first_difference(env_name, seed, noop_max, fire)
                                       for seed in FRAME_SEEDS]}
                 for noop_max in (0, 30) for fire in (False, True)]
-    from ale_py.vector_env import AtariVectorEnv
-
     env, vector = games.make_env(env_name), AtariVectorEnv(ale_game(env_name), 1)
     (ours, _), (theirs, _) = env.reset(seed=SEED), vector.reset(seed=SEED)
     env.close()
@@ -163,7 +158,7 @@ def compare_frames(env_name: str) -> dict[str, Any]:
             "ale_first_stack_older_frames_blank": bool(not theirs[0, :-1].any())}
 
 
-def time_window(stepper: Stepper, n: int, batches: np.ndarray) -> float:
+def time_window(stepper: Stepper, batches: np.ndarray) -> float:
     """Env steps per second over the vector steps of `batches`' actions, (steps / n, n)."""
     start = time.perf_counter()
     for batch in batches:
@@ -225,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in sorted(args.n_envs):
                 batches = rng.integers(actions, size=(steps // n, n))  # the same for each stepper
                 for kind in kinds:
-                    speed = time_window(steppers[kind, n], n, batches)
+                    speed = time_window(steppers[kind, n], batches)
                     if round_number >= 0:
                         speeds[kind][str(n)].append(speed)
             if round_number >= 0:
