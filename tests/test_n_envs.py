@@ -239,6 +239,44 @@ def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_s
             np.testing.assert_array_equal(transitions[k + 1][0], transitions[k][1])
 
 
+
+BREAKOUT = "MinAtar/Breakout-v1"
+
+
+@pytest.mark.parametrize("env_name", [CARTPOLE, BREAKOUT])
+def test_an_n_step_return_stops_where_its_environments_episode_was_cut(tmp_path, env_name):
+    # Every episode is cut by the time limit at its 5th step (CartPole cannot fail sooner, nor
+    # Breakout's ball reach the bottom): a 3-step return from an episode's last two transitions
+    # must stop there, not run on into the environment's next episode. With vector states
+    # (CartPole) nothing stored marks the cut: only run's `MEMORY.end_episode` does.
+    agent = small_agent(tmp_path, env_name, n_envs=3, total_steps=30, max_episode_steps=5,
+                        n_step=3, learning_starts=1_000, eval_every=1_000, eval_episodes=1,
+                        memory_size=150)  # streams of 50 slots: nothing overwritten
+    stored: list[tuple[int, int, tuple]] = []  # (slot, stream, transition), as stored
+    store = agent.MEMORY.store
+
+    def noted(experience: tuple, stream: int) -> int:
+        slot = store(experience, stream=stream)
+        stored.append((slot, stream, experience))
+        return slot
+
+    agent.MEMORY.store = noted
+    agent.run()
+    gamma = agent.config.gamma
+    for stream in range(3):
+        slots = np.array([slot for slot, of, _ in stored if of == stream])
+        transitions = [experience for _, of, experience in stored if of == stream]
+        assert len(transitions) == 10 and not any(done for *_, done in transitions)
+        _, _, returns, next_states, dones, discounts = agent.MEMORY.n_step_batch(slots)
+        for k in range(10):
+            steps = min(3, 5 - k % 5)  # no further than its episode's last transition
+            last = transitions[k + steps - 1]
+            np.testing.assert_array_equal(next_states[k], last[3])
+            assert discounts[k] == pytest.approx(gamma**steps)
+            assert returns[k] == pytest.approx(
+                sum(gamma**j * transitions[k + j][2] for j in range(steps)))
+            assert not dones[k]
+
 # --- resuming a run of several environments ------------------------------------------------
 
 # 120 steps of 3 environments: a checkpoint at the first step past 70 (72), mid-episodes (45
@@ -247,7 +285,6 @@ RESUMED_RUN = {"n_envs": 3, "total_steps": 120, "checkpoint_every": 70, "eval_ev
                "eval_episodes": 2, "max_episode_steps": 45, "memory_size": 300, "batch_size": 8,
                "learning_starts": 20, "train_frequency": 2, "gradient_steps_per_call": 2,
                "target_update": 10, "exploration_steps": 80, "hidden_units": (8,), "seed": 2}
-BREAKOUT = "MinAtar/Breakout-v1"
 LINE_STEP = re.compile(r"(?:episode: \d+, step: |evaluation at step )(\d+)")
 
 
