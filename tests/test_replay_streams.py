@@ -190,40 +190,64 @@ def test_the_priority_figure_counts_each_stream_as_a_memory_of_its_own(kind, sto
     assert figure.exposure_by_age[1:].sum() > 0  # ages above 0 were held
 
 
+def paper_probabilities(kind: str, errors: np.ndarray, alpha: float) -> np.ndarray:
+    """P(i) of transitions with |TD errors| `errors` by the paper's formulas, computed here (as
+    the notebook's sampling cells do), not by the memories: p_i = min(|delta_i| + 0.01, 1) for
+    proportional replay, 1 / rank(i) for rank-based (rank 1 the largest), P(i) = p_i^alpha /
+    sum_k p_k^alpha; 1 / N for the others (uniform, the reservoir)."""
+    if kind == "proportional":
+        weights = np.minimum(errors + 0.01, 1.0) ** alpha
+    elif kind == "rank-based":
+        ranks = np.empty(len(errors))
+        ranks[np.argsort(-errors, kind="stable")] = np.arange(1, len(errors) + 1)
+        weights = ranks**-alpha
+    else:
+        weights = np.ones(len(errors))
+    return weights / weights.sum()
+
+
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
 def test_sampling_follows_p_i_over_all_streams_at_once(kind, storage_name):
-    memory = memory_of(kind, storage_name, 24, STREAMS, rng=42)  # 8 slots a stream
-    frames = STORAGES[storage_name][1]
-    for index, count in enumerate([2, 3, 1]):
-        environment = Environment(index, frames)
-        environment.length = 9  # one episode
-        for _ in range(count):
-            memory.store(environment.step()[0], index)
+    # Six transitions in 3 streams filled unevenly (2, 3 and 1), their errors rising across the
+    # streams: each is drawn as often as the paper's P(i) over all six says, at the notebook's
+    # alphas (uniform, the agent's 0.6, fully proportional), its IS weight from the smallest
+    # P over every stream.
     errors_by_order = np.array([0.0, 0.05, 0.1, 0.2, 0.4, 0.8])
-    slots = memory.storage.held_slots()
-    assert [memory.storage.segments.stream_of(slot) for slot in slots.tolist()] == [
-        0, 0, 1, 1, 1, 2]
-    errors = np.zeros(24)
-    errors[slots] = errors_by_order
-    indices, _, _ = memory.sample(512)
-    memory.batch_update(indices, errors[memory.slots_of(indices)])
-    held, probabilities = memory.sampling_probabilities()
-    np.testing.assert_array_equal(np.sort(held), slots)
-    np.testing.assert_allclose(probabilities.sum(), 1.0)
-    p_of = np.zeros(24)
-    p_of[held] = probabilities
-    if MEMORIES[kind].PRIORITIZED:  # the errors order the slots across the streams
-        assert (np.diff(p_of[slots]) > 0).all()
-    counts = np.zeros(24)
-    for _ in range(1000):
-        indices, _, is_weights = memory.sample(64)
+    alphas = (0.0, 0.6, 1.0) if MEMORIES[kind].PRIORITIZED else (None,)
+    for alpha in alphas:
+        options = {} if alpha is None else {"alpha": alpha}
+        memory = memory_of(kind, storage_name, 24, STREAMS, rng=42, **options)  # 8 a stream
+        frames = STORAGES[storage_name][1]
+        for index, count in enumerate([2, 3, 1]):
+            environment = Environment(index, frames)
+            environment.length = 9  # one episode
+            for _ in range(count):
+                memory.store(environment.step()[0], index)
+        slots = memory.storage.held_slots()
+        assert [memory.storage.segments.stream_of(slot) for slot in slots.tolist()] == [
+            0, 0, 1, 1, 1, 2]
+        errors = np.zeros(24)
+        errors[slots] = errors_by_order
+        indices, _, _ = memory.sample(512)
         drawn = memory.slots_of(indices)
-        counts += np.bincount(drawn, minlength=24)
-        # w_i / max_j w_j = (N P(i))^-beta / (N P_min)^-beta, P_min over every stream.
-        np.testing.assert_allclose(is_weights, (p_of[drawn] / probabilities.min()) ** -memory.beta,
-                                   rtol=1e-5)
-    # 64,000 draws: each frequency's standard error is below 0.002.
-    np.testing.assert_allclose(counts / counts.sum(), p_of, atol=0.01)
+        assert set(drawn.tolist()) == set(slots.tolist())  # every error written
+        memory.batch_update(indices, errors[drawn])
+        expected = np.zeros(24)
+        expected[slots] = paper_probabilities(kind, errors_by_order, alpha)
+        held, probabilities = memory.sampling_probabilities()
+        p_of = np.zeros(24)
+        p_of[held] = probabilities
+        np.testing.assert_allclose(p_of, expected, rtol=1e-9, atol=1e-12)
+        counts = np.zeros(24)
+        for _ in range(1000):
+            indices, _, is_weights = memory.sample(64)
+            drawn = memory.slots_of(indices)
+            counts += np.bincount(drawn, minlength=24)
+            # w_i / max_j w_j = (N P(i))^-beta / (N P_min)^-beta, P_min over every stream.
+            np.testing.assert_allclose(
+                is_weights, (expected[drawn] / expected[slots].min()) ** -memory.beta, rtol=1e-5)
+        # 64,000 draws: each frequency's standard error is below 0.002.
+        np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.01)
 
 
 def test_eight_streams_store_each_frame_once_as_one_does():
