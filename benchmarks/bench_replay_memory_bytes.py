@@ -1,13 +1,15 @@
-"""Bytes per transition of FrameStackStorage on real Pong transitions, vs storing full stacks.
+"""Bytes per transition of the replay memory on real frames, with 1 and with N environments.
 
-Fills a small prioritized memory (PER.Memory with a FrameStackStorage) with transitions of a
-random policy on the real ALE and measures: the bytes of the storage's arrays per slot, the bytes
-of the memory's sum tree (tracemalloc), and how many slots each transition costs (one per step
-plus four per episode, from the measured episode lengths). It then extrapolates to a large
-memory. The extrapolation is explicit arithmetic: bytes per slot do not depend on capacity, and
-the per-episode overhead is taken from the random policy's episode lengths (a trained agent's
-Pong episodes are longer, so its overhead is smaller). What it measured goes to a results file
-too (`--results`).
+For each game (Pong's 84x84 frames, four to a stack; MinAtar Breakout's 10x10 states) and each
+number of environments N, fills a small prioritized memory (PER.Memory with the game's storage,
+FrameStackStorage, in N streams) with a random policy's transitions as d3qn_agent.py's run stores
+them: N environments stepped in turn, each environment's transitions in its own stream, each
+episode's end told to the memory. It then measures the storage's arrays and the transitions they
+hold once every stream's ring has wrapped: bytes per transition held. With one environment a new
+episode costs its stack's older frames as slots that hold no transition; with N, each stream's
+ring also starts its oldest transition's stack at its seam. The sum tree's bytes are measured with
+tracemalloc, and whole uint8 and float32 stacks given for comparison. Bytes do not depend on the
+machine; what it measured goes to a results file (`--results`).
 
 Run: python benchmarks/bench_replay_memory_bytes.py [--help]
 """
@@ -16,126 +18,131 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import PER
-from atari_wrappers import make_env
 from benchmarks import provenance
-from d3qn_utils.replay_storage import FrameStackStorage
+from d3qn_utils import games
 
 # Hyperparameters (each overridable from the command line).
-ENV_ID = "PongNoFrameskip-v4"  # the ALE game whose frames fill the storage
+ENV_IDS = ("PongNoFrameskip-v4", "MinAtar/Breakout-v1")  # the games whose frames fill it
+N_ENVS = (1, 8)  # the numbers of environments compared
 CAPACITY = 3_000  # slots of the measured storage: small, so the run stays short
-STEPS = 4_000  # random-policy steps to add: more than CAPACITY, so the ring wraps
-TARGET_TRANSITIONS = 1_000_000  # memory size to extrapolate to
-BATCH_SIZE = 32  # batch size for the sample() timing
-SEED = 0  # seed of the environment and of the random policy
+# Random-policy env steps per game and N, over all N environments: each of 8 Pong environments
+# finishes about three of its ~1,000-step random episodes, and every stream's ring wraps.
+STEPS = 24_000
+SEED = 0  # seed of the environments and of the random policy
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env-id", default=ENV_ID, help="ALE environment id")
+    parser.add_argument("--env-ids", nargs="+", default=list(ENV_IDS),
+                        help="the games (Atari or MinAtar ids)")
+    parser.add_argument("--n-envs", type=int, nargs="+", default=list(N_ENVS),
+                        help="the numbers of environments to compare")
     parser.add_argument("--capacity", type=int, default=CAPACITY, help="slots of the storage")
-    parser.add_argument("--steps", type=int, default=STEPS, help="random-policy steps to add")
-    parser.add_argument("--target-transitions", type=int, default=TARGET_TRANSITIONS,
-                        help="memory size (transitions) to extrapolate to")
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="sample() batch size")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help="random-policy env steps per game and N, over all N environments")
     parser.add_argument("--seed", type=int, default=SEED, help="environment and policy seed")
     provenance.add_results_argument(parser, __file__)
-    args = parser.parse_args()
-    if args.steps < args.capacity:
-        parser.error(f"--steps {args.steps} must be >= --capacity {args.capacity} to fill it")
+    args = parser.parse_args(argv)
+    for env_id in args.env_ids:
+        if games.torso(env_id) is None:
+            parser.error(f"--env-ids {env_id!r} is not a game of image states (Atari, MinAtar)")
+    if min(args.n_envs) < 1:
+        parser.error(f"--n-envs must all be at least 1, got {min(args.n_envs)}")
+    if args.steps < 2 * args.capacity:
+        parser.error(f"--steps {args.steps} must be at least twice --capacity {args.capacity}, "
+                     "so that every stream's ring wraps")
     return args
 
 
-def main() -> None:
-    args = parse_args()
-    env = make_env(args.env_id, seed=args.seed)
-    obs, _ = env.reset(seed=args.seed)
-    stack_size = obs.shape[-1]
-    storage = FrameStackStorage(args.capacity)
+def filled_memory(env_id: str, n_envs: int, capacity: int, steps: int, seed: int
+                  ) -> tuple[PER.Memory, list[int]]:
+    """A PER.Memory of `capacity` slots in `n_envs` streams of `env_id`'s storage, after `steps`
+    env steps of a uniformly random policy in `n_envs` environments stepped in turn (environment
+    i seeded `seed + i`), each one's transitions in its stream and its episodes' ends told, as
+    d3qn_agent.py's run stores them; with the lengths of the episodes that ended."""
+    envs = [games.make_env(env_id) for _ in range(n_envs)]
+    memory = PER.Memory(capacity, storage=games.storage_spec(env_id)(capacity, n_envs), rng=seed)
+    rng = np.random.default_rng(seed)
+    states = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    running, lengths = [0] * n_envs, []
+    for _ in range(steps // n_envs):
+        for i, env in enumerate(envs):
+            action = int(rng.integers(env.action_space.n))
+            next_state, reward, terminated, truncated, _ = env.step(action)
+            memory.store((states[i], action, float(reward), next_state, terminated), stream=i)
+            running[i] += 1
+            if terminated or truncated:
+                memory.end_episode(i)
+                lengths.append(running[i])
+                running[i] = 0
+                next_state, _ = env.reset()
+            states[i] = next_state
+    for env in envs:
+        env.close()
+    return memory, lengths
+
+
+def sum_tree_bytes(env_id: str, capacity: int) -> int:
+    """What a PER.Memory of `capacity` slots allocates beside its storage (its sum and min
+    trees), by tracemalloc."""
+    storage = games.storage_spec(env_id)(capacity)  # allocated before: not counted
     tracemalloc.start()
-    memory = PER.Memory(args.capacity, storage=storage, rng=args.seed)
-    tree_bytes = tracemalloc.get_traced_memory()[0]  # what the memory allocates beside storage
+    memory = PER.Memory(capacity, storage=storage, rng=0)
+    allocated = tracemalloc.get_traced_memory()[0]  # while `memory` holds its trees
     tracemalloc.stop()
-    episode_lengths, length, store_seconds = [], 0, 0.0
-    for _ in range(args.steps):
-        action = int(env.action_space.sample())
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        start = time.perf_counter()
-        memory.store((obs, action, reward, next_obs, terminated))
-        store_seconds += time.perf_counter() - start
-        length += 1
-        if terminated or truncated:
-            episode_lengths.append(length)
-            length = 0
-            obs, _ = env.reset()
-        else:
-            obs = next_obs
-    env.close()
+    del memory
+    return allocated
 
-    samples = 100
-    start = time.perf_counter()
-    for _ in range(samples):
-        memory.sample(args.batch_size)
-    sample_seconds = (time.perf_counter() - start) / samples
 
-    storage_bytes = sum(array.nbytes for array in storage.state_dict().values())
-    bytes_per_slot = storage_bytes / args.capacity
-    # Every episode costs its T steps plus `stack_size` slots that hold no transition.
-    if episode_lengths:
-        mean_length = float(np.mean(episode_lengths))
-        length_note = f"mean of {len(episode_lengths)} finished random-policy episodes"
-    else:
-        mean_length = float(args.steps)
-        length_note = "no episode finished: assumed one episode of --steps steps"
-    slots_per_transition = (mean_length + stack_size) / mean_length
-    bytes_per_transition = bytes_per_slot * slots_per_transition
-    target_slots = int(np.ceil(args.target_transitions * slots_per_transition)) + stack_size
-    target_bytes = target_slots * bytes_per_slot
-
-    frame_bytes = int(np.prod(obs.shape))  # one uint8 stack
+def measure(env_id: str, n_envs: list[int], capacity: int, steps: int, seed: int
+            ) -> dict[str, Any]:
+    """One game's bytes per transition held at each N, and a whole stack's for comparison."""
+    found: dict[str, Any] = {"by_n_envs": {}}
+    for n in n_envs:
+        memory, lengths = filled_memory(env_id, n, capacity, steps, seed)
+        storage = memory.storage
+        storage_bytes = sum(array.nbytes for array in storage.state_dict().values())
+        found["by_n_envs"][str(n)] = {
+            "storage_bytes": storage_bytes, "transitions_held": len(storage),
+            "bytes_per_transition": storage_bytes / len(storage), "episode_lengths": lengths}
+        print(f"{env_id}, {n} environment(s): {len(storage):,} transitions held in "
+              f"{capacity:,} slots ({storage_bytes:,} bytes of arrays) = "
+              f"{storage_bytes / len(storage):,.1f} bytes per transition; "
+              f"{len(lengths)} random-policy episodes ended", flush=True)
+    state, _ = games.make_env(env_id).reset(seed=seed)
     scalars = storage.actions.itemsize + storage.rewards.itemsize + storage.dones.itemsize
-    uint8_pair = 2 * frame_bytes + scalars
-    float32_pair = 2 * frame_bytes * 4 + scalars
+    found["stack_bytes"] = int(state.nbytes)
+    found["pair_bytes"] = {"uint8 state + next_state": 2 * state.nbytes + scalars,
+                           "float32 state + next_state": 8 * state.nbytes + scalars}
+    return found
 
-    print(f"env {args.env_id}, observation {obs.shape} {obs.dtype}, seed {args.seed}")
-    print(f"measured: capacity {args.capacity} slots after {args.steps} steps "
-          f"(the ring wrapped around), holding {len(storage)} transitions")
-    print(f"  storage arrays: {storage_bytes:,} bytes = {bytes_per_slot:,.1f} bytes per slot")
-    print(f"  episode length: {mean_length:,.1f} steps ({length_note}) -> "
-          f"{slots_per_transition:.4f} slots per transition")
-    print(f"  PER.Memory sum tree and bookkeeping: {tree_bytes:,} bytes = "
-          f"{tree_bytes / args.capacity:,.1f} bytes per slot (tracemalloc, not included below)")
-    print(f"  Memory.store(): {store_seconds / args.steps * 1e6:,.1f} us per transition; "
-          f"Memory.sample({args.batch_size}): {sample_seconds * 1e3:,.2f} ms")
-    print("bytes per transition (array data only):")
-    print(f"  FrameStackStorage            {bytes_per_transition:>10,.0f}")
-    print(f"  uint8 state + next_state     {uint8_pair:>10,}  "
-          f"({uint8_pair / bytes_per_transition:.1f}x)")
-    print(f"  float32 state + next_state   {float32_pair:>10,}  "
-          f"({float32_pair / bytes_per_transition:.1f}x, the notebook's layout)")
-    print(f"extrapolated (arithmetic, not measured) to {args.target_transitions:,} transitions:")
-    print(f"  FrameStackStorage            {target_bytes / 1e9:>8.2f} GB ({target_slots:,} slots)")
-    print(f"  uint8 state + next_state     {args.target_transitions * uint8_pair / 1e9:>8.2f} GB")
-    print(f"  float32 state + next_state   {args.target_transitions * float32_pair / 1e9:>8.2f} GB")
-    print(f"  PER.Memory sum tree          {tree_bytes / args.capacity * target_slots / 1e9:>8.2f}"
-          " GB more (same for any storage)")
-    provenance.write_results(args.results, {
-        "env_id": args.env_id, "capacity": args.capacity, "steps": args.steps, "seed": args.seed,
-        "storage_bytes": storage_bytes, "sum_tree_bytes": tree_bytes,
-        "episode_lengths": episode_lengths, "slots_per_transition": slots_per_transition,
-        "bytes_per_transition": {"FrameStackStorage": bytes_per_transition,
-                                 "uint8 state + next_state": uint8_pair,
-                                 "float32 state + next_state": float32_pair},
-        "store_seconds_per_transition": store_seconds / args.steps,
-        "sample_seconds": {str(args.batch_size): sample_seconds}})
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    measured = {"capacity": args.capacity, "steps": args.steps, "seed": args.seed,
+                "sum_tree_bytes": sum_tree_bytes(args.env_ids[0], args.capacity),
+                "games": {env_id: measure(env_id, args.n_envs, args.capacity, args.steps,
+                                          args.seed) for env_id in args.env_ids}}
+    print(f"PER.Memory's sum and min trees: {measured['sum_tree_bytes']:,} bytes at "
+          f"{args.capacity:,} slots")
+    for env_id, found in measured["games"].items():
+        by_n = found["by_n_envs"]
+        first = by_n[str(args.n_envs[0])]["bytes_per_transition"]
+        ratios = ", ".join(f"N = {n}: {values['bytes_per_transition'] / first:.3f}x"
+                           for n, values in by_n.items())
+        print(f"{env_id}: bytes per transition over N = {args.n_envs[0]}'s: {ratios}")
+    provenance.write_results(args.results, measured)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
