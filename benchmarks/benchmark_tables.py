@@ -517,22 +517,35 @@ def bench_tensorboard(results: Path) -> str:
 
 
 def bench_replay_memory_bytes(results: Path) -> str:
-    """Bytes per Pong transition of FrameStackStorage and of whole stacks."""
+    """Bytes per transition held on real Pong and MinAtar frames, with one environment and with
+    N (each its own stream), and of whole stacks stored twice."""
     run = newest_results(results, "bench_replay_memory_bytes")
     found = run["results"]
-    rows = [[storage, f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}"]
-            for storage, size in found["bytes_per_transition"].items()]
-    lengths = found["episode_lengths"]
-    facts = [f"{found['env_id']}, a {found['capacity']:,}-slot storage after {found['steps']:,} "
-             f"random-policy steps: {found['storage_bytes'] / found['capacity']:,.0f} bytes per "
-             f"slot, {found['slots_per_transition']:.4f} slots per transition (random-policy "
-             f"episodes of {statistics.mean(lengths) if lengths else math.nan:,.0f} steps on "
-             f"average); `PER.Memory`'s sum and min trees add "
-             f"{found['sum_tree_bytes'] / found['capacity']:.1f} bytes per slot at this capacity "
-             "(two float64 nodes a slot each, and the trees' fixed part)"]
-    return markdown_table(["storage", "bytes per transition",
-                           "a million transitions, GB (arithmetic)"], rows) + stamp_line(
-        run, *facts)
+    rows, episodes = [], []
+    for env_id, game in found["games"].items():
+        by_n = game["by_n_envs"]
+        one = by_n.get("1", next(iter(by_n.values())))["bytes_per_transition"]
+        ended = []
+        for n, held in by_n.items():
+            size = held["bytes_per_transition"]
+            rows.append([env_id, f"FrameStackStorage, {n} environment{'' if n == '1' else 's'}",
+                         f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}", f"{size / one:.3f}x"])
+            lengths = held["episode_lengths"]
+            ended.append(f"{len(lengths):,}" + (f" ({statistics.mean(lengths):,.0f} steps on "
+                                                  "average)" if lengths else "") + f" at N = {n}")
+        episodes.append(f"{env_id} {' and '.join(ended)}")
+        rows += [[env_id, storage, f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}", f"{size / one:.1f}x"]
+                 for storage, size in game["pair_bytes"].items()]
+    facts = [f"a {found['capacity']:,}-slot storage in N streams after {found['steps']:,} "
+             "random-policy env steps of N environments stepped in turn, every ring wrapped; "
+             "random-policy episodes that ended: " + "; ".join(episodes),
+             "`PER.Memory`'s sum and min trees add "
+             f"{found['sum_tree_bytes'] / found['capacity']:.1f} bytes per slot at this "
+             "capacity (two float64 nodes a slot each, and the trees' fixed part)"]
+    return markdown_table(["game", "storage", "bytes per transition held",
+                           "a million transitions, GB (arithmetic)",
+                           "over FrameStackStorage, 1 environment"],
+                          rows) + stamp_line(run, *facts)
 
 
 def bench_checkpoint(results: Path) -> str:
