@@ -2,10 +2,13 @@
 them, copies of a memory's state to compare, and the replay variants to check: d3qn_agent's
 REPLAY_MEMORIES with a reservoir-sampling memory registered, a variant defined here."""
 
+import contextlib
 import io
 import re
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 
 from d3qn_utils.checks import check_transition
 from d3qn_utils.replay_memory import ReplayMemory
@@ -131,3 +134,21 @@ def array_bytes(*holders: object) -> int:
               for item in (value if isinstance(value, tuple) else (value,))
               if isinstance(item, np.ndarray)]
     return sum(array.nbytes for array in arrays)
+
+
+@contextlib.contextmanager
+def picked(kind: str) -> Iterator[tuple[bool, bool]]:
+    """While open, the agent's flags pick `kind`, a variant of `registered_memories()`: a
+    shipped one by its own flags; the reservoir by taking over the proportional memory's pair (a
+    real variant would add a flag to settings.D3QN_FLAGS and a pair to VARIANT_PICKS). Yields
+    the (USE_PER, PER_RANK_BASED) that pick it."""
+    import d3qn_agent
+    from d3qn_utils import replay_memory
+
+    if kind in d3qn_agent.REPLAY_MEMORIES:
+        yield replay_memory.variant_flags(kind)
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(d3qn_agent.REPLAY_MEMORIES, kind, registered_memories()[kind])
+        patch.setitem(replay_memory.VARIANT_PICKS, (True, False), kind)
+        yield True, False

@@ -30,6 +30,7 @@ from conftest import (
     small_flags,
     the_error_line,
 )
+from memory_helpers import ReservoirMemory, picked, registered_memories
 
 import d3qn_agent
 from benchmarks.same_log import without_timings
@@ -304,9 +305,12 @@ def run_logged(agent: Any) -> str:
 
 
 def variant_run(kind: str) -> dict[str, Any]:
-    """RESUMED_RUN with the replay variant `kind` (a key of d3qn_agent.REPLAY_MEMORIES)."""
+    """RESUMED_RUN with the replay variant `kind` (of `registered_memories()`, while `picked(kind)`
+    is open). The reservoir gets 15 slots a stream for each environment's 40 transitions: once
+    its segment is full, it drops some."""
     use_per, per_rank_based = variant_flags(kind)
-    return {**RESUMED_RUN, "use_per": use_per, "per_rank_based": per_rank_based}
+    smaller = {"memory_size": 45} if kind == ReservoirMemory.kind else {}
+    return {**RESUMED_RUN, "use_per": use_per, "per_rank_based": per_rank_based, **smaller}
 
 
 @pytest.fixture(scope="module")
@@ -318,8 +322,9 @@ def straight_runs(tmp_path_factory) -> Callable[[str], tuple[Path, Any, str]]:
     def straight_run(kind: str) -> tuple[Path, Any, str]:
         if kind not in runs:
             directory = tmp_path_factory.mktemp(f"straight-{kind}")
-            agent = small_agent(directory, **variant_run(kind))
-            runs[kind] = directory, agent, run_logged(agent)
+            with picked(kind):
+                agent = small_agent(directory, **variant_run(kind))
+                runs[kind] = directory, agent, run_logged(agent)
         return runs[kind]
 
     return straight_run
@@ -373,7 +378,7 @@ def assert_resumes_as_if_never_stopped(straight_run: tuple[Path, Any, str], dire
     assert_same_checkpoint(expected, got)
 
 
-@pytest.mark.parametrize("kind", d3qn_agent.REPLAY_MEMORIES)  # each replay variant
+@pytest.mark.parametrize("kind", registered_memories())  # each variant, the reservoir too
 def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stopped(
         straight_runs, tmp_path, kind):
     straight_run = straight_runs(kind)
@@ -383,7 +388,8 @@ def test_a_run_of_three_environments_resumes_every_open_episode_as_if_never_stop
     assert all(episode["actions"]  # all mid-episode
                for episode in progress["environments"]["open_episodes"])
     copy_checkpoint(checkpoint, straight_run[0], tmp_path)
-    assert_resumes_as_if_never_stopped(straight_run, tmp_path, CARTPOLE, variant_run(kind))
+    with picked(kind):
+        assert_resumes_as_if_never_stopped(straight_run, tmp_path, CARTPOLE, variant_run(kind))
 
 
 def test_a_resume_says_how_many_open_episodes_and_steps_it_replayed(straight_run, tmp_path):

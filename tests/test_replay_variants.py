@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import small_agent
-from memory_helpers import ReservoirMemory, experience
+from memory_helpers import ReservoirMemory, experience, picked
 
 import d3qn_agent
 from benchmarks import study
@@ -135,19 +135,16 @@ def test_a_variant_without_an_attribute_of_the_interface_fails_when_it_is_made()
         NoExponents(8)
 
 
-def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, monkeypatch, capsys):
-    monkeypatch.setitem(d3qn_agent.REPLAY_MEMORIES, ReservoirMemory.kind, ReservoirMemory)
-    # The flags pick it: it takes over the shipped flags' pair (a real variant would add a flag
-    # to settings.D3QN_FLAGS and a pair here).
-    monkeypatch.setitem(replay_memory.VARIANT_PICKS, (True, False), ReservoirMemory.kind)
+def test_a_new_variant_is_one_module_and_one_entry(tmp_path: Path, capsys):
     # 100 slots given 300 transitions: once full, the reservoir drops some, and the priority
     # figure counts only those it stored.
-    agent = small_agent(tmp_path, memory_size=100, total_steps=300, learning_starts=100,
-                        gradient_steps_per_call=4, eval_every=300, eval_episodes=1)
-    assert isinstance(agent.MEMORY, ReservoirMemory) and isinstance(agent.MEMORY.storage,
-                                                                    TransitionStorage)
-    assert agent.name == "DDQN_CartPole-v1_Dueling_reservoir"
-    agent.run()
+    with picked(ReservoirMemory.kind):  # one entry in REPLAY_MEMORIES, the flags pick it
+        agent = small_agent(tmp_path, memory_size=100, total_steps=300, learning_starts=100,
+                            gradient_steps_per_call=4, eval_every=300, eval_episodes=1)
+        assert isinstance(agent.MEMORY, ReservoirMemory) and isinstance(agent.MEMORY.storage,
+                                                                        TransitionStorage)
+        assert agent.name == "DDQN_CartPole-v1_Dueling_reservoir"
+        agent.run()
     first_line = capsys.readouterr().out.splitlines()[0]
     assert "double DQN, dueling, reservoir replay, 3-step returns" in first_line
     assert int(agent.optimizer.iterations) > 0 and agent.MEMORY.seen == 300
