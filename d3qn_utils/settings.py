@@ -292,8 +292,12 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
             raise ValueError(f"{name.upper()} ({values[name]}) must not exceed "
                              f"{flag.at_most.upper()} ({values[flag.at_most]})")
         if flag.multiple_of and values[name] % values[flag.multiple_of]:
+            factor = values[flag.multiple_of]
+            below = values[name] - values[name] % factor
             raise ValueError(f"{name.upper()} ({values[name]}) must be a multiple of "
-                             f"{flag.multiple_of.upper()} ({values[flag.multiple_of]})")
+                             f"{flag.multiple_of.upper()} ({factor}), such as "
+                             f"{' or '.join(map(str, [below] * bool(below) + [below + factor]))}"
+                             f" ({option(name, flag)})")
 
 
 def no_training_warning(first_step: int, total_steps: int, learning_starts: int,

@@ -540,7 +540,10 @@ def test_a_checkpoint_from_before_n_envs_resumes_only_with_one_environment(tmp_p
     (["--n-envs", "0"], ["N_ENVS (--n-envs) must be in [1, 1,000] (one environment each, side "
                          "by side), got 0"]),
     (["--n-envs", "500", "--memory-size", "400"], ["MEMORY_SIZE", "N_ENVS"]),  # < 1 slot each
-    (["--n-envs", "3"], ["TOTAL_STEPS (50000) must be a multiple of N_ENVS (3)"]),
+    (["--n-envs", "3"], ["TOTAL_STEPS (50000) must be a multiple of N_ENVS (3), such as "
+                         "49998 or 50001 (--total-steps)"]),
+    (["--n-envs", "3", "--total-steps", "2"], ["TOTAL_STEPS (2) must be a multiple of N_ENVS "
+                                               "(3), such as 3 (--total-steps)"]),
     (["--env-name", "MinAtar/Breakout-v1", "--n-envs", "10", "--memory-size", "100",
       "--batch-size", "95"], ["BATCH_SIZE (95) must not exceed the 90 transitions that "
                               "MEMORY_SIZE (100) slots of a FrameStackStorage hold in N_ENVS "
