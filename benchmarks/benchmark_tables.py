@@ -396,7 +396,11 @@ def n_envs_game(env_name: str, results: Path) -> str:
                 f"{largest_over_smallest}: {timing.ratio(last[outside], first[outside])}; "
                 f"env steps per second over N = {min(figures, key=int)}: " + "; ".join(
                     f"N = {n}, {timing.ratio(figure['env steps/s'], first['env steps/s'])}"
-                    for n, figure in figures.items() if figure is not first) + ".\n\n")
+                    for n, figure in figures.items() if figure is not first)
+                + (f"; were the gradient step free, {largest_over_smallest} would run "
+                   f"{first[outside].median / last[outside].median:.1f}{timing.TIMES} the env "
+                   "steps per second (the medians' arithmetic, not a timing)"
+                   if timing.ranges_apart(first[outside], last[outside]) else "") + ".\n\n")
     sb3 = found["sb3"] or {}
     columns = ["env steps/s", *N_ENVS_COLUMNS, outside]
     header = ["N", "env steps/s", *(f"{column}, µs" for column in columns[1:]),
@@ -410,7 +414,8 @@ def n_envs_game(env_name: str, results: Path) -> str:
              f"timed env steps per N after {found['warmup']:,} untimed",
              f"a gradient step every {found['train_frequency']} env steps, "
              f"{found['gradient_steps_per_call']} per call, batch {found['batch_size']}, "
-             f"memory {found['memory_size']:,}", load(run, cores=False)]
+             f"memory {found['memory_size']:,}, float32 (the script sets BFLOAT16 off)",
+             load(run, cores=False)]
     if sb3:
         installed = found["versions"]
         frequencies = ", ".join(f"{each['train_freq_and_gradient_steps'][0]}/"
