@@ -4,12 +4,13 @@ For each game (Pong's 84x84 frames, four to a stack; MinAtar Breakout's 10x10 st
 number of environments N, fills a small prioritized memory (PER.Memory with the game's storage,
 FrameStackStorage, in N streams) with a random policy's transitions as d3qn_agent.py's run stores
 them: N environments stepped in turn, each environment's transitions in its own stream, each
-episode's end told to the memory. It then measures the storage's arrays and the transitions they
-hold once every stream's ring has wrapped: bytes per transition held. With one environment a new
-episode costs its stack's older frames as slots that hold no transition; with N, each stream's
-ring also starts its oldest transition's stack at its seam. The sum tree's bytes are measured with
-tracemalloc, and whole uint8 and float32 stacks given for comparison. Bytes do not depend on the
-machine; what it measured goes to a results file (`--results`).
+episode's end told to the memory. It then measures every array the storage owns and the
+transitions it holds once every stream's ring has wrapped: bytes per transition held. Each
+episode leaves slots that hold no transition (its last next state's frame and, with stacks, its
+first stack's older frames), and each ring one stack's worth more where it wraps (its seam): N
+rings, N seams. The sum tree's bytes are measured apart with tracemalloc, and whole uint8 and
+float32 stacks given for comparison. Bytes do not depend on the machine; what it measured goes to
+a results file (`--results`).
 
 Run: python benchmarks/bench_replay_memory_bytes.py [--help]
 """
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from d3qn_utils import quiet_startup  # noqa: F401  # isort: skip -- first: before TensorFlow
 import PER
 from benchmarks import provenance
+from benchmarks.bench_atari import owned_array_bytes
 from d3qn_utils import games
 
 # Hyperparameters (each overridable from the command line).
@@ -52,15 +54,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=SEED, help="environment and policy seed")
     provenance.add_results_argument(parser, __file__)
     args = parser.parse_args(argv)
-    for env_id in args.env_ids:
-        if games.torso(env_id) is None:
-            parser.error(f"--env-ids {env_id!r} is not a game of image states (Atari, MinAtar)")
     if min(args.n_envs) < 1:
         parser.error(f"--n-envs must all be at least 1, got {min(args.n_envs)}")
     if args.steps < 2 * args.capacity:
         parser.error(f"--steps {args.steps} must be at least twice --capacity {args.capacity}, "
                      "so that every stream's ring wraps")
+    for env_id in args.env_ids:
+        if games.torso(env_id) is None:
+            parser.error(f"--env-ids {env_id!r} is not a game of image states (Atari, MinAtar)")
+        shape = state_of(env_id, args.seed).shape
+        needed = games.storage_spec(env_id).min_capacity(shape, max(args.n_envs))
+        if args.capacity < needed:
+            parser.error(f"--capacity {args.capacity} is too small for {env_id} in "
+                         f"{max(args.n_envs)} streams: it needs at least {needed} slots")
     return args
+
+
+def state_of(env_id: str, seed: int) -> np.ndarray:
+    """The first state of `env_id`'s environment reset with `seed`."""
+    env = games.make_env(env_id)
+    try:
+        return env.reset(seed=seed)[0]
+    finally:
+        env.close()
 
 
 def filled_memory(env_id: str, n_envs: int, capacity: int, steps: int, seed: int
@@ -110,15 +126,19 @@ def measure(env_id: str, n_envs: list[int], capacity: int, steps: int, seed: int
     for n in n_envs:
         memory, lengths = filled_memory(env_id, n, capacity, steps, seed)
         storage = memory.storage
-        storage_bytes = sum(array.nbytes for array in storage.state_dict().values())
+        # Every array it owns: the frames, the slots' fields, each stream's pending next state
+        # (kept in memory, not saved) and the streams' counters.
+        storage_bytes = owned_array_bytes(storage) + owned_array_bytes(storage.segments)
+        segments = storage.segments
         found["by_n_envs"][str(n)] = {
             "storage_bytes": storage_bytes, "transitions_held": len(storage),
-            "bytes_per_transition": storage_bytes / len(storage), "episode_lengths": lengths}
+            "bytes_per_transition": storage_bytes / len(storage), "episode_lengths": lengths,
+            "every_ring_full": bool((segments.written == segments.sizes).all())}
         print(f"{env_id}, {n} environment(s): {len(storage):,} transitions held in "
               f"{capacity:,} slots ({storage_bytes:,} bytes of arrays) = "
               f"{storage_bytes / len(storage):,.1f} bytes per transition; "
               f"{len(lengths)} random-policy episodes ended", flush=True)
-    state, _ = games.make_env(env_id).reset(seed=seed)
+    state = state_of(env_id, seed)
     scalars = storage.actions.itemsize + storage.rewards.itemsize + storage.dones.itemsize
     found["stack_bytes"] = int(state.nbytes)
     found["pair_bytes"] = {"uint8 state + next_state": 2 * state.nbytes + scalars,

@@ -375,10 +375,10 @@ def n_envs_figures(measured: dict[str, Any]) -> dict[str, Spread]:
 
 def n_envs_game(env_name: str, results: Path) -> str:
     """One game's speed at each N from bench_n_envs.py's newest file of it: a sentence with the
-    gradient step's share of an env step at each N, and the time outside it and the env steps per
-    second at the largest N over the smallest (drawn only where the rounds' ranges are apart),
-    then the table; or a line
-    naming the command where there is no file."""
+    gradient step's share of an env step at each N, the time outside it and the env steps per
+    second at the largest N over the smallest (drawn only where the rounds' ranges are apart) and,
+    where the time outside it clearly changed, what N would buy were the gradient step free;
+    then the table. A line naming the command where there is no file."""
     game = GAMES.get(env_name, env_name)
     newest = newest_matching(results, "bench_n_envs", env_name=env_name)
     if newest is None:
@@ -523,31 +523,39 @@ def bench_tensorboard(results: Path) -> str:
 
 def bench_replay_memory_bytes(results: Path) -> str:
     """Bytes per transition held on real Pong and MinAtar frames, with one environment and with
-    N (each its own stream), and of whole stacks stored twice."""
+    N (each its own stream), and of whole stacks stored twice. A million transitions only where
+    one environment's rate scales: N rings add a fixed few slots each, not a share."""
     run = newest_results(results, "bench_replay_memory_bytes")
     found = run["results"]
-    rows, episodes = [], []
+    rows, episodes, full = [], [], []
     for env_id, game in found["games"].items():
         by_n = game["by_n_envs"]
-        one = by_n.get("1", next(iter(by_n.values())))["bytes_per_transition"]
+        if "1" not in by_n:
+            raise ValueError(f"the newest bench_replay_memory_bytes.py results of {env_id} have "
+                             "no run of one environment to compare with (--n-envs 1 ...)")
+        one = by_n["1"]["bytes_per_transition"]
         ended = []
         for n, held in by_n.items():
             size = held["bytes_per_transition"]
             rows.append([env_id, f"FrameStackStorage, {n} environment{'' if n == '1' else 's'}",
-                         f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}", f"{size / one:.3f}x"])
+                         f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}" if n == "1" else "—",
+                         f"{size / one:.2f}{timing.TIMES}"])
             lengths = held["episode_lengths"]
             ended.append(f"{len(lengths):,}" + (f" ({statistics.mean(lengths):,.0f} steps on "
                                                   "average)" if lengths else "") + f" at N = {n}")
+            full.append(held["every_ring_full"])
         episodes.append(f"{env_id} {' and '.join(ended)}")
-        rows += [[env_id, storage, f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}", f"{size / one:.1f}x"]
+        rows += [[env_id, storage, f"{size:,.0f}", f"{size * 1e6 / 1e9:.1f}",
+                  f"{size / one:.1f}{timing.TIMES}"]
                  for storage, size in game["pair_bytes"].items()]
     facts = [f"a {found['capacity']:,}-slot storage in N streams after {found['steps']:,} "
-             "random-policy env steps of N environments stepped in turn, every ring wrapped; "
-             "random-policy episodes that ended: " + "; ".join(episodes),
+             "random-policy env steps of N environments stepped in turn, "
+             f"{'every' if all(full) else 'not every'} ring full; random-policy episodes that "
+             "ended: " + "; ".join(episodes),
              "`PER.Memory`'s sum and min trees add "
              f"{found['sum_tree_bytes'] / found['capacity']:.1f} bytes per slot at this "
              "capacity (two float64 nodes a slot each, and the trees' fixed part)"]
-    return markdown_table(["game", "storage", "bytes per transition held",
+    return markdown_table(["game", "storage", "bytes per transition held (sum tree apart)",
                            "a million transitions, GB (arithmetic)",
                            "over FrameStackStorage, 1 environment"],
                           rows) + stamp_line(run, *facts)

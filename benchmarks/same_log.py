@@ -5,6 +5,9 @@ checkout, side by side, and compare their logs line by line, timings left out.
     python benchmarks/same_log.py --games cartpole pong  # some of them
     python benchmarks/same_log.py --before HEAD~3        # against another commit
 
+A game whose flags an earlier commit lacks needs a later `--before`: pong (`--bfloat16`) one from
+5626a16 on, the -n-envs games (`--n-envs`) one from 0ae09e2 on.
+
 A refactoring that should not change what the agent learns proves it here: every episode,
 evaluation and summary line the same, only speeds and durations differing. Each run starts in an
 empty directory of its own with `--model-dir models --plot-dir plots`, so the paths a log names
@@ -44,8 +47,8 @@ GAMES: dict[str, list[str]] = {
                     "--learning-starts", "1000", "--eval-every", "2000", "--eval-episodes", "5"],
     "minatar": ["--env-name", "MinAtar/Breakout-v1", "--total-steps", "5000",
                 "--learning-starts", "1000", "--eval-every", "2500", "--eval-episodes", "5"],
-    # bfloat16 given: on a CPU with bfloat16 units the preset decides it by a timing, which a
-    # busy machine can tip either way between the two runs.
+    # bfloat16 given: on a CPU with bfloat16 units the preset decides it from a timing (cached),
+    # and two commits have decided one noisy timing differently.
     "pong": ["--env-name", "PongNoFrameskip-v4", "--total-steps", "2000", "--memory-size",
              "10000", "--learning-starts", "1000", "--eval-every", "2000", "--eval-episodes",
              "1", "--checkpoint-every", "0", "--bfloat16"],

@@ -294,10 +294,11 @@ def check(values: dict[str, Any], table: dict[str, Flag]) -> None:
         if flag.multiple_of and values[name] % values[flag.multiple_of]:
             factor = values[flag.multiple_of]
             below = values[name] - values[name] % factor
+            nearest = [str(value) for value in (below, below + factor)
+                       if 0 < value <= LARGEST_INTEGER]
             raise ValueError(f"{name.upper()} ({values[name]}) must be a multiple of "
                              f"{flag.multiple_of.upper()} ({factor}), such as "
-                             f"{' or '.join(map(str, [below] * bool(below) + [below + factor]))}"
-                             f" ({option(name, flag)})")
+                             f"{' or '.join(nearest)} ({option(name, flag)})")
 
 
 def no_training_warning(first_step: int, total_steps: int, learning_starts: int,

@@ -137,18 +137,18 @@ def array_bytes(*holders: object) -> int:
 
 
 @contextlib.contextmanager
-def picked(kind: str) -> Iterator[tuple[bool, bool]]:
-    """While open, the agent's flags pick `kind`, a variant of `registered_memories()`: a
-    shipped one by its own flags; the reservoir by taking over the proportional memory's pair (a
-    real variant would add a flag to settings.D3QN_FLAGS and a pair to VARIANT_PICKS). Yields
-    the (USE_PER, PER_RANK_BASED) that pick it."""
+def picked(kind: str) -> Iterator[None]:
+    """While open, the agent's flags (`variant_flags(kind)`) pick `kind`, a variant of
+    `registered_memories()`: a shipped one by its own flags; the reservoir by taking over the
+    proportional memory's pair (a real variant would add a flag to settings.D3QN_FLAGS and a pair
+    to VARIANT_PICKS)."""
     import d3qn_agent
     from d3qn_utils import replay_memory
 
     if kind in d3qn_agent.REPLAY_MEMORIES:
-        yield replay_memory.variant_flags(kind)
+        yield
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(d3qn_agent.REPLAY_MEMORIES, kind, registered_memories()[kind])
         patch.setitem(replay_memory.VARIANT_PICKS, (True, False), kind)
-        yield True, False
+        yield

@@ -240,7 +240,6 @@ def test_each_environment_has_its_stream_and_episodes_seeded_in_the_order_they_s
             np.testing.assert_array_equal(transitions[k + 1][0], transitions[k][1])
 
 
-
 BREAKOUT = "MinAtar/Breakout-v1"
 
 
@@ -277,6 +276,7 @@ def test_an_n_step_return_stops_where_its_environments_episode_was_cut(tmp_path,
             assert returns[k] == pytest.approx(
                 sum(gamma**j * transitions[k + j][2] for j in range(steps)))
             assert not dones[k]
+
 
 # --- resuming a run of several environments ------------------------------------------------
 

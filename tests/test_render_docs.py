@@ -897,3 +897,39 @@ def test_same_log_renders_the_newest_check_of_each_command_it_was_run_with(tmp_p
         "Between commits ccc3333 and ddd4444: identical logs for cartpole (12 lines).\n\n"
         "`python benchmarks/same_log.py --before ccc3333` on x86_64, 2 cores (CPU model not "
         "recorded), commit ddd4444, 2026-11-02.\n")
+
+
+def test_the_replay_bytes_table_sets_each_n_beside_one_environment(tmp_path):
+    def held(bytes_per_transition: float, lengths: list[int], full: bool = True) -> dict:
+        return {"storage_bytes": 0, "transitions_held": 0, "episode_lengths": lengths,
+                "bytes_per_transition": bytes_per_transition, "every_ring_full": full}
+
+    pong = {"by_n_envs": {"1": held(7_000.0, [900, 1_000]), "8": held(7_140.0, [950])},
+            "stack_bytes": 28_224, "pair_bytes": {"uint8 state + next_state": 56_461}}
+    write_bench(tmp_path, "bench_replay_memory_bytes", "20261128T000000Z", {
+        "capacity": 3_000, "steps": 24_000, "seed": 0, "sum_tree_bytes": 99_000,
+        "games": {"PongNoFrameskip-v4": pong}})
+    lines = benchmark_tables.bench_replay_memory_bytes(tmp_path).splitlines()
+    assert lines[2:5] == [
+        f"| PongNoFrameskip-v4 | FrameStackStorage, 1 environment | 7,000 | 7.0 | 1.00{X} |",
+        # N rings cost a fixed few slots each, not a share: no million-transition figure
+        f"| PongNoFrameskip-v4 | FrameStackStorage, 8 environments | 7,140 | — | 1.02{X} |",
+        f"| PongNoFrameskip-v4 | uint8 state + next_state | 56,461 | 56.5 | 8.1{X} |"]
+    assert lines[6].startswith(
+        "A 3,000-slot storage in N streams after 24,000 random-policy env steps of N environments "
+        "stepped in turn, every ring full; random-policy episodes that ended: PongNoFrameskip-v4 "
+        "2 (950 steps on average) at N = 1 and 1 (950 steps on average) at N = 8; `PER.Memory`'s "
+        "sum and min trees add 33.0 bytes per slot")
+    pong["by_n_envs"]["8"]["every_ring_full"] = False
+    del pong["by_n_envs"]["1"]["episode_lengths"][:]
+    write_bench(tmp_path, "bench_replay_memory_bytes", "20261128T000000Z", {
+        "capacity": 3_000, "steps": 24_000, "seed": 0, "sum_tree_bytes": 99_000,
+        "games": {"PongNoFrameskip-v4": pong}})
+    facts = benchmark_tables.bench_replay_memory_bytes(tmp_path).splitlines()[6]
+    assert "in turn, not every ring full;" in facts and "PongNoFrameskip-v4 0 at N = 1" in facts
+    del pong["by_n_envs"]["1"]
+    write_bench(tmp_path, "bench_replay_memory_bytes", "20261128T000000Z", {
+        "capacity": 3_000, "steps": 24_000, "seed": 0, "sum_tree_bytes": 99_000,
+        "games": {"PongNoFrameskip-v4": pong}})
+    with pytest.raises(ValueError, match="PongNoFrameskip-v4 have no run of one environment"):
+        benchmark_tables.bench_replay_memory_bytes(tmp_path)

@@ -209,10 +209,10 @@ def paper_probabilities(kind: str, errors: np.ndarray, alpha: float) -> np.ndarr
 @pytest.mark.parametrize(("kind", "storage_name"), CASES)
 def test_sampling_follows_p_i_over_all_streams_at_once(kind, storage_name):
     # Six transitions in 3 streams filled unevenly (2, 3 and 1), their errors rising across the
-    # streams: each is drawn as often as the paper's P(i) over all six says, at the notebook's
-    # alphas (uniform, the agent's 0.6, fully proportional), its IS weight from the smallest
-    # P over every stream.
-    errors_by_order = np.array([0.0, 0.05, 0.1, 0.2, 0.4, 0.8])
+    # streams (the last above the proportional memory's cap of 1): each is drawn as often as the
+    # paper's P(i) over all six says, at the notebook's alphas (uniform, the agent's 0.6, fully
+    # proportional), its IS weight from the smallest P over every stream.
+    errors_by_order = np.array([0.0, 0.05, 0.1, 0.2, 0.4, 1.5])
     alphas = (0.0, 0.6, 1.0) if MEMORIES[kind].PRIORITIZED else (None,)
     for alpha in alphas:
         options = {} if alpha is None else {"alpha": alpha}
