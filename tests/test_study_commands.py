@@ -31,8 +31,10 @@ def test_each_study_row_s_command_resolves_to_the_settings_its_runs_recorded(
     monkeypatch.setattr(settings, "native_bfloat16", lambda: bfloat16_units)
     monkeypatch.setattr(bfloat16_timing, "time_gradient_steps", lambda *args: milliseconds)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    files = sorted(study.RESULTS.glob("*/*/*/seed*.json"))  # the studies, not screens/
-    assert files
+    # The studies, those of N_ENVS a level down, not screens/.
+    files = sorted([*study.RESULTS.glob("*/*/*/seed*.json"),
+                    *study.RESULTS.glob("n_envs/*/*/*/seed*.json")])
+    assert files and any(path.is_relative_to(study.RESULTS / "n_envs") for path in files)
     for path in files:
         run = json.loads(path.read_text())
         today = settings_of(study.reproducing_command(run))
