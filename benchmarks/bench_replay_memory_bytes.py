@@ -125,11 +125,10 @@ def measure(env_id: str, n_envs: list[int], capacity: int, steps: int, seed: int
     found: dict[str, Any] = {"by_n_envs": {}}
     for n in n_envs:
         memory, lengths = filled_memory(env_id, n, capacity, steps, seed)
-        storage = memory.storage
+        storage, segments = memory.storage, memory.storage.segments
         # Every array it owns: the frames, the slots' fields, each stream's pending next state
         # (kept in memory, not saved) and the streams' counters.
-        storage_bytes = owned_array_bytes(storage) + owned_array_bytes(storage.segments)
-        segments = storage.segments
+        storage_bytes = owned_array_bytes(storage) + owned_array_bytes(segments)
         found["by_n_envs"][str(n)] = {
             "storage_bytes": storage_bytes, "transitions_held": len(storage),
             "bytes_per_transition": storage_bytes / len(storage), "episode_lengths": lengths,
