@@ -23,6 +23,13 @@ wrote the transition into `tree.data`; here a storage
 (d3qn_utils/replay_storage.py) holds the transitions, each image frame once, and `store` gives
 the slot's leaf (`leaf_index`) its priority with `update`.
 
+Streams: with N_ENVS environments the storage's slots are split into N streams, one per
+environment, each a ring of about capacity / N neighbouring slots (`Segments` in replay_storage.py).
+`store(experience, stream=i)` writes environment i's transition into its own ring, so an n-step
+return or a frame stack follows one environment's episode; the sum tree spans every slot, so a
+draw picks by P(i) over all the streams at once. With one environment there is one stream, the
+whole ring.
+
 The walks up and down the tree are the tutorial's loops, fixed and compiled by numba (a
 just-in-time compiler of Python loops to machine code: `_update_leaf`, `_get_leaves`): what you
 read is what runs, a whole batch per call.
@@ -211,7 +218,8 @@ class Memory(ReplayMemory):
         """An empty memory of `capacity` slots; ValueError naming an argument out of range.
 
         Args:
-            capacity: transitions held; once full, each new one overwrites the oldest.
+            capacity: transitions held; once a stream's ring is full, each new transition
+                overwrites that stream's oldest (with one stream, the memory's oldest).
             alpha: the tutorial's PER_a: how much the priorities shape sampling, 0 being uniform.
             beta: the tutorial's PER_b: the importance-sampling exponent at the start.
             beta_increment: the tutorial's PER_b_increment_per_sampling.
@@ -238,8 +246,9 @@ class Memory(ReplayMemory):
         self.max_priority = min(1.0, self.abs_err_upper) ** self.alpha
 
     def store(self, experience: tuple, stream: int = 0) -> int:
-        """Add one (state, action, reward, next_state, done) with the maximum priority, in
-        environment `stream`'s stream; return its slot. O(log N).
+        """Add one (state, action, reward, next_state, done) with the maximum priority, in the
+        stream (its own ring of slots) of environment `stream` (0 with one environment); return
+        its slot. O(log N).
 
         A transition `check_transition` refuses (NaN or inf in a state or the reward, an action
         that is not an integer >= 0, ...) raises ValueError naming the field and its value,
@@ -345,7 +354,8 @@ class UniformMemory(ReplayMemory):
     beta = 0.0  # every importance-sampling weight is 1, as with beta = 0
 
     def store(self, experience: tuple, stream: int = 0) -> int:
-        """Add one (state, action, reward, next_state, done) to `stream`; return its slot. O(1).
+        """Add one (state, action, reward, next_state, done) to the stream of environment
+        `stream`; return its slot. O(1).
         ValueError naming the field, and nothing written, for a transition `check_transition`
         refuses."""
         slot, _ = self.storage.add(check_transition(experience), stream)

@@ -93,11 +93,14 @@ TRAIN_FREQUENCY = 2  # env steps per gradient step, on average: replay() takes s
 # GRADIENT_STEPS_PER_CALL's gain and cost (priorities up to that many - 1 gradient steps old):
 # docs/benchmarks.md, "Several gradient steps per call".
 GRADIENT_STEPS_PER_CALL = 16  # gradient steps per replay() call, compiled as one (the tutorial: 1)
-# N_ENVS environments play side by side (1: the tutorial's one). One forward pass picks all their
-# actions; each environment's transitions go to its own part of the one replay memory, so an
-# n-step return never mixes two (d3qn_utils/environments.py). Every step count (TOTAL_STEPS,
-# LEARNING_STARTS, TRAIN_FREQUENCY, TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY, the epsilon
-# schedule) counts each environment's steps: one step of all of them adds N_ENVS.
+# N_ENVS environments play side by side (1: the tutorial's one), stepped in turn
+# (d3qn_utils/environments.py); one forward pass picks all their actions. Each environment's
+# transitions go to its own *stream*: a ring of about MEMORY_SIZE / N_ENVS neighbouring slots
+# of the one replay memory (`Segments`, d3qn_utils/replay_storage.py), so an n-step return or a
+# frame stack never mixes two environments, while the one sum tree draws by P(i) over all streams.
+# Every step count (TOTAL_STEPS, a multiple of N_ENVS; LEARNING_STARTS, TRAIN_FREQUENCY,
+# TARGET_UPDATE, EVAL_EVERY, CHECKPOINT_EVERY, the epsilon schedule) counts each environment's
+# steps: one step of all of them adds N_ENVS.
 N_ENVS = 1  # environments played side by side, their transitions in one replay memory
 XLA = True  # compile replay()'s gradient steps with XLA (an optimizing compiler; JAX always does)
 # bfloat16: a 16-bit float with float32's exponent range and fewer digits, meant to be faster on
@@ -251,7 +254,7 @@ class DQNAgent:
         # per slot), refused before anything is allocated
         check_run_fits(config, memory_class, storage, self.state_shape, self.state_dtype,
                        self.action_size, TrainingReport.BYTES_PER_SLOT)
-        replay_options = dict(
+        replay_options = dict(  # a stream per environment: N_ENVS rings in MEMORY_SIZE slots
             storage=storage(config.memory_size, streams=config.n_envs),
             rng=np.random.default_rng([config.seed, 1]), n_step=config.n_step, gamma=config.gamma)
         self.planned_gradient_steps = max(
@@ -474,14 +477,16 @@ class DQNAgent:
                     average = self.PlotModel(score)  # the tutorial's: the score, its average
                     self.report.episode(self.step, self.episode, score, self.epsilon, average)
                     self.envs.end_episode(i)
-                    self.MEMORY.end_episode(i)  # no n-step return runs past its last transition
+                    # No n-step return runs past the episode's last transition, not even past
+                    # a time-limit cut, whose transition is stored with done False.
+                    self.MEMORY.end_episode(i)
                 # Reset now (the tutorial: at its next episode's top); replay() reads no environment
                 if ended:
                     self.start_episodes()
-                # A schedule is due once per multiple of its period the step passed (`crossed`).
-                # With N_ENVS = 1: replay() once whenever self.step is a multiple of
-                # TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL and at least LEARNING_STARTS (the
-                # memory holding a batch).
+                # A schedule is due once per multiple of its period the step passed (`crossed`);
+                # with N_ENVS = 1, when self.step is a multiple of it (step % period == 0).
+                # replay()'s period: TRAIN_FREQUENCY * GRADIENT_STEPS_PER_CALL env steps, from
+                # LEARNING_STARTS on (the memory holding a batch).
                 if len(self.MEMORY) >= config.batch_size:
                     # The periods' ends passed since the last step, from LEARNING_STARTS on (an
                     # end at LEARNING_STARTS itself counts: it is past LEARNING_STARTS - 1).
