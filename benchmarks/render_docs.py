@@ -253,6 +253,8 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
                            "MinAtar/Breakout-v1", "per"),
     "pong": partial(study.study_tables, "pong"),
     "pong_bf16": partial(study.compare, "pong_bf16", "pong", "PongNoFrameskip-v4", "per"),
+    "pong_n_envs": partial(study.compare, "n_envs/pong_8", "pong_bf16", "PongNoFrameskip-v4",
+                           "per"),
     # Learning results outside the studies, from their scripts' files (learning_tables.py).
     "blind_cliffwalk": partial(learning_tables.blind_cliffwalk, learning_tables.BLIND_CLIFFWALK),
     "blind_cliffwalk_priority_epsilon": partial(learning_tables.blind_cliffwalk,
