@@ -376,7 +376,8 @@ def n_envs_figures(measured: dict[str, Any]) -> dict[str, Spread]:
 def n_envs_game(env_name: str, results: Path) -> str:
     """One game's speed at each N from bench_n_envs.py's newest file of it: a sentence with the
     gradient step's share of an env step at each N, the time outside it and the env steps per
-    second at the largest N over the smallest (drawn only where the rounds' ranges are apart) and,
+    second at each N over the smallest (drawn only where the rounds' ranges are apart), the largest
+    N's over the smallest round by round (`timing.paired_ratio`) and,
     where the time outside it clearly changed, what N would buy were the gradient step free;
     then the table. A line naming the command where there is no file."""
     game = GAMES.get(env_name, env_name)
@@ -397,6 +398,9 @@ def n_envs_game(env_name: str, results: Path) -> str:
                 f"env steps per second over N = {min(figures, key=int)}: " + "; ".join(
                     f"N = {n}, {timing.ratio(figure['env steps/s'], first['env steps/s'])}"
                     for n, figure in figures.items() if figure is not first)
+                + f"; round by round, {largest_over_smallest} env steps per second: "
+                + timing.paired_ratio(found["ours"][max(figures, key=int)]["steps_per_second"],
+                                      found["ours"][min(figures, key=int)]["steps_per_second"])
                 + (f"; were the gradient step free, {largest_over_smallest} would run "
                    f"{first[outside].median / last[outside].median:.1f}{timing.TIMES} the env "
                    "steps per second (the medians' arithmetic, not a timing)"

@@ -97,6 +97,18 @@ def comparison(numerator: Spread, denominator: Spread, form: Callable[[float], s
     return f"no clear difference (ranges overlap; medians {value})"
 
 
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], digits: int = 2
+                 ) -> str:
+    """Round by round, `numerator[i] / denominator[i]` of two figures timed in the same
+    alternating rounds (a drift of the machine hits both alike): the median ratio, then the
+    smallest and largest in brackets, as `shown` writes them; ValueError for unequal rounds."""
+    if len(numerator) != len(denominator) or not numerator:
+        raise ValueError(f"paired rounds need the same count, got {len(numerator)} and "
+                         f"{len(denominator)}")
+    ratios = spread([top / bottom for top, bottom in zip(numerator, denominator, strict=True)])
+    return shown(ratios, lambda value: f"{value:.{digits}f}{TIMES}")
+
+
 def ratio(numerator: Spread, denominator: Spread, digits: int = 2) -> str:
     """`comparison` as a ratio: "1.40" and a multiplication sign."""
     return comparison(numerator, denominator, lambda value: f"{value:.{digits}f}{TIMES}")

@@ -360,6 +360,16 @@ def test_a_comparison_is_drawn_only_where_the_ranges_are_apart():
     assert timing.ratio(timing.spread(4.0), slow) == f"2.00{X} (1 round: no range to compare)"
 
 
+def test_a_paired_ratio_divides_round_by_round():
+    # Rounds 1-3: 3/1, 4/2, 5/2.5 = 3, 2, 2: the median 2, the range 2-3. The medians' ratio
+    # (4 / 2 = 2) would hide that every round's ratio is at least 2.
+    assert timing.paired_ratio([3.0, 4.0, 5.0], [1.0, 2.0, 2.5]) == (
+        f"2.00{X} (2.00{X}{DASH}3.00{X})")
+    assert timing.paired_ratio([3.0], [2.0]) == f"1.50{X} (1 round)"
+    with pytest.raises(ValueError, match="same count, got 2 and 3"):
+        timing.paired_ratio([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
 def test_blind_cliffwalk_renders_medians_failures_ratios_and_the_stamp(tmp_path):
     runs = [(2, 6, "uniform", [10, 20]), (2, 6, "oracle", [5, 5]),
             (3, 14, "uniform", [40, None]), (3, 14, "oracle", [7, 9])]
@@ -817,7 +827,9 @@ def test_the_many_environments_block_gives_each_n_s_parts_per_env_step_and_its_s
     assert lines[2] == ("**MinAtar Breakout**: the gradient step takes 64% and 90% of an env step "
                         "at N = 1 and 8 (medians); the time outside the gradient step per env "
                         f"step, N = 8 over N = 1: 0.20{X} (ranges apart); env steps per second "
-                        f"over N = 1: N = 8, 1.41{X} (ranges apart); were the gradient step "
+                        f"over N = 1: N = 8, 1.41{X} (ranges apart); round by round, N = 8 "
+                        f"over N = 1 env steps per second: 1.41{X} (1.34{X}{DASH}1.48{X}); "
+                        "were the gradient step "
                         f"free, N = 8 over N = 1 would run 5.0{X} the env steps per second (the "
                         "medians' arithmetic, not a timing).")
     assert lines[4:8] == [
@@ -851,6 +863,10 @@ def test_the_many_environments_ratio_is_drawn_only_where_the_rounds_are_apart(tm
     lines = benchmark_tables.n_envs_game("CartPole-v1", tmp_path).splitlines()
     assert f"N = 8 over N = 1: no clear difference (ranges overlap; medians 0.90{X});" in lines[0]
     assert "were the gradient step free" not in lines[0]  # no clear change to build on
+    # Round by round (factor f = 1, 0.8, 1.2 of the parts, train 0.2 s): walls 0.12 f + 0.2 at
+    # N = 1 and 0.108 f + 0.2 at N = 8, so 0.32 / 0.308, 0.296 / 0.2864, 0.344 / 0.3296.
+    assert (f"round by round, N = 8 over N = 1 env steps per second: 1.04{X} "
+            f"(1.03{X}{DASH}1.04{X})") in lines[0]
     assert "SB3" not in lines[2] and lines[-1].startswith(
         f"3 alternating rounds of 1,000 timed env steps per N after 1,056 untimed; a gradient "
         "step every 2 env steps, 16 per call, batch 128, memory 50,000, float32 (the script "
