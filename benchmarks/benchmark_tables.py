@@ -387,20 +387,21 @@ def n_envs_game(env_name: str, results: Path) -> str:
     _, run = newest
     found = run["results"]
     figures = {n: n_envs_figures(measured) for n, measured in found["ours"].items()}
-    first, last = figures[min(figures, key=int)], figures[max(figures, key=int)]
+    smallest, largest = min(figures, key=int), max(figures, key=int)
+    first, last = figures[smallest], figures[largest]
     shares = in_words([f"{figure['learn'].median / figure['total'].median:.0%}"
                        for figure in figures.values()])
     outside = "outside the gradient step"
-    largest_over_smallest = f"N = {max(figures, key=int)} over N = {min(figures, key=int)}"
+    largest_over_smallest = f"N = {largest} over N = {smallest}"
     sentence = (f"**{game}**: the gradient step takes {shares} of an env step at N = "
                 f"{in_words(list(figures))} (medians); the time {outside} per env step, "
                 f"{largest_over_smallest}: {timing.ratio(last[outside], first[outside])}; "
-                f"env steps per second over N = {min(figures, key=int)}: " + "; ".join(
+                f"env steps per second over N = {smallest}: " + "; ".join(
                     f"N = {n}, {timing.ratio(figure['env steps/s'], first['env steps/s'])}"
                     for n, figure in figures.items() if figure is not first)
                 + f"; round by round, {largest_over_smallest} env steps per second: "
-                + timing.paired_ratio(found["ours"][max(figures, key=int)]["steps_per_second"],
-                                      found["ours"][min(figures, key=int)]["steps_per_second"])
+                + timing.paired_ratio(found["ours"][largest]["steps_per_second"],
+                                      found["ours"][smallest]["steps_per_second"])
                 + (f"; were the gradient step free, {largest_over_smallest} would run "
                    f"{first[outside].median / last[outside].median:.1f}{timing.TIMES} the env "
                    "steps per second (the medians' arithmetic, not a timing)"
